@@ -1,0 +1,1 @@
+"""Alembic migrations of soak's database schema."""
