@@ -50,7 +50,7 @@ def list_runs(engine: Engine, limit: int | None = None) -> list[dict[str, Any]]:
     query = select(Run).order_by(Run.id.desc())
     if limit:
         query = query.limit(limit)
-    with _reading(engine) as session_rows:
+    with reading(engine) as session_rows:
         rows = [row_to_dict(run) for run in session_rows(query)]
     for run in rows:
         run["status"] = effective_status(run)
@@ -59,7 +59,7 @@ def list_runs(engine: Engine, limit: int | None = None) -> list[dict[str, Any]]:
 
 def get_run(engine: Engine, run_id: str) -> dict[str, Any]:
     """One run with its effective status; UnknownRunError when there is none."""
-    with _reading(engine) as session_rows:
+    with reading(engine) as session_rows:
         rows = [row_to_dict(run) for run in session_rows(select(Run).where(Run.id == run_id))]
     if not rows:
         raise UnknownRunError(f"unknown run id {run_id!r} in {engine.url.render_as_string(hide_password=True)}")
@@ -84,7 +84,7 @@ def read_rows(engine: Engine, model: type[Base], run_id: str, **equals: Any) -> 
     order = getattr(model, "t_s", None) or getattr(model, "window_index", None)
     if order is not None:
         query = query.order_by(order)
-    with _reading(engine) as session_rows:
+    with reading(engine) as session_rows:
         return [row_to_dict(row) for row in session_rows(query)]
 
 
@@ -96,7 +96,7 @@ def read_events(engine: Engine, run_id: str) -> list[dict[str, Any]]:
     return events
 
 
-class _reading:
+class reading:
     """Context giving a function that runs a select in a short session; database errors become StorageError."""
 
     def __init__(self, engine: Engine):

@@ -1,0 +1,156 @@
+"""Commands over stored runs: `runs`, `status`, `report`, `close`, `compare` (none of them imports Locust)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from soak.cli_common import VERDICT_EXIT, location_options, open_store, print_json
+from soak.errors import UnknownRunError
+from soak.units import format_duration
+
+
+def _table(title: str, columns: list[str], rows: list[list[Any]]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=title)
+    for column in columns:
+        table.add_column(column)
+    for row in rows:
+        table.add_row(*["—" if value is None else str(value) for value in row])
+    Console(width=160).print(table)
+
+
+@click.command()
+@location_options
+@click.option("--limit", type=int, default=50, show_default=True, help="Show at most this many runs.")
+@click.option("--json", "json_output", is_flag=True, help="Print the runs as JSON.")
+def runs(out: str | None, db: str | None, limit: int, json_output: bool) -> None:
+    """List runs, newest first, with status and verdict."""
+    from soak.store.queries import list_runs
+
+    found = list_runs(open_store(out, db), limit=limit)
+    if json_output:
+        print_json([{k: r[k] for k in ("id", "status", "verdict", "started_at", "ended_at", "duration_s",
+                                       "target_kind", "model", "out_dir")} for r in found])
+        return
+    _table("soak runs", ["run", "status", "verdict", "started (UTC)", "duration", "target", "model"], [
+        [r["id"], r["status"], r["verdict"], r["started_at"][:19], format_duration(r["duration_s"] or 0),
+         r["target_kind"], r["model"]] for r in found])
+
+
+def _resolve_run_id(engine, run_id: str | None) -> str:  # noqa: ANN001 - Engine
+    from soak.store.queries import latest_run_id
+
+    run_id = run_id or latest_run_id(engine)
+    if run_id is None:
+        raise UnknownRunError("there are no runs in this database yet")
+    return run_id
+
+
+@click.command()
+@click.argument("run_id", required=False)
+@location_options
+@click.option("--json", "json_output", is_flag=True, help="Print the progress as JSON.")
+def status(run_id: str | None, out: str | None, db: str | None, json_output: bool) -> None:
+    """Show a run's progress from the database (default: the newest run)."""
+    from soak.progress import read_progress
+
+    engine = open_store(out, db)
+    progress = read_progress(engine, _resolve_run_id(engine, run_id))
+    if json_output:
+        print_json(progress)
+        return
+    for key, value in progress.items():
+        click.echo(f"{key:>18}: {value}")
+
+
+@click.command()
+@click.argument("run_id")
+@location_options
+@click.option("--baseline", metavar="RUN", help="Add a before/after table against this run.")
+@click.option("--gates", metavar="FILE", type=click.Path(dir_okay=False), help="Gates file (TOML).")
+@click.option("--junit", metavar="FILE", type=click.Path(dir_okay=False), help="Also write JUnit XML, a case per check.")
+@click.option("--json", "json_output", is_flag=True, help="Print summary.json to stdout.")
+def report(run_id: str, out: str | None, db: str | None, baseline: str | None, gates: str | None,
+           junit: str | None, json_output: bool) -> None:
+    """Rebuild a run's report.html and summary.json from the database alone."""
+    summary = _finalise(run_id, out, db, baseline, gates, close=False)
+    _emit(summary, junit, json_output, exit_with_verdict=False)
+
+
+@click.command()
+@click.argument("run_id")
+@location_options
+@click.option("--gates", metavar="FILE", type=click.Path(dir_okay=False), help="Gates file (TOML).")
+@click.option("--json", "json_output", is_flag=True, help="Print summary.json to stdout.")
+def close(run_id: str, out: str | None, db: str | None, gates: str | None, json_output: bool) -> None:
+    """Finalise an aborted run (analysis and report on what was collected); ends its left-behind server."""
+    summary = _finalise(run_id, out, db, None, gates, close=True)
+    _emit(summary, None, json_output, exit_with_verdict=True)
+
+
+def _finalise(run_id: str, out: str | None, db: str | None, baseline: str | None, gates: str | None,
+              close: bool) -> dict[str, Any]:
+    from soak.finalise import finalise_run
+    from soak.store.queries import get_run
+
+    engine = open_store(out, db)
+    run = get_run(engine, run_id)
+    if close:
+        from soak.closing import close_run
+
+        return close_run(engine, run, Path(gates) if gates else None)
+    stopped_early = run["status"] != "completed"
+    if run["status"] == "running":
+        click.echo(f"run {run_id} is still running; the report covers what is stored so far", err=True)
+    return finalise_run(engine, run_id, stopped_early=stopped_early, gates_file=Path(gates) if gates else None,
+                        baseline=baseline)
+
+
+def _emit(summary: dict[str, Any], junit: str | None, json_output: bool, exit_with_verdict: bool) -> None:
+    if junit:
+        from soak.junit import write_junit
+
+        write_junit(summary, Path(junit))
+    click.echo(f"verdict: {summary['verdict']} — {summary.get('verdict_reason', '')}", err=True)
+    click.echo(f"report: {summary['report_html']}", err=True)
+    if json_output:
+        print_json(summary)
+    if exit_with_verdict:
+        sys.exit(VERDICT_EXIT.get(summary["verdict"], 3))
+
+
+@click.command()
+@click.argument("run_a")
+@click.argument("run_b")
+@location_options
+@click.option("--gates", metavar="FILE", type=click.Path(dir_okay=False), help="Gates file with tolerances.")
+@click.option("--json", "json_output", is_flag=True, help="Print the comparison as JSON.")
+def compare(run_a: str, run_b: str, out: str | None, db: str | None, gates: str | None, json_output: bool) -> None:
+    """Compare run B against baseline run A: each key metric's delta, marked regressed/improved/within noise."""
+    from soak.analysis import compare_baseline, load_gates
+    from soak.store.queries import get_run
+
+    engine = open_store(out, db)
+    summaries = []
+    for run_id in (run_a, run_b):
+        run = get_run(engine, run_id)
+        if not run.get("summary_json"):
+            raise UnknownRunError(f"run {run_id} has no summary yet: finalise it with `soak close {run_id}`")
+        summaries.append(json.loads(run["summary_json"]))
+    finding, rows = compare_baseline(summaries[1], summaries[0], load_gates(Path(gates) if gates else None))
+    if json_output:
+        print_json({"baseline": run_a, "current": run_b, "finding": finding.to_dict(), "rows": rows})
+        return
+    _table(f"{run_b} against baseline {run_a}", ["metric", "baseline", "current", "delta %", "tolerance %",
+                                                  "status"],
+           [[r["metric"], r["baseline"], r["current"], r["delta_pct"], r["tolerance_pct"], r["status"]]
+            for r in rows])
+    click.echo(f"{finding.verdict}: {finding.evidence}")
+

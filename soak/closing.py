@@ -1,0 +1,46 @@
+"""`soak close`: finalise a run whose soak was killed, and end the server it left behind."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+import psutil
+from sqlalchemy import Engine
+
+from soak.errors import ConfigError
+from soak.finalise import finalise_run
+
+log = logging.getLogger(__name__)
+
+
+def end_left_server(run: dict[str, Any]) -> str | None:
+    """SIGTERM the recorded server process group, only if its leader still runs the recorded command."""
+    pgid, recorded = run.get("server_pgid"), run.get("server_cmd")
+    if not pgid or not recorded:
+        return None
+    try:
+        leader = psutil.Process(pgid)
+        if leader.cmdline() != json.loads(recorded):
+            return f"process {pgid} no longer runs the recorded server command; left alone"
+        os.killpg(pgid, signal.SIGTERM)
+    except (psutil.NoSuchProcess, ProcessLookupError):
+        return None
+    except psutil.AccessDenied:
+        return f"not allowed to inspect process {pgid}; left alone"
+    return f"sent SIGTERM to the left-behind server group {pgid}"
+
+
+def close_run(engine: Engine, run: dict[str, Any], gates_file: Path | None) -> dict[str, Any]:
+    """Finalise an aborted (or already finished) run; a run whose soak is alive is refused."""
+    if run["status"] == "running":
+        raise ConfigError(f"run {run['id']} is still running (soak pid {run['soak_pid']}): stop it first")
+    note = end_left_server(run)
+    if note:
+        log.warning(note)
+    status = "aborted" if run["status"] in ("running", "aborted") else run["status"]
+    return finalise_run(engine, run["id"], stopped_early=status != "completed", gates_file=gates_file, status=status)

@@ -1,0 +1,90 @@
+"""Finalising a run from the database alone: analysis → verdict → summary.json → report.html.
+
+Used at the end of `soak start`, by `soak close` for an aborted run, and by `soak report`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Engine
+
+from soak.environment import dumps
+from soak.store.models import Run
+from soak.store.queries import get_run
+from soak.summary import build_summary
+
+log = logging.getLogger(__name__)
+
+
+def analyse_stored_run(engine: Engine, run: dict[str, Any], stopped_early: bool, gates_file: Path | None
+                       ) -> tuple[list[dict[str, Any]], str, str]:
+    """(findings as dicts, overall verdict, reason) for a stored run."""
+    from soak.analysis import analyse, load_gates, overall_verdict
+    from soak.analysis.loader import load_run_data
+
+    gates = load_gates(gates_file)
+    data = load_run_data(engine, run, stopped_early=stopped_early)
+    findings = analyse(data, gates)
+    verdict, reason = overall_verdict(findings, gates, stopped_early=stopped_early)
+    return [finding.to_dict() for finding in findings], verdict, reason
+
+
+def baseline_comparison(engine: Engine, summary: dict[str, Any], baseline_id: str | None, gates_file: Path | None
+                        ) -> dict[str, Any] | None:
+    """Compare with a baseline run's stored summary; adds the `baseline.regression` finding."""
+    if not baseline_id:
+        return None
+    from soak.analysis import compare_baseline, load_gates
+
+    baseline_run = get_run(engine, baseline_id)
+    if not baseline_run.get("summary_json"):
+        return {"run_id": baseline_id, "rows": [], "note": "the baseline run has no summary yet"}
+    finding, rows = compare_baseline(summary, json.loads(baseline_run["summary_json"]), load_gates(gates_file))
+    summary["findings"].append(finding.to_dict())
+    return {"run_id": baseline_id, "rows": rows}
+
+
+def write_outputs(engine: Engine, run: dict[str, Any], summary: dict[str, Any],
+                  baseline: dict[str, Any] | None) -> dict[str, Any]:
+    """report.html and summary.json in the run's folder; the summary is also stored with the run."""
+    from soak.report import render_report
+
+    run_dir = Path(run["out_dir"])
+    run_dir.mkdir(parents=True, exist_ok=True)
+    report_path = run_dir / "report.html"
+    summary["report_html"] = str(report_path)
+    render_report(engine, run["id"], summary, report_path, baseline=baseline)
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n", encoding="utf-8")
+    return summary
+
+
+def store_verdict(engine: Engine, run_id: str, summary: dict[str, Any], status: str | None = None) -> None:
+    """Save the verdict and summary in the run's row (directly: finalising happens after the writer closed)."""
+    from sqlalchemy import update
+
+    fields: dict[str, Any] = {"verdict": summary["verdict"], "verdict_reason": summary.get("verdict_reason"),
+                              "summary_json": dumps(summary)}
+    if status:
+        fields["status"] = status
+    with engine.begin() as connection:
+        connection.execute(update(Run).where(Run.id == run_id).values(**fields))
+
+
+def finalise_run(engine: Engine, run_id: str, stopped_early: bool, gates_file: Path | None = None,
+                 baseline: str | None = None, status: str | None = None) -> dict[str, Any]:
+    """Analyse a stored run, write its summary and report, store the verdict; returns the summary."""
+    run = get_run(engine, run_id)
+    if status:
+        run["status"] = status
+    findings, verdict, reason = analyse_stored_run(engine, run, stopped_early, gates_file)
+    summary = build_summary(run, engine, findings, verdict, reason, report_html=None)
+    comparison = baseline_comparison(engine, summary, baseline, gates_file)
+    if comparison and any(f["check"] == "baseline.regression" and f["verdict"] == "FAIL" for f in findings):
+        summary["verdict"] = "FAIL"
+    summary = write_outputs(engine, run, summary, comparison)
+    store_verdict(engine, run_id, summary, status)
+    return summary

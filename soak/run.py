@@ -1,0 +1,282 @@
+"""The conductor of one run: target up → telemetry → load with phases and probes → stop → finalise.
+
+Importing this module imports Locust, which monkey-patches the process for gevent; commands that only read
+the database (`runs`, `report`, `close`) do not import it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from soak.config import RunConfig
+from soak.environment import capture_environment, config_hash, dumps
+from soak.errors import EXIT_FORCED, StorageError
+from soak.finalise import finalise_run
+from soak.load import LoadHooks, start_load
+from soak.load.scenarios import scenario_sources
+from soak.store import StoreWriter, open_database
+from soak.store.models import RequestRow, Run
+from soak.store.recorder import Recorder, utc_now_iso
+from soak.target import ServerInfo, Target, auth_headers, make_target
+from soak.telemetry.latency import LatencyWindows
+from soak.telemetry.sampler import Telemetry, TelemetrySources
+
+log = logging.getLogger(__name__)
+
+STOP_DRAIN_S = 10.0  # in-flight requests get this long at the end; the whole stop must fit in 30 s
+TICK_S = 0.5
+
+
+def new_run_id(now: datetime | None = None) -> str:
+    """Run ids sort by time: UTC start plus a short random suffix, e.g. 20261202T101500Z-3f9a."""
+    now = now or datetime.now(UTC)
+    return now.strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(2)
+
+
+@dataclass
+class StopRequest:
+    """Set by SIGINT/SIGTERM: the first asks for a clean stop, the second forces it."""
+
+    requested: bool = False
+    reason: str = ""
+    on_force: Callable[[], None] | None = None
+
+    def signal(self, signum: int) -> None:
+        if self.requested and self.on_force:
+            self.on_force()
+        self.requested = True
+        self.reason = signal.Signals(signum).name
+
+
+def install_signal_handlers(stop: StopRequest) -> None:
+    """Route SIGINT and SIGTERM to `stop`, through gevent when Locust has patched the process."""
+    try:
+        import gevent
+
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            gevent.signal_handler(signum, stop.signal, signum)
+    except ImportError:  # pragma: no cover - Locust always brings gevent
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, lambda s, _f: stop.signal(s))
+
+
+def setup_run_logging(run_dir: Path) -> logging.Handler:
+    """One log file per run, in its folder."""
+    handler = logging.FileHandler(run_dir / "soak.log", encoding="utf-8")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.setLevel(logging.INFO)
+    root.addHandler(handler)
+    return handler
+
+
+@dataclass
+class RunState:
+    """What the conductor holds while a run is under way."""
+
+    config: RunConfig
+    run_id: str
+    run_dir: Path
+    target: Target
+    info: ServerInfo | None = None
+    writer: StoreWriter | None = None
+    recorder: Recorder | None = None
+    telemetry: Telemetry | None = None
+    load: Any = None
+    windows: LatencyWindows | None = None
+    t0: float = 0.0
+    status: str = "running"
+    end_reason: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Conductor:
+    """Runs one soak from a resolved config and returns its summary."""
+
+    def __init__(self, config: RunConfig, on_progress: Callable[[dict[str, Any]], None] | None = None):
+        self.config = config
+        self.on_progress = on_progress or (lambda _p: None)
+        self.stop = StopRequest(on_force=self._force_stop)
+        run_id = new_run_id()
+        run_dir = config.out_dir / run_id
+        self.state = RunState(config, run_id, run_dir, make_target(config, run_dir))
+        self.engine = None
+
+    # -- phases of a run --------------------------------------------------------------------------
+    def execute(self) -> dict[str, Any]:
+        """Run the soak end to end; SoakError on failures before load starts."""
+        state = self.state
+        state.run_dir.mkdir(parents=True, exist_ok=True)
+        handler = setup_run_logging(state.run_dir)
+        try:
+            self.engine = open_database(self.config.db_url)
+            install_signal_handlers(self.stop)
+            self._start_target()
+            self._open_run()
+            self._start_measuring()
+            self._drive()
+            return self._finish()
+        finally:
+            self._cleanup()
+            logging.getLogger().removeHandler(handler)
+            handler.close()
+
+    def _start_target(self) -> None:
+        self.on_progress({"stage": "starting", "target": self.state.target.kind})
+        self.state.info = self.state.target.start()
+
+    def _open_run(self) -> None:
+        """Insert the run row (status running) once the server is up: a failed start leaves no run behind."""
+        state, config = self.state, self.config
+        state.writer = StoreWriter(self.engine, on_failure=self._storage_failed).start()
+        state.t0 = time.time()
+        state.recorder = Recorder(state.writer, state.run_id, state.t0)
+        state.writer.insert(Run, self._run_row())
+        state.recorder.event("server_start", f"{state.info.kind} server at {state.info.base_url}",
+                             pid=state.info.pgid, cmd=state.info.cmd, model=state.info.model)
+
+    def _run_row(self) -> dict[str, Any]:
+        state, config, info = self.state, self.config, self.state.info
+        config_json = config.model_dump_json()
+        environment = capture_environment([], {"server_cmd": " ".join(info.cmd) or None,
+                                               "scenarios": [s.name for s in config.load.scenarios]},
+                                          config_hash(config_json, scenario_sources(config.load.scenarios)))
+        return {
+            "id": state.run_id, "status": "running", "started_at": utc_now_iso(), "t0_epoch_s": state.t0,
+            "heartbeat_at": utc_now_iso(), "planned_duration_s": config.duration_s, "warmup_s": config.warmup_s,
+            "window_s": config.window_s, "soak_pid": os.getpid(), "server_pgid": info.pgid,
+            "server_cmd": dumps(info.cmd) if info.cmd else None, "out_dir": str(state.run_dir),
+            "target_kind": info.kind, "target_url": info.base_url, "model": info.model,
+            "config_json": config_json, "environment_json": dumps(environment),
+        }
+
+    def _start_measuring(self) -> None:
+        state, config = self.state, self.config
+        state.windows = LatencyWindows(state.run_id, state.t0, config.warmup_s, config.window_s,
+                                       keep_open_s=config.load.request_timeout_s + 2 * config.telemetry.flush_every_s)
+        sources = TelemetrySources(server_pids=state.target.root_pids, metrics_urls=state.info.metrics_urls,
+                                   health_url=state.info.base_url, headers=auth_headers(config))
+        state.telemetry = Telemetry(state.recorder, sources, state.windows, config.telemetry.sample_every_s,
+                                    config.telemetry.flush_every_s)
+        self._record_gpus()
+        state.telemetry.start()
+        hooks = LoadHooks(on_request=self._on_request, on_event=state.recorder.event,
+                          on_idle_probe=state.telemetry.probe_reading)
+        state.load = start_load(config, base_url=state.info.base_url, model=state.info.model, t0=state.t0,
+                                hooks=hooks)
+
+    def _record_gpus(self) -> None:
+        gpus = self.state.telemetry.gpus.describe()
+        if gpus:
+            environment = capture_environment(gpus, {"server_cmd": " ".join(self.state.info.cmd) or None},
+                                              config_hash(self.config.model_dump_json(), []))
+            self.state.recorder.update_run(environment_json=dumps(environment))
+
+    def _on_request(self, record: Any) -> None:
+        state = self.state
+        state.windows.add(record)
+        if self.config.keep_requests:
+            state.writer.insert(RequestRow, {
+                "run_id": state.run_id, "scenario": record.scenario, "intended_s": record.intended_t - state.t0,
+                "lag_ms": record.lag_ms, "queue_ms": record.queue_ms, "ttft_ms": record.ttft_ms,
+                "e2e_ms": record.e2e_ms, "output_tokens": record.output_tokens,
+                "status_code": record.status_code, "error_class": record.error_class})
+
+    def _drive(self) -> None:
+        """Hold the load until the planned end, a stop signal, a server death or a storage failure."""
+        state = self.state
+        while True:
+            elapsed_s = time.time() - state.t0
+            if elapsed_s >= self.config.duration_s:
+                state.end_reason = "completed"
+                return
+            if self.stop.requested:
+                state.end_reason = f"stopped by {self.stop.reason}"
+                return
+            if self._server_died() or state.writer.failed:
+                return
+            self.on_progress(self._progress(elapsed_s))
+            time.sleep(TICK_S)
+
+    def _server_died(self) -> bool:
+        state = self.state
+        code = state.target.exit_code()
+        if code is None:
+            return False
+        tail = state.target.log_tail()
+        state.recorder.event("crash", f"server exited with code {code}", exit_code=code, log_tail=tail[-4000:])
+        state.status, state.end_reason = "crashed", f"server exited with code {code}"
+        return True
+
+    def _progress(self, elapsed_s: float) -> dict[str, Any]:
+        state = self.state
+        progress = state.windows.progress()
+        counts = progress["counts"]
+        errors = sum(v for k, v in counts.items() if k.startswith("err_"))
+        return {
+            "stage": "warm-up" if elapsed_s < self.config.warmup_s else "measuring",
+            "run_id": state.run_id, "elapsed_s": elapsed_s, "duration_s": self.config.duration_s,
+            "requests": counts.get("requests", 0), "errors": errors, "p99_ms": progress["p99_ms"],
+            "rate_rps": counts.get("requests", 0) / max(elapsed_s - self.config.warmup_s, 1e-9)
+            if elapsed_s > self.config.warmup_s else None,
+            "server_rss_bytes": state.telemetry.latest.server_rss_bytes, "in_flight": state.load.in_flight,
+        }
+
+    def _finish(self) -> dict[str, Any]:
+        """Stop arrivals, final sample, analyse, write the report — before the server is stopped."""
+        state = self.state
+        self.on_progress({"stage": "finalising", "run_id": state.run_id})
+        state.load.stop(drain_timeout_s=STOP_DRAIN_S)
+        state.telemetry.stop()
+        if state.writer.failed:
+            raise StorageError(f"{state.writer.stats.failure}; load stopped, run {state.run_id} kept what was "
+                               "written (finalise it later with `soak close`)")
+        stopped_early = state.end_reason != "completed"
+        if state.status == "running":
+            state.status = "completed" if not stopped_early else "aborted"
+        state.recorder.event("run_end", state.end_reason or state.status)
+        state.recorder.update_run(status=state.status, ended_at=utc_now_iso(), duration_s=time.time() - state.t0)
+        if not state.writer.flush(30.0):
+            raise StorageError(f"the database did not take the run's last rows: {state.writer.stats.failure}")
+        return finalise_run(self.engine, state.run_id, stopped_early=stopped_early, gates_file=self.config.gates_file,
+                            baseline=self.config.baseline)
+
+    def _cleanup(self) -> None:
+        state = self.state
+        try:
+            if state.load is not None and not getattr(state.load, "stopped", False):
+                state.load.stop(drain_timeout_s=0)
+        finally:
+            state.target.stop()
+            if state.writer is not None:
+                state.writer.close()
+
+    # -- failures ---------------------------------------------------------------------------------
+    def _storage_failed(self, message: str) -> None:
+        self.on_progress({"stage": "storage_failure", "message": message})
+
+    def _force_stop(self) -> None:
+        """Second Ctrl-C: mark the run aborted, commit, end the server group, exit 130 at once.
+
+        This runs inside a signal callback, where an exception would not reach the CLI; so it exits itself.
+        """
+        state = self.state
+        if state.writer is not None:
+            state.writer.update_run(state.run_id, status="aborted", ended_at=utc_now_iso())
+            state.writer.flush(3.0)
+        state.target.stop(grace_s=2.0)
+        os._exit(EXIT_FORCED)
+
+
+def execute(config: RunConfig, on_progress: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+    """Run one soak and return its summary (the CLI maps the verdict to an exit code)."""
+    return Conductor(config, on_progress).execute()

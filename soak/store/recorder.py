@@ -1,0 +1,55 @@
+"""The run's recorder: stamps rows and events with the run id and time since start, and queues them."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+from soak.store.models import Base, Event
+from soak.store.writer import StoreWriter
+
+log = logging.getLogger(__name__)
+
+
+def utc_now_iso() -> str:
+    """Now as ISO-8601 UTC."""
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
+
+
+class Recorder:
+    """What every stage of a run writes through; one per run, sharing the process's single writer."""
+
+    def __init__(self, writer: StoreWriter, run_id: str, t0_epoch_s: float):
+        self.writer = writer
+        self.run_id = run_id
+        self.t0_epoch_s = t0_epoch_s
+
+    def elapsed_s(self) -> float:
+        """Seconds since the run started, by the wall clock (what analysis windows use)."""
+        return time.time() - self.t0_epoch_s
+
+    def event(self, kind: str, message: str = "", **data: Any) -> None:
+        """Record an event now."""
+        log.info("event %s: %s", kind, message)
+        self.writer.insert(Event, {
+            "run_id": self.run_id, "t_s": self.elapsed_s(), "at": utc_now_iso(), "kind": kind,
+            "message": message, "data_json": json.dumps(data, default=str) if data else None,
+        })
+
+    def rows(self, model: type[Base], rows: list[dict[str, Any]], t_s: float | None = None) -> None:
+        """Queue sample rows, stamping run id and (unless present) the sample time."""
+        t_s = self.elapsed_s() if t_s is None else t_s
+        for row in rows:
+            self.writer.insert(model, {"run_id": self.run_id, "t_s": t_s, **row})
+
+    def upsert(self, model: type[Base], rows: list[dict[str, Any]]) -> None:
+        """Queue replacements of keyed rows (partial windows)."""
+        for row in rows:
+            self.writer.upsert(model, row)
+
+    def update_run(self, **fields: Any) -> None:
+        """Queue an update of this run's row."""
+        self.writer.update_run(self.run_id, **fields)

@@ -1,0 +1,54 @@
+"""The embedded CPU reference server, started as `python -m soak.refserver --port 0 …`."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+from soak.target.base import ManagedTarget, ServerInfo
+from soak.target.process import ServerProcess
+from soak.units import format_duration
+
+READY_LINE = re.compile(r"^SOAK_REFSERVER_READY (http://\S+)$", re.MULTILINE)
+REFERENCE_STARTUP_TIMEOUT_S = 120.0
+
+
+def reference_command(config) -> list[str]:  # noqa: ANN001 - RunConfig
+    """The refserver command line for this run's faults, seed, time scale and device."""
+    target = config.target
+    cmd = [sys.executable, "-m", "soak.refserver", "--host", "127.0.0.1", "--port", "0",
+           "--seed", str(target.reference_seed), "--time-scale", f"{target.time_scale:g}",
+           "--device", target.device, "--fault-horizon", format_duration(config.duration_s)]
+    for fault in target.reference_faults:
+        cmd += ["--fault", fault]
+    return cmd + list(target.reference_args)
+
+
+class ReferenceTarget(ManagedTarget):
+    """soak's own CPU reference inference server (optionally with planted faults)."""
+
+    kind = "reference"
+
+    def start(self) -> ServerInfo:
+        self.process = ServerProcess(reference_command(self.config), self.run_dir / "server.log")
+        self.process.start()
+        timeout_s = min(self.config.target.startup_timeout_s, REFERENCE_STARTUP_TIMEOUT_S)
+        outcome = self.process.wait_for(lambda: self._ready_url() is not None, timeout_s)
+        if outcome == "exited":
+            raise self.fail_start(f"the reference server exited with code {self.process.exit_code()} at start")
+        if outcome == "timeout":
+            raise self.fail_start(f"the reference server was not ready within {timeout_s:.0f}s")
+        self.info = self._describe(self._ready_url(), [self.process.pid], self.process)
+        return self.info
+
+    def _ready_url(self) -> str | None:
+        try:
+            text = Path(self.process.log_path).read_text(errors="replace")
+        except OSError:
+            return None
+        match = READY_LINE.search(text)
+        return match.group(1) if match else None
+
+    def _expected_model(self) -> str | None:
+        return None

@@ -1,0 +1,202 @@
+"""Per-window latency: a mergeable HDR histogram per (window, scenario, metric), plus counts by error class.
+
+Each finished request lands in the window of its *intended* send time. Windows start at the end of warm-up
+(index 0); the warm-up is window −1. Partial windows are written (upserted) at every flush, so a killed soak
+loses at most one flush interval; windows that can no longer change are then dropped from memory.
+"""
+
+from __future__ import annotations
+
+import base64
+import math
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from hdrh.histogram import HdrHistogram
+
+from soak.store.models import ALL_SCENARIOS, ERROR_CLASSES, LATENCY_METRICS
+
+LOWEST_US, HIGHEST_US, SIGNIFICANT_DIGITS = 1, 3_600_000_000, 3
+LATE_SEND_MS = 1000.0
+
+
+class RequestLike(Protocol):
+    """The fields of `soak.load.RequestRecord` this module reads."""
+
+    scenario: str
+    intended_t: float
+    ttft_ms: float | None
+    itl_ms: tuple[float, ...]
+    e2e_ms: float
+    queue_ms: float
+    lag_ms: float
+    output_tokens: int | None
+    prompt_tokens: int | None
+    error_class: str | None
+    expected_error: bool
+
+
+def window_index(t_s: float, warmup_s: float, window_s: float) -> int:
+    """−1 during warm-up, then 0, 1, … every `window_s` after it."""
+    if t_s < warmup_s:
+        return -1
+    return int((t_s - warmup_s) // window_s)
+
+
+def window_bounds(index: int, warmup_s: float, window_s: float) -> tuple[float, float]:
+    """(start_s, end_s) of a window index."""
+    if index < 0:
+        return 0.0, warmup_s
+    start_s = warmup_s + index * window_s
+    return start_s, start_s + window_s
+
+
+def new_histogram() -> HdrHistogram:
+    """An HDR histogram of microseconds from 1 µs to 1 h at 3 significant digits."""
+    return HdrHistogram(LOWEST_US, HIGHEST_US, SIGNIFICANT_DIGITS)
+
+
+def record_ms(histogram: HdrHistogram, value_ms: float) -> None:
+    """Record a millisecond value, clamped into the histogram's range."""
+    value_us = min(max(int(round(value_ms * 1000.0)), LOWEST_US), HIGHEST_US)
+    histogram.record_value(value_us)
+
+
+def histogram_stats(histogram: HdrHistogram) -> dict[str, Any]:
+    """Count, mean, percentiles and max in ms, and the encoded histogram."""
+    count = histogram.get_total_count()
+    if count == 0:
+        return {"count": 0, "mean_ms": None, "p50_ms": None, "p90_ms": None, "p95_ms": None,
+                "p99_ms": None, "max_ms": None, "hist": None}
+    stats = {f"p{p}_ms": histogram.get_value_at_percentile(p) / 1000.0 for p in (50, 90, 95, 99)}
+    stats.update(count=count, mean_ms=histogram.get_mean_value() / 1000.0,
+                 max_ms=histogram.get_max_value() / 1000.0, hist=encode_histogram(histogram))
+    return stats
+
+
+def encode_histogram(histogram: HdrHistogram) -> str:
+    """Compressed, base64 text form (what `HdrHistogram.decode` reads)."""
+    encoded = histogram.encode()
+    return encoded.decode("ascii") if isinstance(encoded, bytes) else base64.b64encode(encoded).decode("ascii")
+
+
+def decode_histogram(text: str) -> HdrHistogram:
+    """Inverse of `encode_histogram`."""
+    return HdrHistogram.decode(text.encode("ascii"))
+
+
+@dataclass
+class _Cell:
+    """Histograms and counts of one (window, scenario)."""
+
+    histograms: dict[str, HdrHistogram] = field(default_factory=lambda: {m: new_histogram() for m in LATENCY_METRICS})
+    counts: dict[str, int] = field(default_factory=dict)
+
+    def add(self, record: RequestLike) -> None:
+        _count_outcome(self.counts, record)
+        for metric, value_ms in _latency_values(record):
+            record_ms(self.histograms[metric], value_ms)
+
+    def merge(self, other: _Cell) -> None:
+        for metric, histogram in other.histograms.items():
+            self.histograms[metric].add(histogram)
+        for key, value in other.counts.items():
+            self.counts[key] = self.counts.get(key, 0) + value
+
+
+def _latency_values(record: RequestLike) -> list[tuple[str, float]]:
+    """The latency samples a request contributes; failed and cancelled requests only add lag and queue time."""
+    values = [("lag", max(record.lag_ms, 0.0)), ("queue", max(record.queue_ms, 0.0))]
+    if record.error_class is None and not record.expected_error:
+        values.append(("e2e", record.e2e_ms))
+        if record.ttft_ms is not None:
+            values.append(("ttft", record.ttft_ms))
+        values.extend(("itl", gap_ms) for gap_ms in record.itl_ms if math.isfinite(gap_ms))
+    return values
+
+
+def _count_outcome(counts: dict[str, int], record: RequestLike) -> None:
+    def bump(key: str, by: int = 1) -> None:
+        counts[key] = counts.get(key, 0) + by
+
+    bump("requests")
+    if record.error_class == "cancelled":
+        bump("cancelled")
+    elif record.error_class in ERROR_CLASSES and not record.expected_error:
+        bump("err_" + record.error_class)
+    elif record.expected_error:
+        bump("expected_errors")
+    else:
+        bump("ok")
+    bump("output_tokens", record.output_tokens or 0)
+    bump("prompt_tokens", record.prompt_tokens or 0)
+    if record.lag_ms > LATE_SEND_MS:
+        bump("late_sends_1s")
+
+
+class LatencyWindows:
+    """Aggregates finished requests into windows and hands rows to a writer at each flush."""
+
+    def __init__(self, run_id: str, t0_epoch_s: float, warmup_s: float, window_s: float, keep_open_s: float = 60.0):
+        self.run_id = run_id
+        self.t0_epoch_s = t0_epoch_s
+        self.warmup_s = warmup_s
+        self.window_s = window_s
+        self.keep_open_s = keep_open_s
+        self._cells: dict[tuple[int, str], _Cell] = {}
+        self._dirty: set[int] = set()
+        self.measured = _Cell()  # everything after warm-up, for live progress
+
+    def add(self, record: RequestLike) -> None:
+        """Account one finished request."""
+        index = window_index(record.intended_t - self.t0_epoch_s, self.warmup_s, self.window_s)
+        self._cells.setdefault((index, record.scenario), _Cell()).add(record)
+        if index >= 0:
+            self.measured.add(record)
+        self._dirty.add(index)
+
+    def flush_rows(self, now_s: float) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """(latency rows, request rows) for every window changed since the last flush, scenario "*" included.
+
+        Windows that ended more than `keep_open_s` before `now_s` (seconds since start) are then forgotten.
+        """
+        latency_rows: list[dict[str, Any]] = []
+        request_rows: list[dict[str, Any]] = []
+        for index in sorted(self._dirty):
+            for scenario, cell in self._scenario_cells(index):
+                latency_rows.extend(self._latency_rows(index, scenario, cell))
+                request_rows.append(self._request_row(index, scenario, cell))
+        self._dirty.clear()
+        self._forget_before(now_s)
+        return latency_rows, request_rows
+
+    def _scenario_cells(self, index: int) -> list[tuple[str, _Cell]]:
+        cells = [(scenario, cell) for (i, scenario), cell in self._cells.items() if i == index]
+        merged = _Cell()
+        for _, cell in cells:
+            merged.merge(cell)
+        return cells + [(ALL_SCENARIOS, merged)]
+
+    def _bounds(self, index: int) -> dict[str, Any]:
+        start_s, end_s = window_bounds(index, self.warmup_s, self.window_s)
+        return {"run_id": self.run_id, "window_index": index, "start_s": start_s, "end_s": end_s}
+
+    def _latency_rows(self, index: int, scenario: str, cell: _Cell) -> list[dict[str, Any]]:
+        return [
+            {**self._bounds(index), "scenario": scenario, "metric": metric, **histogram_stats(histogram)}
+            for metric, histogram in cell.histograms.items()
+        ]
+
+    def _request_row(self, index: int, scenario: str, cell: _Cell) -> dict[str, Any]:
+        return {**self._bounds(index), "scenario": scenario, **cell.counts}
+
+    def _forget_before(self, now_s: float) -> None:
+        for key in [k for k in self._cells if window_bounds(k[0], self.warmup_s, self.window_s)[1]
+                    < now_s - self.keep_open_s]:
+            del self._cells[key]
+
+    def progress(self) -> dict[str, Any]:
+        """Counts and P99s since warm-up, for the live display (the summary is computed from the database)."""
+        return {"counts": dict(self.measured.counts),
+                "p99_ms": {m: self.measured.histograms[m].get_value_at_percentile(99) / 1000.0
+                           for m in ("ttft", "e2e")}}

@@ -1,0 +1,103 @@
+"""Per-process readings of the server's process tree (re-read at every sample) and of soak itself."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import psutil
+
+
+def _read_process(process: psutil.Process) -> dict[str, Any] | None:
+    """RSS, PSS/USS (from smaps_rollup), fds, threads and CPU % of one process; None once it is gone."""
+    try:
+        with process.oneshot():
+            row: dict[str, Any] = {
+                "pid": process.pid,
+                "ppid": process.ppid(),
+                "name": process.name()[:128],
+                "rss_bytes": process.memory_info().rss,
+                "threads": process.num_threads(),
+                "cpu_percent": process.cpu_percent(None),
+            }
+            row.update(_optional_readings(process))
+            return row
+    except (psutil.NoSuchProcess, psutil.ZombieProcess):
+        return None
+
+
+def _optional_readings(process: psutil.Process) -> dict[str, Any]:
+    """Readings that may be denied for another user's process; a denial leaves them empty, not the sample."""
+    found: dict[str, Any] = {"pss_bytes": None, "uss_bytes": None, "fds": None}
+    try:
+        full = process.memory_full_info()
+        found["pss_bytes"], found["uss_bytes"] = getattr(full, "pss", None), full.uss
+    except psutil.AccessDenied:
+        pass
+    try:
+        found["fds"] = process.num_fds()
+    except psutil.AccessDenied:
+        pass
+    return found
+
+
+class ProcessTreeSampler:
+    """Samples every process under the given root PIDs; the tree is re-read each time, so new children count."""
+
+    def __init__(self, root_pids: list[int] | tuple[int, ...] = ()):
+        self.root_pids = list(root_pids)
+        self._known: dict[int, psutil.Process] = {}
+
+    def set_roots(self, root_pids: list[int]) -> None:
+        """Follow a new tree (e.g. after a server restart)."""
+        self.root_pids = list(root_pids)
+
+    def tree_pids(self) -> list[int]:
+        """PIDs of the roots and all their descendants that exist now."""
+        return [process.pid for process in self._tree()]
+
+    def _tree(self) -> list[psutil.Process]:
+        found: dict[int, psutil.Process] = {}
+        for pid in self.root_pids:
+            root = self._process(pid)
+            if root is None:
+                continue
+            found[pid] = root
+            try:
+                children = root.children(recursive=True)
+            except psutil.NoSuchProcess:
+                children = []
+            for child in children:
+                found.setdefault(child.pid, self._process(child.pid) or child)
+        self._known = {pid: self._known.get(pid, proc) for pid, proc in found.items()}
+        return list(self._known.values())
+
+    def _process(self, pid: int) -> psutil.Process | None:
+        """A cached Process object, so CPU % is measured since the previous sample."""
+        if pid in self._known:
+            return self._known[pid]
+        try:
+            process = psutil.Process(pid)
+            process.cpu_percent(None)  # prime the CPU counter
+            return process
+        except psutil.NoSuchProcess:
+            return None
+
+    def sample(self) -> list[dict[str, Any]]:
+        """One reading per live process of the tree."""
+        rows = [_read_process(process) for process in self._tree()]
+        return [row for row in rows if row is not None]
+
+
+class SelfSampler:
+    """soak's own CPU % and memory, to tell when the client itself is the bottleneck."""
+
+    def __init__(self) -> None:
+        self._process = psutil.Process(os.getpid())
+        self._process.cpu_percent(None)
+
+    def sample(self) -> dict[str, Any]:
+        """One reading of this process."""
+        row = _read_process(self._process)
+        assert row is not None  # this process is alive while it runs
+        return row

@@ -1,0 +1,183 @@
+"""The run's telemetry: APScheduler jobs that sample the server tree, GPUs, /metrics and soak itself, flush
+latency windows and beat the run's heartbeat."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from apscheduler.schedulers.background import BackgroundScheduler
+
+from soak.store.models import (
+    GpuProcessSample, GpuSample, LatencyWindow, MetricSample, ProcessSample, RequestWindow, ServerSample,
+)
+from soak.store.recorder import Recorder, utc_now_iso
+from soak.telemetry.gpu import GpuSampler
+from soak.telemetry.latency import LatencyWindows
+from soak.telemetry.process import ProcessTreeSampler, SelfSampler
+from soak.telemetry.prometheus import probe_health, scrape
+
+log = logging.getLogger(__name__)
+
+EXTRA_METRICS_EVERY_S = 60.0  # the long table grows fast: other series at most once a minute
+HEARTBEAT_EVERY_S = 5.0
+
+
+@dataclass
+class Snapshot:
+    """The latest readings, for the live display and for idle-probe readings."""
+
+    t_s: float = 0.0
+    server_processes: list[dict[str, Any]] = field(default_factory=list)
+    server: dict[str, Any] = field(default_factory=dict)
+    client: dict[str, Any] = field(default_factory=dict)
+    gpu_process_bytes: int = 0
+
+    @property
+    def server_rss_bytes(self) -> int:
+        """Total RSS of the server tree."""
+        return sum(row.get("rss_bytes") or 0 for row in self.server_processes)
+
+
+@dataclass
+class TelemetrySources:
+    """Where to read from: the server tree's root PIDs (a callable, since restarts change them), its URLs."""
+
+    server_pids: Callable[[], list[int]]
+    metrics_urls: list[str]
+    health_url: str | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+class Telemetry:
+    """Samples on a schedule into the recorder; also aggregates finished requests into windows."""
+
+    def __init__(self, recorder: Recorder, sources: TelemetrySources, windows: LatencyWindows,
+                 sample_every_s: float, flush_every_s: float):
+        self.recorder = recorder
+        self.sources = sources
+        self.windows = windows
+        self.sample_every_s = sample_every_s
+        self.flush_every_s = flush_every_s
+        self.latest = Snapshot()
+        self.tree = ProcessTreeSampler()
+        self.me = SelfSampler()
+        self.gpus = GpuSampler()
+        self._last_extra_s = -EXTRA_METRICS_EVERY_S
+        self._scheduler: BackgroundScheduler | None = None
+        if not self.gpus.available:
+            recorder.event("no_gpu", self.gpus.reason)
+
+    # -- schedule --------------------------------------------------------------------------------
+    def start(self) -> None:
+        """Take a first sample now and start the periodic jobs."""
+        self.sample()
+        scheduler = BackgroundScheduler(timezone="UTC", job_defaults={
+            "coalesce": True, "max_instances": 1, "misfire_grace_time": 30})
+        scheduler.add_job(self._guard(self.sample), "interval", seconds=self.sample_every_s, id="sample")
+        scheduler.add_job(self._guard(self.flush), "interval", seconds=self.flush_every_s, id="flush")
+        scheduler.add_job(self._guard(self.heartbeat), "interval", seconds=HEARTBEAT_EVERY_S, id="heartbeat")
+        scheduler.start()
+        self._scheduler = scheduler
+
+    def stop(self) -> None:
+        """Stop the jobs, then take a final sample and flush the windows."""
+        if self._scheduler is not None:
+            self._scheduler.shutdown(wait=False)
+            self._scheduler = None
+        self._guard(self.sample)()
+        self._guard(self.flush)()
+        self.gpus.close()
+
+    @staticmethod
+    def _guard(job: Callable[[], Any]) -> Callable[[], None]:
+        """A job that logs its failure instead of dying, so one bad reading never stops sampling."""
+        def run() -> None:
+            try:
+                job()
+            except Exception:  # noqa: BLE001 - a sampler must survive anything a reading throws
+                log.exception("telemetry job %s failed", getattr(job, "__name__", job))
+        return run
+
+    # -- jobs ------------------------------------------------------------------------------------
+    def sample(self) -> Snapshot:
+        """One reading of everything, written as wide rows at the same t_s."""
+        t_s = self.recorder.elapsed_s()
+        snapshot = Snapshot(t_s=t_s)
+        self._sample_processes(snapshot, t_s)
+        self._sample_gpus(snapshot, t_s)
+        self._sample_servers(snapshot, t_s)
+        self.latest = snapshot
+        return snapshot
+
+    def _sample_processes(self, snapshot: Snapshot, t_s: float) -> None:
+        self.tree.set_roots(self.sources.server_pids())
+        snapshot.server_processes = self.tree.sample()
+        snapshot.client = self.me.sample()
+        self.recorder.rows(ProcessSample, [{**row, "role": "server"} for row in snapshot.server_processes], t_s)
+        self.recorder.rows(ProcessSample, [{**snapshot.client, "role": "client"}], t_s)
+
+    def _sample_gpus(self, snapshot: Snapshot, t_s: float) -> None:
+        if not self.gpus.available:
+            return
+        gpu_rows, process_rows = self.gpus.sample(self.tree.tree_pids())
+        snapshot.gpu_process_bytes = sum(row["used_bytes"] or 0 for row in process_rows)
+        self.recorder.rows(GpuSample, gpu_rows, t_s)
+        self.recorder.rows(GpuProcessSample, process_rows, t_s)
+
+    def _sample_servers(self, snapshot: Snapshot, t_s: float) -> None:
+        health_ok = probe_health(self.sources.health_url) if self.sources.health_url else None
+        keep_extra = t_s - self._last_extra_s >= EXTRA_METRICS_EVERY_S
+        for url in self.sources.metrics_urls:
+            reading = scrape(url, self.sources.headers)
+            extra = reading.pop("extra", [])
+            reading.pop("error", None)
+            row = {"source": url, "health_ok": health_ok, **reading}
+            self.recorder.rows(ServerSample, [row], t_s)
+            snapshot.server = row if not snapshot.server else snapshot.server
+            if keep_extra and extra:
+                self.recorder.rows(MetricSample, [
+                    {"name": name[:200], "labels_json": json.dumps(labels, sort_keys=True), "value": value}
+                    for name, labels, value in extra], t_s)
+        if keep_extra:
+            self._last_extra_s = t_s
+
+    def flush(self) -> None:
+        """Write every latency window that changed since the last flush."""
+        latency_rows, request_rows = self.windows.flush_rows(self.recorder.elapsed_s())
+        self.recorder.upsert(LatencyWindow, latency_rows)
+        self.recorder.upsert(RequestWindow, request_rows)
+
+    def heartbeat(self) -> None:
+        """Mark the run alive, so a killed soak's run reads as aborted."""
+        self.recorder.update_run(heartbeat_at=utc_now_iso())
+
+    # -- idle probes -----------------------------------------------------------------------------
+    def probe_reading(self, index: int, drained: bool) -> dict[str, Any]:
+        """Sample now, at the end of an idle probe's hold, and record the floor as a `probe_reading` event."""
+        snapshot = self.sample()
+        server = snapshot.server
+        data = {
+            "index": index, "drained": drained, "kv_usage": server.get("kv_usage"),
+            "running": server.get("running"), "waiting": server.get("waiting"),
+            "processes": [{k: row.get(k) for k in ("pid", "name", "rss_bytes", "pss_bytes", "fds")}
+                          for row in snapshot.server_processes],
+            "gpu_process_bytes": snapshot.gpu_process_bytes,
+        }
+        self.recorder.event("probe_reading", f"idle probe {index}: kv={data['kv_usage']} running={data['running']}",
+                            **data)
+        return data
+
+
+def wait_until(condition: Callable[[], bool], timeout_s: float, poll_s: float = 0.05) -> bool:
+    """Poll `condition` until true or the timeout; cooperative under gevent."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(poll_s)
+    return condition()
