@@ -146,10 +146,15 @@ class LatencyWindows:
         self._cells: dict[tuple[int, str], _Cell] = {}
         self._dirty: set[int] = set()
         self.measured = _Cell()  # everything after warm-up, for live progress
+        self._closed_below = -2  # windows below this index were written for good and forgotten
+        self.dropped_late = 0
 
     def add(self, record: RequestLike) -> None:
         """Account one finished request."""
         index = window_index(record.intended_t - self.t0_epoch_s, self.warmup_s, self.window_s)
+        if index < self._closed_below:
+            self.dropped_late += 1  # rewriting a closed window from scratch would lose its stored counts
+            return
         self._cells.setdefault((index, record.scenario), _Cell()).add(record)
         if index >= 0:
             self.measured.add(record)
@@ -191,9 +196,11 @@ class LatencyWindows:
         return {**self._bounds(index), "scenario": scenario, **cell.counts}
 
     def _forget_before(self, now_s: float) -> None:
-        for key in [k for k in self._cells if window_bounds(k[0], self.warmup_s, self.window_s)[1]
-                    < now_s - self.keep_open_s]:
+        closed = [k for k in self._cells if window_bounds(k[0], self.warmup_s, self.window_s)[1] < now_s - self.keep_open_s]
+        for key in closed:
             del self._cells[key]
+        if closed:
+            self._closed_below = max(self._closed_below, max(index for index, _ in closed) + 1)
 
     def progress(self) -> dict[str, Any]:
         """Counts and P99s since warm-up, for the live display (the summary is computed from the database)."""

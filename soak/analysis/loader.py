@@ -1,0 +1,182 @@
+"""The adapter from the database to the analysis's plain inputs (`RunData`); the checks themselves never read
+the database."""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from typing import Any
+
+import numpy as np
+from sqlalchemy import Engine
+
+from soak.analysis.inputs import (
+    ClientSeries, Event, GpuProcessSeries, LatencyStats, LatencyWindow, ProbeReading, ProcessReading,
+    ProcessSeries, RequestWindow, RunData, ServerSeries, WindowInfo,
+)
+from soak.store.models import ALL_SCENARIOS, ERROR_CLASSES, GpuProcessSample, GpuSample, ProcessSample
+from soak.store.models import LatencyWindow as LatencyWindowRow
+from soak.store.models import RequestWindow as RequestWindowRow
+from soak.store.models import ServerSample
+from soak.store.queries import read_events, read_rows
+
+INTERVAL_KINDS = {"probe": ("probe_start", "probe_end"), "outage": ("outage_start", "outage_end")}
+
+
+def _intervals(events: list[dict[str, Any]], start_kind: str, end_kind: str, end_s: float) -> list[tuple[float, float]]:
+    """(start, end) spans between paired events; an unclosed span runs to `end_s`."""
+    spans, opened = [], None
+    for event in events:
+        if event["kind"] == start_kind and opened is None:
+            opened = event["t_s"]
+        elif event["kind"] == end_kind and opened is not None:
+            spans.append((opened, event["t_s"]))
+            opened = None
+    if opened is not None:
+        spans.append((opened, end_s))
+    return spans
+
+
+def build_windows(run: dict[str, Any], actual_s: float, events: list[dict[str, Any]]) -> tuple[WindowInfo, ...]:
+    """Complete windows after warm-up, each marked when a probe or an outage overlaps it."""
+    warmup_s, window_s = run["warmup_s"], run["window_s"]
+    count = max(int(math.floor((actual_s - warmup_s) / window_s + 1e-9)), 0)
+    spans = {reason: _intervals(events, *kinds, actual_s) for reason, kinds in INTERVAL_KINDS.items()}
+    windows = [WindowInfo(-1, 0.0, warmup_s, "warmup")] if warmup_s > 0 else []
+    for index in range(count):
+        start_s, end_s = warmup_s + index * window_s, warmup_s + (index + 1) * window_s
+        excluded = next((reason for reason, found in spans.items()
+                         if any(a < end_s and b > start_s for a, b in found)), None)
+        windows.append(WindowInfo(index, start_s, end_s, excluded))
+    return tuple(windows)
+
+
+def _column(rows: list[dict[str, Any]], name: str) -> np.ndarray | None:
+    values = [row.get(name) for row in rows]
+    if all(value is None for value in values):
+        return None
+    return np.array([np.nan if value is None else float(value) for value in values])
+
+
+def load_processes(engine: Engine, run_id: str) -> tuple[ProcessSeries, ...]:
+    """One series per server PID."""
+    by_pid: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for row in read_rows(engine, ProcessSample, run_id, role="server"):
+        by_pid[row["pid"]].append(row)
+    return tuple(
+        ProcessSeries(pid=pid, name=rows[-1]["name"], t_s=_column(rows, "t_s"), rss_bytes=_column(rows, "rss_bytes"),
+                      pss_bytes=_column(rows, "pss_bytes"), fds=_column(rows, "fds"), threads=_column(rows, "threads"))
+        for pid, rows in sorted(by_pid.items()))
+
+
+def load_gpu_processes(engine: Engine, run_id: str) -> tuple[GpuProcessSeries, ...]:
+    """One series per (PID, GPU)."""
+    by_key: dict[tuple[int, int], list[dict[str, Any]]] = defaultdict(list)
+    for row in read_rows(engine, GpuProcessSample, run_id):
+        by_key[(row["pid"], row["gpu_index"])].append(row)
+    return tuple(GpuProcessSeries(pid=pid, gpu_index=gpu, t_s=_column(rows, "t_s"),
+                                  used_bytes=_column(rows, "used_bytes"))
+                 for (pid, gpu), rows in sorted(by_key.items()))
+
+
+def load_server(engine: Engine, run_id: str) -> ServerSeries | None:
+    """The first scraped source's gauges and counters (the server's own /metrics)."""
+    rows = read_rows(engine, ServerSample, run_id)
+    if not rows:
+        return None
+    first_source = rows[0]["source"]
+    rows = [row for row in rows if row["source"] == first_source]
+    for row in rows:
+        if not row["scrape_ok"]:
+            row.update(running=None, waiting=None, kv_usage=None, generation_tokens_total=None)
+    health = [None if row["health_ok"] is None else float(row["health_ok"]) for row in rows]
+    return ServerSeries(
+        t_s=_column(rows, "t_s"), running=_column(rows, "running"), waiting=_column(rows, "waiting"),
+        kv_usage=_column(rows, "kv_usage"), generation_tokens_total=_column(rows, "generation_tokens_total"),
+        preemptions_total=_column(rows, "preemptions_total"),
+        health_ok=None if all(h is None for h in health) else np.array([np.nan if h is None else h for h in health]))
+
+
+def _stats(row: dict[str, Any] | None) -> LatencyStats | None:
+    if not row or not row["count"]:
+        return None
+    return LatencyStats(count=row["count"], p50_ms=row["p50_ms"], p90_ms=row["p90_ms"], p95_ms=row["p95_ms"],
+                        p99_ms=row["p99_ms"])
+
+
+def load_latency(engine: Engine, run_id: str) -> tuple[tuple[LatencyWindow, ...], dict[int, float]]:
+    """Per-window latency of all scenarios, and each window's schedule-lag P99."""
+    by_index: dict[int, dict[str, dict[str, Any]]] = defaultdict(dict)
+    for row in read_rows(engine, LatencyWindowRow, run_id, scenario=ALL_SCENARIOS):
+        by_index[row["window_index"]][row["metric"]] = row
+    windows, lag_p99 = [], {}
+    for index, metrics in sorted(by_index.items()):
+        any_row = next(iter(metrics.values()))
+        windows.append(LatencyWindow(index=index, start_s=any_row["start_s"], end_s=any_row["end_s"],
+                                     ttft=_stats(metrics.get("ttft")), itl=_stats(metrics.get("itl")),
+                                     e2e=_stats(metrics.get("e2e"))))
+        if metrics.get("lag") and metrics["lag"]["count"]:
+            lag_p99[index] = metrics["lag"]["p99_ms"]
+    return tuple(windows), lag_p99
+
+
+def load_request_windows(engine: Engine, run_id: str, lag_p99: dict[int, float]) -> tuple[RequestWindow, ...]:
+    """Per-window counts of all scenarios (requests exclude cancelled ones; sends include them)."""
+    return tuple(
+        RequestWindow(index=row["window_index"], start_s=row["start_s"], end_s=row["end_s"],
+                      requests=row["requests"] - row["cancelled"],
+                      errors={name: row["err_" + name] for name in ERROR_CLASSES}, cancelled=row["cancelled"],
+                      output_tokens=row["output_tokens"], sends=row["requests"], late_sends_1s=row["late_sends_1s"],
+                      lag_p99_ms=lag_p99.get(row["window_index"]))
+        for row in read_rows(engine, RequestWindowRow, run_id, scenario=ALL_SCENARIOS))
+
+
+def load_client(engine: Engine, run_id: str) -> ClientSeries | None:
+    """soak's own CPU and RSS, and the run's schedule-lag figures from the merged lag histograms."""
+    from soak.summary import merged_percentiles
+
+    rows = read_rows(engine, ProcessSample, run_id, role="client")
+    lag_rows = [r for r in read_rows(engine, LatencyWindowRow, run_id, scenario=ALL_SCENARIOS, metric="lag")]
+    requests = read_rows(engine, RequestWindowRow, run_id, scenario=ALL_SCENARIOS)
+    if not rows and not lag_rows:
+        return None
+    lag = merged_percentiles(lag_rows)
+    return ClientSeries(t_s=_column(rows, "t_s") if rows else np.array([]),
+                        cpu_percent=_column(rows, "cpu_percent"), rss_bytes=_column(rows, "rss_bytes"),
+                        sends=sum(r["requests"] for r in requests) or None,
+                        late_sends_1s=sum(r["late_sends_1s"] for r in requests), lag_p99_ms=lag["p99"])
+
+
+def load_probes(events: list[dict[str, Any]]) -> tuple[ProbeReading, ...]:
+    """Idle-probe readings recorded by telemetry at the end of each hold."""
+    readings = []
+    for event in events:
+        if event["kind"] != "probe_reading":
+            continue
+        data = event["data"]
+        processes = tuple(ProcessReading(pid=p["pid"], name=p.get("name") or "", rss_bytes=p.get("rss_bytes") or 0,
+                                         fds=p.get("fds")) for p in data.get("processes", []))
+        readings.append(ProbeReading(t_s=event["t_s"], kv_usage=data.get("kv_usage"), running=data.get("running"),
+                                     waiting=data.get("waiting"), drained=bool(data.get("drained", True)),
+                                     processes=processes))
+    return tuple(readings)
+
+
+def load_run_data(engine: Engine, run: dict[str, Any], stopped_early: bool) -> RunData:
+    """Everything the checks need about one stored run."""
+    run_id = run["id"]
+    events = read_events(engine, run_id)
+    actual_s = run["duration_s"] or (events[-1]["t_s"] if events else 0.0)
+    latency, lag_p99 = load_latency(engine, run_id)
+    request_windows = load_request_windows(engine, run_id, lag_p99)
+    probes = load_probes(events)
+    return RunData(
+        planned_duration_s=run["planned_duration_s"], actual_duration_s=actual_s, warmup_s=run["warmup_s"],
+        window_s=run["window_s"], windows=build_windows(run, actual_s, events), stopped_early=stopped_early,
+        gpu_seen=bool(read_rows(engine, GpuSample, run_id)), probes_ran=bool(probes),
+        server_managed=run["target_kind"] != "external", processes=load_processes(engine, run_id),
+        gpu_processes=load_gpu_processes(engine, run_id), probes=probes, latency_windows=latency,
+        request_windows=request_windows, server=load_server(engine, run_id), client=load_client(engine, run_id),
+        events=tuple(Event(t_s=e["t_s"], kind=e["kind"], message=e["message"] or "", data=e["data"]) for e in events),
+        total_requests=sum(w.requests for w in request_windows),
+    )

@@ -1,0 +1,69 @@
+from dataclasses import dataclass
+
+import pytest
+
+from soak.telemetry.latency import LatencyWindows, decode_histogram, window_bounds, window_index
+
+
+@dataclass
+class Rec:
+    scenario: str
+    intended_t: float
+    e2e_ms: float
+    ttft_ms: float | None = 10.0
+    itl_ms: tuple = (1.0, 2.0)
+    queue_ms: float = 0.0
+    lag_ms: float = 0.5
+    output_tokens: int | None = 3
+    prompt_tokens: int | None = 5
+    error_class: str | None = None
+    expected_error: bool = False
+
+
+def test_window_index_and_bounds():
+    assert window_index(5, warmup_s=10, window_s=20) == -1
+    assert window_index(10, 10, 20) == 0
+    assert window_index(49.9, 10, 20) == 1
+    assert window_bounds(1, 10, 20) == (30, 50)
+    assert window_bounds(-1, 10, 20) == (0, 10)
+
+
+def test_windows_merge_scenarios_and_keep_exact_percentiles():
+    windows = LatencyWindows("r", t0_epoch_s=1000.0, warmup_s=0.0, window_s=10.0)
+    for i in range(1, 1001):
+        windows.add(Rec("a" if i % 2 else "b", 1000.0 + 1.0, e2e_ms=float(i)))
+    latency_rows, request_rows = windows.flush_rows(now_s=5.0)
+    e2e_all = next(r for r in latency_rows if r["scenario"] == "*" and r["metric"] == "e2e")
+    assert e2e_all["count"] == 1000
+    assert e2e_all["p50_ms"] == pytest.approx(500, rel=0.002)
+    assert e2e_all["p99_ms"] == pytest.approx(990, rel=0.002)
+    merged = decode_histogram(e2e_all["hist"])
+    assert merged.get_total_count() == 1000
+    requests_all = next(r for r in request_rows if r["scenario"] == "*")
+    assert requests_all["requests"] == 1000 and requests_all["ok"] == 1000
+    assert {r["scenario"] for r in request_rows} == {"a", "b", "*"}
+
+
+def test_errors_are_counted_by_class_and_not_timed_as_successes():
+    windows = LatencyWindows("r", 0.0, 0.0, 10.0)
+    windows.add(Rec("s", 1.0, e2e_ms=30000.0, ttft_ms=None, error_class="timeout"))
+    windows.add(Rec("s", 1.0, e2e_ms=5.0, error_class="http_4xx", expected_error=True))
+    windows.add(Rec("s", 1.0, e2e_ms=5.0, error_class="cancelled"))
+    windows.add(Rec("s", 1.0, e2e_ms=50.0, lag_ms=1500.0))
+    latency_rows, request_rows = windows.flush_rows(now_s=1.0)
+    counts = next(r for r in request_rows if r["scenario"] == "*")
+    assert counts["err_timeout"] == 1 and counts["expected_errors"] == 1 and counts["cancelled"] == 1
+    assert counts["ok"] == 1 and counts["late_sends_1s"] == 1
+    e2e = next(r for r in latency_rows if r["scenario"] == "*" and r["metric"] == "e2e")
+    assert e2e["count"] == 1 and e2e["max_ms"] == pytest.approx(50, rel=0.01)
+
+
+def test_only_changed_windows_are_flushed_and_old_ones_forgotten():
+    windows = LatencyWindows("r", 0.0, 0.0, 10.0, keep_open_s=5.0)
+    windows.add(Rec("s", 1.0, e2e_ms=5.0))
+    assert windows.flush_rows(now_s=2.0)[1]
+    assert windows.flush_rows(now_s=3.0) == ([], [])
+    windows.flush_rows(now_s=100.0)
+    windows.add(Rec("s", 1.0, e2e_ms=7.0))  # too late: its window was written for good
+    assert windows.flush_rows(now_s=100.0) == ([], [])
+    assert windows.dropped_late == 1

@@ -1,0 +1,45 @@
+from soak.telemetry.prometheus import parse_metrics
+
+VLLM_TEXT = """\
+# HELP vllm:num_requests_running Number of requests in model execution batches.
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{engine="0",model_name="m"} 3.0
+# TYPE vllm:num_requests_waiting gauge
+vllm:num_requests_waiting{engine="0",model_name="m"} 1.0
+# TYPE vllm:kv_cache_usage_perc gauge
+vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.25
+# TYPE vllm:generation_tokens counter
+vllm:generation_tokens_total{engine="0",model_name="m"} 1234.0
+# TYPE vllm:request_success counter
+vllm:request_success_total{engine="0",finished_reason="stop",model_name="m"} 10.0
+vllm:request_success_total{engine="0",finished_reason="length",model_name="m"} 5.0
+# TYPE vllm:time_to_first_token_seconds histogram
+vllm:time_to_first_token_seconds_bucket{le="0.1",model_name="m"} 4.0
+vllm:time_to_first_token_seconds_bucket{le="+Inf",model_name="m"} 15.0
+vllm:time_to_first_token_seconds_count{model_name="m"} 15.0
+vllm:time_to_first_token_seconds_sum{model_name="m"} 3.5
+# TYPE process_resident_memory_bytes gauge
+process_resident_memory_bytes 1.5e+09
+"""
+
+
+def test_known_vllm_series_land_in_wide_fields():
+    known, _ = parse_metrics(VLLM_TEXT)
+    assert known["running"] == 3.0
+    assert known["waiting"] == 1.0
+    assert known["kv_usage"] == 0.25
+    assert known["generation_tokens_total"] == 1234.0
+    assert known["request_success_total"] == 15.0  # summed over finished_reason
+
+
+def test_other_series_are_kept_without_buckets():
+    _, extra = parse_metrics(VLLM_TEXT)
+    names = {name for name, _, _ in extra}
+    assert "process_resident_memory_bytes" in names
+    assert "vllm:time_to_first_token_seconds_count" in names
+    assert not any(name.endswith("_bucket") for name in names)
+
+
+def test_v0_kv_name_is_read_as_kv_usage():
+    known, _ = parse_metrics("# TYPE vllm:gpu_cache_usage_perc gauge\nvllm:gpu_cache_usage_perc 0.5\n")
+    assert known["kv_usage"] == 0.5
