@@ -1,0 +1,5 @@
+"""`python -m soak …` is the `soak` command."""
+
+from soak.cli import main
+
+main()
