@@ -7,6 +7,7 @@ import re
 import sqlite3
 
 import pytest
+from conftest import run_soak
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
@@ -20,16 +21,10 @@ VERDICT_EXIT = {"PASS": 0, "FAIL": 1, "INCONCLUSIVE": 3, "INVALID": 3}
 @pytest.fixture(scope="module")
 def finished_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("runs")
-    result = _start(out)
-    return out, result
-
-
-def _start(out):
-    from tests.conftest import run_soak
-
-    return run_soak("start", "--duration", "45s", "--warmup", "10s", "--window", "5s", "--sample-every", "1s",
+    result = run_soak("start", "--duration", "45s", "--warmup", "10s", "--window", "5s", "--sample-every", "1s",
                     "--rate", "3", "--idle-probe-every", "20s", "--idle-probe-for", "2s", "--out", str(out),
-                    "--json", timeout_s=240)
+                      "--json", timeout_s=240)
+    return out, result
 
 
 def test_exit_code_matches_the_printed_summary(finished_run):
