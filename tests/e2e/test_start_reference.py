@@ -22,7 +22,7 @@ VERDICT_EXIT = {"PASS": 0, "FAIL": 1, "INCONCLUSIVE": 3, "INVALID": 3}
 def finished_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("runs")
     result = run_soak("start", "--duration", "45s", "--warmup", "10s", "--window", "5s", "--sample-every", "1s",
-                    "--rate", "3", "--idle-probe-every", "20s", "--idle-probe-for", "2s", "--out", str(out),
+                      "--rate", "3", "--idle-probe-every", "20s", "--idle-probe-for", "2s", "--out", str(out),
                       "--json", timeout_s=240)
     return out, result
 
