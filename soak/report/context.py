@@ -1,0 +1,178 @@
+"""Reads one run from the database into the plain dict the report template renders.
+
+Everything but the verdicts comes from the database, so `soak report RUN_ID` rebuilds the same page years later.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+from sqlalchemy import Engine
+
+from soak.report import charts, sections
+from soak.report.charts import MIB, Frame
+from soak.report.latency import latency_tables
+from soak.report.markers import build_markers, legend_items, marker_shapes, marker_trace
+from soak.report.reading import Columns, read_columns
+from soak.store.models import (
+    ALL_SCENARIOS,
+    ERROR_CLASSES,
+    GpuProcessSample,
+    GpuSample,
+    LatencyWindow,
+    ProcessSample,
+    RequestWindow,
+    ServerSample,
+)
+from soak.store.queries import get_run, read_events, read_rows
+
+LATENCY_CHART_METRICS = ("ttft", "itl", "e2e")
+
+# Where a finding's fitted line is drawn: chart, factor from the fit's unit (bytes, 0–1 fraction, ms, count)
+# to the chart's (MiB, %, ms, count), and y axis. Analysis fits the server tree's total for leaks.
+CHECK_TRENDS: dict[str, tuple[str, float, str]] = {
+    "leak.rss": ("chart-memory", 1 / MIB, "y"), "leak.vram": ("chart-vram-process", 1 / MIB, "y"),
+    "leak.fds": ("chart-fds", 1.0, "y"), "leak.kv": ("chart-kv", 100.0, "y"),
+    "errors.rise": ("chart-errors", 100.0, "y2"), "client.saturation": ("chart-lag", 1.0, "y"),
+    **{f"creep.{metric}_p99": (f"chart-{metric}", 1.0, "y") for metric in LATENCY_CHART_METRICS},
+}
+# A trend may instead name its series explicitly.
+TREND_SERIES: dict[str, tuple[str, float, str]] = {
+    "rss": ("chart-memory", 1 / MIB, "y"), "pss": ("chart-memory", 1 / MIB, "y"),
+    "vram": ("chart-vram-process", 1 / MIB, "y"), "kv": ("chart-kv", 100.0, "y"),
+    "kv_usage": ("chart-kv", 100.0, "y"), "fds": ("chart-fds", 1.0, "y"), "lag_p99": ("chart-lag", 1.0, "y"),
+    "error_rate": ("chart-errors", 100.0, "y2"), "requests_per_s": ("chart-throughput", 1.0, "y"),
+    "tokens_per_s": ("chart-throughput", 1.0, "y2"),
+    **{f"{metric}_p{pct}": (f"chart-{metric}", 1.0, "y") for metric in LATENCY_CHART_METRICS for pct in (50, 90, 95, 99)},
+}
+THROUGHPUT_MEASURES = {"tokens/s": ("chart-throughput", 1.0, "y2"), "requests/s": ("chart-throughput", 1.0, "y")}
+
+
+def read_data(engine: Engine, run_id: str) -> dict[str, Any]:
+    """The run's samples (as column arrays) and windows (as rows)."""
+    return {
+        "server_procs": read_columns(engine, ProcessSample, run_id,
+                                     ("t_s", "pid", "name", "rss_bytes", "pss_bytes", "fds"), role="server"),
+        "client_procs": read_columns(engine, ProcessSample, run_id,
+                                     ("t_s", "pid", "cpu_percent", "rss_bytes"), role="client"),
+        "gpus": read_columns(engine, GpuSample, run_id, ("t_s", "gpu_index", "mem_used_bytes", "mem_total_bytes")),
+        "gpu_procs": read_columns(engine, GpuProcessSample, run_id, ("t_s", "gpu_index", "pid", "used_bytes")),
+        "server": read_columns(engine, ServerSample, run_id, ("t_s", "source", "kv_usage", "running", "waiting")),
+        "latency_windows": read_rows(engine, LatencyWindow, run_id),
+        "request_windows": read_rows(engine, RequestWindow, run_id),
+    }
+
+
+def last_sample_s(data: dict[str, Any]) -> float:
+    """The latest time any sample or window reaches, 0 when there are none."""
+    ends = [float(np.nanmax(columns["t_s"])) for key, columns in data.items()
+            if isinstance(columns, dict) and len(columns["t_s"])]
+    ends += [row["end_s"] for row in data["latency_windows"] + data["request_windows"]]
+    return max(ends, default=0.0)
+
+
+def trend_target(finding: dict[str, Any]) -> tuple[str, float, str] | None:
+    """(chart id, unit factor, y axis) of a finding's fitted line; None without a trend or a chart in its unit."""
+    trend = finding.get("trend")
+    if not isinstance(trend, dict):
+        return None
+    if trend.get("series") in TREND_SERIES:
+        return TREND_SERIES[trend["series"]]
+    check = str(finding.get("check") or "")
+    if check == "throughput.decay":  # fitted to tokens/s or to tokens per offered request, as it says
+        return THROUGHPUT_MEASURES.get((finding.get("details") or {}).get("measure"))
+    if check in CHECK_TRENDS:
+        return CHECK_TRENDS[check]
+    metric = check.removeprefix("creep.").split("_")[0]
+    return (f"chart-{metric}", 1.0, "y") if check.startswith("creep.") and metric in LATENCY_CHART_METRICS else None
+
+
+def trends_by_chart(findings: list[dict[str, Any]], frame: Frame, start_s: float) -> dict[str, list[dict]]:
+    """Fitted-line traces of the findings that carry a trend, grouped by the chart they are drawn on."""
+    by_chart: dict[str, list[dict]] = {}
+    for finding in findings:
+        target = trend_target(finding)
+        trace = charts.trend_trace(finding, frame, target[1], start_s, target[2]) if target else None
+        if trace:
+            by_chart.setdefault(target[0], []).append(trace)
+    return by_chart
+
+
+def process_names(columns: Columns) -> dict[int, str]:
+    """pid → process name of the server tree (the last name seen wins)."""
+    return {int(pid): str(name) for pid, name in zip(columns["pid"], columns["name"])} if len(columns["pid"]) \
+        else {}
+
+
+def no_gpu_note(events: list[dict[str, Any]]) -> str:
+    """Why the GPU charts are empty, in the telemetry's own words when it recorded a no_gpu event."""
+    for event in events:
+        if event["kind"] == "no_gpu":
+            return f"No GPU: {event.get('message') or 'none was seen'}."
+    return "No GPU: no GPU samples were recorded (no NVIDIA GPU or no NVML on the host)."
+
+
+def _star_rows(rows: list[dict[str, Any]], **equals: Any) -> list[dict[str, Any]]:
+    """Window rows of all scenarios together ("*") matching the given columns, by window index."""
+    picked = [row for row in rows if row["scenario"] == ALL_SCENARIOS
+              and all(row.get(key) == value for key, value in equals.items())]
+    return sorted(picked, key=lambda row: row["window_index"])
+
+
+def build_charts(data: dict[str, Any], frame: Frame, trends: dict[str, list[dict]],
+                 events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every chart of the report, in page order."""
+    lat, req, gpu_note = data["latency_windows"], data["request_windows"], no_gpu_note(events)
+    trend = lambda chart_id: trends.get(chart_id, [])  # noqa: E731 - a short local lookup
+    return [
+        charts.memory_chart(data["server_procs"], frame, trend("chart-memory")),
+        charts.gpu_chart(data["gpus"], frame, gpu_note),
+        charts.gpu_process_chart(data["gpu_procs"], process_names(data["server_procs"]), frame,
+                                 trend("chart-vram-process"), gpu_note),
+        charts.kv_chart(data["server"], frame, trend("chart-kv")),
+        charts.queue_chart(data["server"], frame),
+        *(charts.latency_chart(metric, _star_rows(lat, metric=metric), frame, trend(f"chart-{metric}"))
+          for metric in LATENCY_CHART_METRICS),
+        charts.throughput_chart(_star_rows(req), frame, trend("chart-throughput")),
+        charts.errors_chart(_star_rows(req), frame, ERROR_CLASSES, trend("chart-errors")),
+        charts.fds_chart(data["server_procs"], frame, trend("chart-fds")),
+        charts.client_chart(data["client_procs"], frame),
+        charts.lag_chart(_star_rows(lat, metric="lag"), frame, trend("chart-lag")),
+    ]
+
+
+def make_frame(end_s: float, markers: list[dict[str, Any]]) -> Frame:
+    """The shared x axis (minutes or hours) and event markers of every chart."""
+    unit_s, label = charts.time_unit(end_s)
+    return Frame(time_unit_s=unit_s, time_label=label, end_s=end_s,
+                 shapes=marker_shapes(markers, unit_s), marker_trace=marker_trace(markers, unit_s))
+
+
+def build_context(engine: Engine, run_id: str, summary: dict[str, Any] | None,
+                  baseline: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The whole report as a plain dict; with no summary, the one stored with the run is used."""
+    run = get_run(engine, run_id)
+    if summary is None:
+        summary = json.loads(run.get("summary_json") or "{}")
+    events, data = read_events(engine, run_id), read_data(engine, run_id)
+    last_s = last_sample_s(data)
+    duration_s = sections.run_duration_s(run, last_s)
+    end_s = max(duration_s or 0.0, last_s, 1.0)
+    markers = build_markers(events, run.get("warmup_s"), end_s)
+    frame = make_frame(end_s, markers)
+    findings = [finding for finding in summary.get("findings") or [] if isinstance(finding, dict)]
+    return {
+        "header": sections.header(run, summary, duration_s),
+        "gates": sections.gates(findings),
+        "run_facts": sections.run_facts(run, events, data["request_windows"], duration_s),
+        "latency": latency_tables(data["latency_windows"]),
+        "events": sections.events_table(events),
+        "environment": sections.environment(run),
+        "charts": build_charts(data, frame, trends_by_chart(findings, frame, run.get("warmup_s") or 0.0), events),
+        "marker_legend": legend_items(markers),
+        "baseline": sections.baseline_table(baseline),
+        "generated_at": datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
+    }

@@ -1,0 +1,155 @@
+"""Human units for the report: bytes in KiB/MiB/GiB, fractions in %, times in ms, durations, UTC timestamps.
+
+The database and summary.json keep one unit per quantity (bytes, seconds, fractions); only here, at the report's
+edge, do numbers become text a release manager reads.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import UTC, datetime
+from typing import Any
+
+from soak.units import format_duration
+
+MISSING = "—"
+_BYTE_PREFIXES = (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10), ("B", 1))
+_BYTE_BASES = {"b", "byte", "bytes"}
+_FRACTION_BASES = {"fraction", "ratio", "share"}
+_PERCENT_BASES = {"%", "pct", "percent"}
+
+
+def is_number(value: Any) -> bool:
+    """True for a finite int or float (bools and NaN are not numbers here)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def format_number(value: Any) -> str:
+    """About three significant digits, thousands separated; "—" for a missing or non-finite value."""
+    if not is_number(value):
+        return MISSING
+    magnitude = abs(value)
+    if magnitude == 0:
+        return "0"
+    if magnitude >= 100:
+        return f"{value:,.0f}"
+    if magnitude >= 10:
+        return f"{value:.1f}"
+    if magnitude >= 1:
+        return f"{value:.2f}"
+    return f"{value:.3g}"
+
+
+def format_count(value: Any) -> str:
+    """An integer count with thousands separators."""
+    return f"{int(value):,}" if is_number(value) else MISSING
+
+
+def format_percent(fraction: Any) -> str:
+    """A 0–1 fraction as a percentage."""
+    if not is_number(fraction):
+        return MISSING
+    return f"{fraction * 100:.2f} %" if fraction < 0.1 else f"{fraction * 100:.1f} %"
+
+
+def _split_unit(unit: str) -> tuple[str, str]:
+    """`bytes_per_h` or `bytes/h` → ("bytes", "/h"); `ms` → ("ms", "")."""
+    normal = unit.strip().replace("_per_", "/").replace(" per ", "/")
+    base, slash, rest = normal.partition("/")
+    return base.strip(), (slash + rest.strip()) if slash else ""
+
+
+def display_unit(unit: str | None, magnitude: float) -> tuple[float, str]:
+    """The factor and label that show a quantity of `unit` and typical size `magnitude` in human units."""
+    if not unit:
+        return 1.0, ""
+    base, per = _split_unit(unit)
+    lower = base.lower()
+    if lower in _BYTE_BASES:
+        name, size = next((name, size) for name, size in _BYTE_PREFIXES if magnitude >= size or size == 1)
+        return 1.0 / size, name + per
+    if lower in _FRACTION_BASES:
+        return 100.0, "%" + per
+    if lower in _PERCENT_BASES:
+        return 1.0, "%" + per
+    if lower in {"s", "sec", "seconds"} and magnitude < 1:
+        return 1000.0, "ms" + per
+    if lower in {"us", "µs", "microseconds"}:
+        return 0.001, "ms" + per
+    return 1.0, base + per
+
+
+def quantity_texts(value: Any, unit: str | None, ci: Any = None, threshold: Any = None) -> dict[str, str]:
+    """Value, CI and threshold of one finding as text, all in the same human unit chosen from their sizes."""
+    numbers = [x for x in [value, threshold, *(ci or [])] if is_number(x)]
+    magnitude = max((abs(x) for x in numbers), default=0.0)
+    factor, label = display_unit(unit, magnitude)
+
+    def show(x: Any) -> str:
+        return f"{format_number(x * factor)} {label}".strip() if is_number(x) else MISSING
+
+    has_ci = isinstance(ci, (list, tuple)) and len(ci) == 2 and all(is_number(x) for x in ci)
+    return {
+        "value": show(value),
+        "ci": f"95 % CI {format_number(ci[0] * factor)} … {format_number(ci[1] * factor)} {label}".strip()
+        if has_ci
+        else "",
+        "threshold": show(threshold),
+    }
+
+
+def format_bytes(value: Any) -> str:
+    """A byte count in the largest binary unit that keeps it ≥ 1."""
+    if not is_number(value):
+        return MISSING
+    factor, label = display_unit("bytes", abs(value))
+    return f"{format_number(value * factor)} {label}"
+
+
+def format_span(seconds: Any) -> str:
+    """A duration such as `23h59m10s`."""
+    return format_duration(max(float(seconds), 0.0)) if is_number(seconds) else MISSING
+
+
+def format_elapsed(seconds: Any) -> str:
+    """Time since the run's start as `h:mm:ss` (hours may exceed 24)."""
+    if not is_number(seconds):
+        return MISSING
+    sign = "-" if seconds < 0 else ""
+    whole = int(round(abs(seconds)))
+    hours, rest = divmod(whole, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{sign}{hours}:{minutes:02d}:{secs:02d}"
+
+
+def parse_utc(text: Any) -> datetime | None:
+    """An ISO-8601 timestamp as an aware UTC datetime, or None when it is missing or malformed."""
+    if not isinstance(text, str) or not text:
+        return None
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+
+
+def format_utc(text: Any) -> str:
+    """An ISO-8601 timestamp as `2026-12-02 10:15:00 UTC`; a malformed one as it was stored."""
+    moment = parse_utc(text)
+    if moment is None:
+        return str(text) if text else MISSING
+    return moment.strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def format_value(value: Any) -> str:
+    """Any stored value (scalar, list, dict) as one line of text; lists of scalars comma-separated."""
+    if value is None or value == "" or value == [] or value == {}:
+        return MISSING
+    if isinstance(value, float):
+        return format_number(value)
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (list, tuple)) and all(not isinstance(x, (dict, list)) for x in value):
+        return ", ".join(str(x) for x in value)
+    return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)

@@ -1,0 +1,142 @@
+"""Run events as chart markers: warm-up end, phase changes, idle probes, crashes, restarts, error bursts.
+
+Every chart gets the same vertical lines (plotly shapes) and, on top, one hover-only trace that names each one,
+so a step in a memory chart can be matched to the restart or probe that caused it.
+"""
+
+from __future__ import annotations
+
+import html
+from typing import Any
+
+# Each marker class: its colour, line dash, and the words used in the legend under the charts.
+STYLES: dict[str, dict[str, str]] = {
+    "warmup": {"color": "#6b7280", "dash": "dash", "label": "warm-up end"},
+    "phase": {"color": "#2563eb", "dash": "dot", "label": "phase change"},
+    "probe": {"color": "#059669", "dash": "solid", "label": "idle probe"},
+    "probe_timeout": {"color": "#b91c1c", "dash": "dashdot", "label": "probe drain timeout"},
+    "outage": {"color": "#dc2626", "dash": "solid", "label": "server outage"},
+    "server_start": {"color": "#16a34a", "dash": "dot", "label": "server start"},
+    "crash": {"color": "#dc2626", "dash": "solid", "label": "crash"},
+    "restart": {"color": "#ea580c", "dash": "solid", "label": "restart"},
+    "burst": {"color": "#db2777", "dash": "dot", "label": "error burst"},
+}
+PROBE_FILL_OPACITY = 0.10
+
+
+def event_class(kind: str) -> str:
+    """The class of an event kind, used for its colour in the events table and its marker on charts."""
+    kind = (kind or "").lower()
+    if kind == "probe_drain_timeout":
+        return "probe_timeout"
+    if kind.startswith("probe"):
+        return "probe"
+    if kind.startswith("outage"):
+        return "outage"
+    if kind.startswith("phase"):
+        return "phase"
+    if kind.startswith("warmup"):
+        return "warmup"
+    if "restart" in kind:
+        return "restart"
+    if any(word in kind for word in ("crash", "died", "death", "exit", "dead")):
+        return "crash"
+    if "burst" in kind:
+        return "burst"
+    if "server" in kind and ("start" in kind or "ready" in kind):
+        return "server_start"
+    return "other"
+
+
+def _line(t_s: float, kind: str, label: str) -> dict[str, Any]:
+    return {"class": kind, "t_s": t_s, "end_s": None, "label": label}
+
+
+def _event_label(event: dict[str, Any]) -> str:
+    message = event.get("message") or ""
+    return f"{event['kind']}: {message}" if message else event["kind"]
+
+
+SPAN_KINDS = {"probe": ("probe_start", "probe_end", "idle probe"),
+              "outage": ("outage_start", "outage_end", "server outage")}
+
+
+def spans(events: list[dict[str, Any]], span_class: str, end_s: float) -> list[dict[str, Any]]:
+    """Probes or outages as (start, end) spans: each start paired with the next end (or the run's end)."""
+    start_kind, end_kind, label = SPAN_KINDS[span_class]
+    found, opened = [], None
+    for event in events:
+        if event["kind"] == start_kind and opened is None:
+            opened = event
+        elif event["kind"] == end_kind and opened is not None:
+            found.append({"class": span_class, "t_s": opened["t_s"], "end_s": event["t_s"], "label": label})
+            opened = None
+    if opened is not None:
+        found.append({"class": span_class, "t_s": opened["t_s"], "end_s": end_s, "label": f"{label} (no end)"})
+    return found
+
+
+def build_markers(events: list[dict[str, Any]], warmup_s: float | None, end_s: float) -> list[dict[str, Any]]:
+    """The markers of a run, in time order; the warm-up line comes from the run's own warm-up length."""
+    markers = [_line(float(warmup_s), "warmup", "warm-up end")] if warmup_s else []
+    for event in events:
+        kind = event_class(event["kind"])
+        if kind in ("probe", "outage", "other") or (kind == "warmup" and warmup_s):
+            continue  # probes and outages are spans (below); warmup_end duplicates the line above
+        markers.append(_line(event["t_s"], kind, _event_label(event)))
+    markers.extend(spans(events, "probe", end_s) + spans(events, "outage", end_s))
+    return sorted(markers, key=lambda marker: marker["t_s"])
+
+
+def marker_shapes(markers: list[dict[str, Any]], time_unit_s: float) -> list[dict[str, Any]]:
+    """Plotly shapes: a full-height vertical line per marker, a shaded band per idle probe or outage."""
+    shapes = []
+    for marker in markers:
+        style = STYLES[marker["class"]]
+        x0 = marker["t_s"] / time_unit_s
+        if marker["end_s"] is not None:
+            shapes.append({
+                "type": "rect", "xref": "x", "yref": "paper", "x0": x0, "x1": marker["end_s"] / time_unit_s,
+                "y0": 0, "y1": 1, "fillcolor": style["color"], "opacity": PROBE_FILL_OPACITY,
+                "line": {"width": 0}, "layer": "below",
+            })
+        else:
+            shapes.append({
+                "type": "line", "xref": "x", "yref": "paper", "x0": x0, "x1": x0, "y0": 0, "y1": 1,
+                "line": {"color": style["color"], "dash": style["dash"], "width": 1.2},
+            })
+    return shapes
+
+
+def plotly_text(text: str) -> str:
+    """Server- or log-supplied text made literal for plotly, which reads a subset of HTML in labels and hovers."""
+    return html.escape(str(text), quote=False)
+
+
+MARKER_AXIS = "y9"  # a hidden 0–1 axis laid over the chart, so the hover points sit at its top whatever the data
+MARKER_AXIS_KEY = "yaxis9"
+
+
+def marker_trace(markers: list[dict[str, Any]], time_unit_s: float) -> dict[str, Any] | None:
+    """A hover-only trace with one point per marker at the top of the chart, naming the event."""
+    if not markers:
+        return None
+    return {
+        "type": "scatter", "mode": "markers", "name": "events", "showlegend": False, "yaxis": MARKER_AXIS,
+        "x": [round(marker["t_s"] / time_unit_s, 5) for marker in markers],
+        "y": [0.97] * len(markers),
+        "marker": {"symbol": "triangle-down", "size": 8, "color": [STYLES[m["class"]]["color"] for m in markers]},
+        "hovertext": [plotly_text(marker["label"]) for marker in markers],
+        "hoverinfo": "text",
+    }
+
+
+def marker_axis_layout() -> dict[str, Any]:
+    """The layout entry of the hidden axis the marker trace is drawn against."""
+    return {"overlaying": "y", "range": [0, 1], "visible": False, "fixedrange": True}
+
+
+def legend_items(markers: list[dict[str, Any]]) -> list[dict[str, str]]:
+    """The marker classes present, with colour and label, for the key printed under the charts."""
+    present = {marker["class"] for marker in markers}
+    return [{"class": name, **style} for name, style in STYLES.items() if name in present]

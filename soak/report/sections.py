@@ -1,0 +1,266 @@
+"""The report's table sections as plain dicts: header, gates, run facts, events, environment, baseline.
+
+Values stay raw text here (never pre-escaped markup): the template's autoescape makes server- and config-supplied
+strings inert.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from soak.report.formatting import (
+    MISSING,
+    format_bytes,
+    format_elapsed,
+    format_number,
+    format_percent,
+    format_span,
+    format_utc,
+    format_value,
+    is_number,
+    parse_utc,
+    quantity_texts,
+)
+from soak.report.markers import event_class
+from soak.store.models import ERROR_CLASSES
+
+VERDICT_ORDER = ("INVALID", "FAIL", "INCONCLUSIVE", "SUSPECT", "SKIPPED", "PASS")
+MAX_EVENT_ROWS = 2000
+ENVIRONMENT_KEYS = ("host", "cpu", "gpus", "driver", "cuda", "python", "torch", "vllm", "soak", "platform",
+                    "server_cmd", "scenarios", "config_hash")
+
+# Where a gate row links to: the chart (or section) that shows its evidence.
+CHECK_ANCHORS = {
+    "leak.rss": "chart-memory", "leak.vram": "chart-vram-process", "leak.kv": "chart-kv", "leak.fds": "chart-fds",
+    "creep.ttft_p99": "chart-ttft", "creep.itl_p99": "chart-itl", "creep.e2e_p99": "chart-e2e",
+    "errors.rise": "chart-errors", "errors.budget": "chart-errors", "errors.bursts": "chart-errors",
+    "hang": "chart-queue", "crashes": "events", "throughput.decay": "chart-throughput",
+    "client.saturation": "chart-lag", "baseline.regression": "baseline",
+}
+
+
+def check_anchor(check: str) -> str:
+    """The element id a gate row links to; a check unknown here goes to its family's chart or to all charts."""
+    if check in CHECK_ANCHORS:
+        return CHECK_ANCHORS[check]
+    family, _, name = check.partition(".")
+    if family == "creep" and name.split("_")[0] in ("ttft", "itl", "e2e"):
+        return f"chart-{name.split('_')[0]}"
+    return {"leak": "chart-memory", "errors": "chart-errors"}.get(family, "charts")
+
+
+def verdict_class(verdict: Any) -> str:
+    """The CSS class of a verdict word (unknown words get the neutral style)."""
+    word = str(verdict or "").upper()
+    return f"v-{word.lower()}" if word in VERDICT_ORDER else "v-unknown"
+
+
+# ---- header -------------------------------------------------------------------------------------------
+
+def verdict_counts(findings: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """How many findings have each verdict, worst first."""
+    counts: dict[str, int] = {}
+    for finding in findings:
+        word = str(finding.get("verdict") or "?").upper()
+        counts[word] = counts.get(word, 0) + 1
+    order = {word: i for i, word in enumerate(VERDICT_ORDER)}
+    return [{"verdict": word, "count": n, "class": verdict_class(word)}
+            for word, n in sorted(counts.items(), key=lambda item: order.get(item[0], 99))]
+
+
+def header(run: dict[str, Any], summary: dict[str, Any], duration_s: float | None) -> dict[str, Any]:
+    """The verdict banner and the run's identity, status, times and duration against plan."""
+    verdict = str(summary.get("verdict") or run.get("verdict") or "UNKNOWN").upper()
+    planned_s = run.get("planned_duration_s")
+    share = duration_s / planned_s if is_number(duration_s) and is_number(planned_s) and planned_s > 0 else None
+    return {
+        "verdict": verdict, "verdict_class": verdict_class(verdict),
+        "reason": summary.get("verdict_reason") or run.get("verdict_reason") or "",
+        "run_id": run["id"], "status": run["status"],
+        "started": format_utc(run.get("started_at")), "ended": format_utc(run.get("ended_at")),
+        "duration": format_span(duration_s), "planned": format_span(planned_s),
+        "duration_share": format_percent(share) if share is not None else MISSING,
+        "short": share is not None and share < 0.99,
+        "target": {"kind": run.get("target_kind"), "url": run.get("target_url"), "model": run.get("model")},
+        "schedule": run.get("schedule_name"),
+        "counts": verdict_counts(summary.get("findings") or []),
+    }
+
+
+def run_duration_s(run: dict[str, Any], last_sample_s: float) -> float | None:
+    """The run's length: as recorded, else end − start, else up to its last sample (a run still going or killed)."""
+    if is_number(run.get("duration_s")):
+        return float(run["duration_s"])
+    started, ended = parse_utc(run.get("started_at")), parse_utc(run.get("ended_at"))
+    if started and ended:
+        return (ended - started).total_seconds()
+    return last_sample_s if last_sample_s > 0 else None
+
+
+# ---- gates --------------------------------------------------------------------------------------------
+
+def _field_text(key: str, value: Any) -> str:
+    """One field of a finding's extra data; byte quantities (by their name) in binary units."""
+    if "bytes" in key and is_number(value):
+        per = key.split("bytes", 1)[1].replace("_per_", "/").strip("_")
+        return format_bytes(value) + (per if per.startswith("/") else "")
+    return format_value(value)
+
+
+def _fields(data: Any) -> list[dict[str, str]]:
+    """A dict as (key, text) pairs; anything else as one unnamed pair."""
+    if isinstance(data, dict):
+        return [{"key": str(key), "text": _field_text(str(key), value)} for key, value in data.items()]
+    return [{"key": "", "text": format_value(data)}] if data not in (None, "", [], {}) else []
+
+
+def gate_row(finding: dict[str, Any]) -> dict[str, Any]:
+    """One row of the gates table: verdict, value with CI and threshold in human units, evidence, link."""
+    check = str(finding.get("check") or "?")
+    verdict = str(finding.get("verdict") or "?").upper()
+    texts = quantity_texts(finding.get("value"), finding.get("unit"), finding.get("ci"), finding.get("threshold"))
+    return {
+        "check": check, "verdict": verdict, "verdict_class": verdict_class(verdict), **texts,
+        "evidence": str(finding.get("evidence") or ""), "anchor": check_anchor(check),
+        "percentile_used": finding.get("percentile_used"),
+        "per_process": [_fields(item) for item in finding.get("per_process") or []],
+        "per_request": _fields(finding.get("per_request")),
+        "details": _fields(finding.get("details")),
+    }
+
+
+def gates(findings: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The gates table, in the order analysis reported the findings."""
+    return [gate_row(finding) for finding in findings]
+
+
+# ---- run facts ----------------------------------------------------------------------------------------
+
+def phases(events: list[dict[str, Any]], end_s: float | None) -> list[dict[str, Any]]:
+    """Phase changes with their start, name, settings and how long each lasted."""
+    phase_events = [event for event in events if event["kind"] == "phase"]
+    rows = []
+    for i, event in enumerate(phase_events):
+        until_s = phase_events[i + 1]["t_s"] if i + 1 < len(phase_events) else end_s
+        data = dict(event.get("data") or {})
+        name = data.pop("name", None) or event.get("message") or MISSING
+        rows.append({"start": format_elapsed(event["t_s"]), "name": str(name),
+                     "lasted": format_span(until_s - event["t_s"]) if is_number(until_s) else MISSING,
+                     "message": event.get("message") if event.get("message") != name else "",
+                     "settings": format_value(data) if data else ""})
+    return rows
+
+
+def _request_sums(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Counts summed over windows, with errors by class, error rate and rates per second."""
+    keys = ("requests", "ok", "cancelled", "expected_errors", "output_tokens", "prompt_tokens", "late_sends_1s")
+    sums = {key: sum(row.get(key) or 0 for row in rows) for key in keys}
+    by_class = {name: sum(row.get(f"err_{name}") or 0 for row in rows) for name in ERROR_CLASSES}
+    span_s = sum(max(row["end_s"] - row["start_s"], 0.0) for row in rows)
+    errors = sum(by_class.values())
+    return {**sums, "errors_by_class": by_class, "errors": errors,
+            "error_rate": errors / sums["requests"] if sums["requests"] else None,
+            "requests_per_s": sums["requests"] / span_s if span_s else None,
+            "tokens_per_s": sums["output_tokens"] / span_s if span_s else None}
+
+
+def request_totals(windows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Request totals: all scenarios over the whole run and after warm-up, then each scenario."""
+    all_rows = [row for row in windows if row["scenario"] == "*"]
+    scenarios = sorted({row["scenario"] for row in windows} - {"*"})
+    if not all_rows:  # no "*" rows stored: the scenarios together are the whole
+        all_rows = [row for row in windows if row["scenario"] != "*"]
+    if not all_rows:
+        return []
+    totals = [{"label": "all scenarios, whole run", **_request_sums(all_rows)},
+              {"label": "all scenarios, after warm-up",
+               **_request_sums([row for row in all_rows if row["window_index"] >= 0])}]
+    for name in scenarios:
+        totals.append({"label": name, **_request_sums([row for row in windows if row["scenario"] == name])})
+    return totals
+
+
+def run_facts(run: dict[str, Any], events: list[dict[str, Any]], windows: list[dict[str, Any]],
+              duration_s: float | None) -> dict[str, Any]:
+    """The Run section: durations, window plan, phases, request totals."""
+    return {
+        "duration": format_span(duration_s), "planned": format_span(run.get("planned_duration_s")),
+        "warmup": format_span(run.get("warmup_s")), "window": format_span(run.get("window_s")),
+        "windows": len({row["window_index"] for row in windows if row["window_index"] >= 0}),
+        "phases": phases(events, duration_s),
+        "totals": request_totals(windows),
+        "error_classes": ERROR_CLASSES,
+    }
+
+
+# ---- events, environment, baseline ---------------------------------------------------------------------
+
+EVENT_DATA_SHORT_CHARS = 160
+
+
+def _event_data(data: Any) -> dict[str, Any]:
+    """An event's data as one short line, plus its fields in full when the line had to be cut (a log tail)."""
+    if not data:
+        return {"short": "", "full": []}
+    text = format_value(data)
+    if len(text) <= EVENT_DATA_SHORT_CHARS:
+        return {"short": text, "full": []}
+    full = [{"key": str(key), "text": value if isinstance(value, str) else format_value(value)}
+            for key, value in data.items()] if isinstance(data, dict) else [{"key": "", "text": text}]
+    return {"short": text[:EVENT_DATA_SHORT_CHARS] + "…", "full": full}
+
+
+def events_table(events: list[dict[str, Any]]) -> dict[str, Any]:
+    """Events in time order (capped, with the number left out)."""
+    rows = [{"t": format_elapsed(event["t_s"]), "at": format_utc(event.get("at")), "kind": event["kind"],
+             "class": event_class(event["kind"]), "message": event.get("message") or "",
+             "data": _event_data(event.get("data"))}
+            for event in events[:MAX_EVENT_ROWS]]
+    return {"rows": rows, "left_out": max(len(events) - MAX_EVENT_ROWS, 0)}
+
+
+def value_lines(value: Any) -> list[str]:
+    """A stored environment value as lines: one per list item or dict entry, "—" when missing."""
+    if isinstance(value, dict) and value:
+        return [f"{key}: {format_value(item)}" for key, item in value.items()]
+    if isinstance(value, (list, tuple)) and value:
+        return [format_value(item) for item in value]
+    return [format_value(value)]
+
+
+def environment(run: dict[str, Any]) -> dict[str, Any]:
+    """The Environment section: known keys first (missing as "—"), then any others, then target and config."""
+    env = run.get("environment") or {}
+    keys = list(ENVIRONMENT_KEYS) + sorted(key for key in env if key not in ENVIRONMENT_KEYS)
+    rows = [{"key": key, "lines": value_lines(env.get(key))} for key in keys]
+    return {
+        "rows": rows,
+        "target": [{"key": "target kind", "lines": value_lines(run.get("target_kind"))},
+                   {"key": "target URL", "lines": value_lines(run.get("target_url"))},
+                   {"key": "model", "lines": value_lines(run.get("model"))},
+                   {"key": "server command", "lines": value_lines(run.get("server_cmd"))},
+                   {"key": "output folder", "lines": value_lines(run.get("out_dir"))}],
+        "config": json.dumps(run.get("config") or {}, indent=2, sort_keys=True, ensure_ascii=False, default=str),
+    }
+
+
+def _delta_text(delta_pct: Any) -> str:
+    return f"{delta_pct:+.1f} %" if is_number(delta_pct) else MISSING
+
+
+def baseline_table(baseline: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The before/after comparison with a baseline run, or None without one."""
+    if not baseline:
+        return None
+    rows = []
+    for row in baseline.get("rows") or []:
+        texts_now = quantity_texts(row.get("current"), row.get("unit"), None, row.get("baseline"))
+        status = str(row.get("status") or "")
+        rows.append({"metric": str(row.get("metric") or "?"), "current": texts_now["value"],
+                     "baseline": texts_now["threshold"], "delta": _delta_text(row.get("delta_pct")),
+                     "tolerance": f"± {format_number(row['tolerance_pct'])} %"
+                     if is_number(row.get("tolerance_pct")) else MISSING,
+                     "status": status, "status_class": "b-" + status.replace(" ", "-")})
+    return {"run_id": str(baseline.get("run_id") or MISSING), "rows": rows}
+
