@@ -1,0 +1,35 @@
+"""Analysis: plain run data in, findings and a verdict out (DESIGN §3 "Verdicts", §6).
+
+A pure layer: it imports no database, load generator or other stage. An adapter builds a
+`RunData` (see `soak.analysis.inputs`), then:
+
+    findings = analyse(run, gates)
+    verdict, reason = overall_verdict(findings, gates, run.stopped_early)
+"""
+
+from soak.analysis.baseline import compare_baseline
+from soak.analysis.checks import analyse
+from soak.analysis.findings import CHECK_NAMES, CHECK_ORDER, VERDICTS, Finding
+from soak.analysis.gates import Gates, load_gates
+from soak.analysis.inputs import (
+    ClientSeries,
+    Event,
+    GpuProcessSeries,
+    LatencyStats,
+    LatencyWindow,
+    ProbeReading,
+    ProcessReading,
+    ProcessSeries,
+    RequestWindow,
+    RunData,
+    ServerSeries,
+    WindowInfo,
+)
+from soak.analysis.verdict import overall_verdict
+
+__all__ = [
+    "analyse", "overall_verdict", "compare_baseline", "Finding", "RunData", "Gates", "load_gates",
+    "CHECK_NAMES", "CHECK_ORDER", "VERDICTS",
+    "ClientSeries", "Event", "GpuProcessSeries", "LatencyStats", "LatencyWindow", "ProbeReading",
+    "ProcessReading", "ProcessSeries", "RequestWindow", "ServerSeries", "WindowInfo",
+]

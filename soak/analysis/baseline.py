@@ -1,0 +1,125 @@
+"""`baseline.regression`: compare this run's summary.json with a baseline run's.
+
+Rows compare latency percentiles (higher is worse, relative tolerance), the error rate (higher is
+worse, absolute tolerance, since a baseline of 0 makes any relative change infinite) and output
+throughput in tokens/s (lower is worse, relative tolerance). A regression is SUSPECT, or FAIL when
+`fail_on_regression` is set.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from soak.analysis.findings import FAIL, PASS, SUSPECT, Finding, skipped
+from soak.analysis.gates import Gates
+
+CHECK = "baseline.regression"
+REGRESSED, IMPROVED, WITHIN = "regressed", "improved", "within noise"
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str
+    unit: str
+    higher_is_worse: bool
+    relative: bool  # tolerance is a fraction of the baseline (else an absolute difference)
+
+
+def _latency_values(summary: dict) -> dict[str, float]:
+    values = {}
+    for metric, stats in (summary.get("latency_ms") or {}).items():
+        for level, value in (stats or {}).items():
+            if isinstance(value, (int, float)):
+                values[f"{metric}.{level}"] = float(value)
+    return values
+
+
+def _throughput(summary: dict) -> float | None:
+    tokens = (summary.get("totals") or {}).get("output_tokens")
+    duration_s = summary.get("duration_s")
+    return tokens / duration_s if tokens and duration_s else None
+
+
+def _error_rate(summary: dict) -> float | None:
+    totals = summary.get("totals") or {}
+    if totals.get("error_rate") is not None:
+        return float(totals["error_rate"])
+    return totals["errors"] / totals["requests"] if totals.get("requests") else None
+
+
+def metric_values(summary: dict) -> dict[Metric, float]:
+    """The comparable numbers of one summary."""
+    out = {Metric(f"latency.{k}", "ms", True, True): v for k, v in _latency_values(summary).items()}
+    rate = _error_rate(summary)
+    if rate is not None:
+        out[Metric("error_rate", "fraction", True, False)] = rate
+    tokens_per_s = _throughput(summary)
+    if tokens_per_s is not None:
+        out[Metric("throughput.output_tokens_per_s", "tokens/s", False, True)] = tokens_per_s
+    return out
+
+
+def _tolerance(metric: Metric, gates: Gates) -> float:
+    if metric.name.startswith("latency."):
+        return gates.baseline.latency_tolerance
+    if metric.name == "error_rate":
+        return gates.baseline.error_rate_tolerance
+    return gates.baseline.throughput_tolerance
+
+
+def _status(metric: Metric, current: float, baseline: float, tolerance: float) -> str:
+    if metric.relative and not baseline:  # no scale to measure against: any change counts
+        if current == baseline:
+            return WITHIN
+        return REGRESSED if (current > baseline) == metric.higher_is_worse else IMPROVED
+    change = (current - baseline) / baseline if metric.relative else current - baseline
+    worse = change if metric.higher_is_worse else -change
+    return REGRESSED if worse > tolerance else (IMPROVED if worse < -tolerance else WITHIN)
+
+
+def compare_row(metric: Metric, current: float, baseline: float, tolerance: float) -> dict[str, Any]:
+    """One comparison: delta in % of the baseline, and whether it is beyond tolerance."""
+    tolerance_text = f"{100 * tolerance:g} %" if metric.relative else f"{100 * tolerance:g} pp"
+    return {"name": metric.name, "unit": metric.unit, "current": current, "baseline": baseline,
+            "delta_pct": 100 * (current - baseline) / baseline if baseline else None,
+            "tolerance": tolerance, "tolerance_text": tolerance_text,
+            "status": _status(metric, current, baseline, tolerance)}
+
+
+def compare_baseline(current: dict, baseline: dict, gates: Gates) -> tuple[Finding, list[dict]]:
+    """(finding, rows) comparing two summary.json dicts."""
+    now, before = metric_values(current), metric_values(baseline)
+    rows = [compare_row(m, now[m], before[m], _tolerance(m, gates)) for m in now if m in before]
+    base_id = baseline.get("run_id", "the baseline")
+    if not rows:
+        return skipped(CHECK, f"No metric in common with {base_id}.", baseline_run=base_id), rows
+    regressed = [r for r in rows if r["status"] == REGRESSED]
+    verdict = (FAIL if gates.baseline.fail_on_regression else SUSPECT) if regressed else PASS
+    finding = Finding(check=CHECK, verdict=verdict, value=len(regressed), unit="metrics regressed",
+                      threshold=0, evidence=_text(regressed, rows, base_id),
+                      details={"baseline_run": base_id, "rows": rows,
+                               "verdict_changes": _verdict_changes(current, baseline)})
+    return finding, rows
+
+
+def _row_text(row: dict) -> str:
+    delta = "n/a" if row["delta_pct"] is None else f"{row['delta_pct']:+.1f} %"
+    return (f"{row['name']} {row['current']:.4g} vs {row['baseline']:.4g} {row['unit']} "
+            f"({delta}, tolerance {row['tolerance_text']})")
+
+
+def _text(regressed: list[dict], rows: list[dict], base_id: str) -> str:
+    if not regressed:
+        improved = sum(r["status"] == IMPROVED for r in rows)
+        return f"No regression against {base_id}: {len(rows)} metrics compared, {improved} improved."
+    more = f"; {len(regressed) - 1} more regressed" if len(regressed) > 1 else ""
+    return f"Regressed against {base_id}: {_row_text(regressed[0])}{more}."
+
+
+def _verdict_changes(current: dict, baseline: dict) -> list[dict]:
+    """Checks whose verdict changed between the runs (for the report's comparison table)."""
+    before = {f.get("check"): f.get("verdict") for f in baseline.get("findings") or []}
+    return [{"check": f.get("check"), "baseline": before[f.get("check")], "current": f.get("verdict")}
+            for f in current.get("findings") or []
+            if f.get("check") in before and before[f.get("check")] != f.get("verdict")]

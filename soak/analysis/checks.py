@@ -1,0 +1,49 @@
+"""`analyse`: run every check in the fixed order of summary.json."""
+
+from __future__ import annotations
+
+import logging
+from typing import Callable
+
+from soak.analysis import client, error_checks, kv, latency, liveness, memory, throughput
+from soak.analysis.findings import CHECK_ORDER, Finding, inconclusive
+from soak.analysis.gates import Gates
+from soak.analysis.inputs import RunData
+
+log = logging.getLogger(__name__)
+
+Check = Callable[[RunData, Gates], Finding]
+
+CHECKS: dict[str, Check] = {
+    "leak.rss": memory.check_rss,
+    "leak.vram": memory.check_vram,
+    "leak.kv": kv.check_kv,
+    "leak.fds": memory.check_fds,
+    "creep.ttft_p99": latency.check_ttft,
+    "creep.itl_p99": latency.check_itl,
+    "creep.e2e_p99": latency.check_e2e,
+    "errors.rise": error_checks.check_rise,
+    "errors.budget": error_checks.check_budget,
+    "errors.bursts": error_checks.check_bursts,
+    "hang": liveness.check_hang,
+    "crashes": liveness.check_crashes,
+    "throughput.decay": throughput.check_decay,
+    "client.saturation": client.check_saturation,
+}
+assert tuple(CHECKS) == CHECK_ORDER
+
+
+def analyse(run: RunData, gates: Gates | None = None) -> list[Finding]:
+    """One finding per check, in CHECK_ORDER. A check that raises becomes INCONCLUSIVE (and is
+    logged) so that one malformed series cannot cost the run its report."""
+    gates = gates or Gates()
+    return [_run_check(name, check, run, gates) for name, check in CHECKS.items()]
+
+
+def _run_check(name: str, check: Check, run: RunData, gates: Gates) -> Finding:
+    try:
+        return check(run, gates)
+    except Exception as exc:  # noqa: BLE001 — reported in the finding and the log
+        log.exception("analysis check %s failed", name)
+        return inconclusive(name, f"The analysis of this check failed: {type(exc).__name__}: {exc}",
+                            details={"error": repr(exc)})

@@ -1,0 +1,60 @@
+"""Number formatting for evidence sentences (the one place units are converted for humans)."""
+
+from __future__ import annotations
+
+import math
+
+_BYTE_UNITS = ((2**40, "TiB"), (2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB"))
+
+
+def bytes_text(n_bytes: float, digits: int = 1) -> str:
+    """`49479270` → `47.2 MiB`; keeps the sign."""
+    if n_bytes is None or not math.isfinite(n_bytes):
+        return "n/a"
+    size = abs(n_bytes)
+    for factor, unit in _BYTE_UNITS:
+        if size >= factor:
+            return f"{n_bytes / factor:.{digits}f} {unit}"
+    return f"{n_bytes:.0f} B"
+
+
+def bytes_range_text(low: float, high: float, digits: int = 1) -> str:
+    """A CI in the unit of its larger end: `41.0–53.5 MiB`."""
+    scale = max(abs(low), abs(high))
+    for factor, unit in _BYTE_UNITS:
+        if scale >= factor:
+            return f"{low / factor:.{digits}f}–{high / factor:.{digits}f} {unit}"
+    return f"{low:.0f}–{high:.0f} B"
+
+
+def p_text(p_value: float) -> str:
+    """`2.1e-09` → `p=2e-9`, `0.034` → `p=0.034`."""
+    if p_value is None or not math.isfinite(p_value):
+        return "p=n/a"
+    if p_value < 0.001:
+        mantissa, exponent = f"{p_value:.0e}".split("e")
+        return f"p={mantissa}e{int(exponent)}"
+    return f"p={p_value:.3g}"
+
+
+def pct_text(fraction: float, digits: int = 1) -> str:
+    """`0.0123` → `1.2 %`."""
+    if fraction is None or not math.isfinite(fraction):
+        return "n/a"
+    return f"{100 * fraction:.{digits}f} %"
+
+
+def ms_text(value_ms: float) -> str:
+    """`2300` → `2.30 s`, `41.2` → `41.2 ms`."""
+    if value_ms is None or not math.isfinite(value_ms):
+        return "n/a"
+    return f"{value_ms / 1000:.2f} s" if abs(value_ms) >= 1000 else f"{value_ms:.3g} ms"
+
+
+def duration_text(seconds: float) -> str:
+    """`5400` → `1h30m`, `42` → `42s`."""
+    if seconds < 60:
+        return f"{seconds:.0f}s"
+    minutes = int(round(seconds / 60))
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m"

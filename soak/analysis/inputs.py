@@ -1,0 +1,303 @@
+"""Plain-data inputs of the analysis layer.
+
+The analysis never reads the database: an adapter (in the store or report stage) builds one
+`RunData` from what was recorded and hands it to `soak.analysis.analyse`. Everything here is a
+frozen dataclass of numbers, numpy arrays and strings.
+
+Conventions every field follows:
+
+* Times are **seconds since the run started** (`t_s`, `start_s`, `end_s`), wall-clock based, so a
+  sample at 3600.0 was taken one hour into the run, warm-up included.
+* Array fields are 1-D numpy float arrays of equal length inside one object, sorted by `t_s`.
+  A missing reading inside an array is `nan`; a quantity never measured is `None`.
+* Units are in the names: bytes, ms, seconds, fractions (0–1), counts.
+* A window's `index` is the same number in `WindowInfo`, `LatencyWindow` and `RequestWindow`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+import numpy as np
+
+EXCLUDED_REASONS = ("warmup", "probe", "outage")
+LATENCY_METRICS = ("ttft", "itl", "e2e")
+ERROR_CLASSES = ("connect", "timeout", "http_4xx", "http_5xx", "bad_stream")
+
+
+def _array(values: Any) -> np.ndarray:
+    return np.asarray(values, dtype=float)
+
+
+def _optional_array(values: Any) -> np.ndarray | None:
+    return None if values is None else _array(values)
+
+
+@dataclass(frozen=True)
+class WindowInfo:
+    """One analysis window `[start_s, end_s)`.
+
+    `excluded` is None for a window that trends judge, else why it is left out: "warmup" (it
+    overlaps the warm-up), "probe" (an idle probe ran in it, so load was not steady) or "outage"
+    (the server was down or restarting for part of it).
+    """
+
+    index: int
+    start_s: float
+    end_s: float
+    excluded: str | None = None
+
+    @property
+    def mid_s(self) -> float:
+        return 0.5 * (self.start_s + self.end_s)
+
+
+@dataclass(frozen=True, eq=False)  # numpy arrays do not compare as one bool
+class ProcessSeries:
+    """Samples of one server process (one PID) of the server's process tree.
+
+    `name` is the process name as sampled ("refserver", "vllm", "EngineCore"). `rss_bytes` is the
+    resident set size; `pss_bytes` the proportional set size from smaps_rollup (None when not
+    read); `fds` the count of open file descriptors and `threads` the thread count (None when not
+    sampled). All arrays have the length of `t_s`.
+    """
+
+    pid: int
+    name: str
+    t_s: np.ndarray
+    rss_bytes: np.ndarray
+    pss_bytes: np.ndarray | None = None
+    fds: np.ndarray | None = None
+    threads: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "t_s", _array(self.t_s))
+        object.__setattr__(self, "rss_bytes", _array(self.rss_bytes))
+        for name in ("pss_bytes", "fds", "threads"):
+            object.__setattr__(self, name, _optional_array(getattr(self, name)))
+
+
+@dataclass(frozen=True, eq=False)  # numpy arrays do not compare as one bool
+class GpuProcessSeries:
+    """Per-process GPU memory of one PID of the server tree, from NVML, in bytes.
+
+    One object per (pid, gpu_index); the analysis sums all of them per window for the tree total.
+    """
+
+    pid: int
+    t_s: np.ndarray
+    used_bytes: np.ndarray
+    name: str = ""
+    gpu_index: int = 0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "t_s", _array(self.t_s))
+        object.__setattr__(self, "used_bytes", _array(self.used_bytes))
+
+
+@dataclass(frozen=True)
+class ProcessReading:
+    """One process's memory at the quiet point of an idle probe (after the drain and the hold)."""
+
+    pid: int
+    name: str
+    rss_bytes: float
+    vram_bytes: float | None = None
+    fds: float | None = None
+
+
+@dataclass(frozen=True)
+class ProbeReading:
+    """What an idle probe read after arrivals stopped and in-flight requests drained.
+
+    `t_s` is when the reading was taken. `kv_usage` is `vllm:kv_cache_usage_perc` (0–1) or None
+    when the server exposes no such gauge; `running`/`waiting` are the server's request gauges
+    (None when not exposed). `drained` is False when the drain hit its timeout before the client's
+    in-flight requests finished — a hang signal. `processes` holds per-PID readings taken at the
+    same moment.
+    """
+
+    t_s: float
+    kv_usage: float | None
+    running: float | None
+    waiting: float | None
+    drained: bool = True
+    processes: tuple[ProcessReading, ...] = ()
+
+
+@dataclass(frozen=True)
+class LatencyStats:
+    """Percentiles of one latency metric over one window, in milliseconds; `count` is the sample count.
+
+    For ITL a sample is one gap between content chunks, for TTFT and E2E one request.
+    """
+
+    count: int
+    p50_ms: float
+    p90_ms: float
+    p95_ms: float
+    p99_ms: float
+
+    def percentile_ms(self, level: str) -> float:
+        """The value for "p50", "p90", "p95" or "p99"."""
+        return float(getattr(self, f"{level}_ms"))
+
+    @classmethod
+    def from_histogram(cls, histogram: Any) -> "LatencyStats":
+        """Build from an `hdrh.histogram.HdrHistogram` whose values are recorded in milliseconds."""
+        def at(pct: float) -> float:
+            return float(histogram.get_value_at_percentile(pct))
+
+        return cls(count=int(histogram.get_total_count()), p50_ms=at(50.0), p90_ms=at(90.0),
+                   p95_ms=at(95.0), p99_ms=at(99.0))
+
+
+@dataclass(frozen=True)
+class LatencyWindow:
+    """Client-measured latency of the requests that finished in window `index`.
+
+    TTFT = intended send → first content token; ITL = gap between content chunks; E2E = intended
+    send → last byte (DESIGN §6). A metric with no samples in the window is None.
+    """
+
+    index: int
+    start_s: float
+    end_s: float
+    ttft: LatencyStats | None = None
+    itl: LatencyStats | None = None
+    e2e: LatencyStats | None = None
+
+    def stats(self, metric: str) -> LatencyStats | None:
+        """The stats of "ttft", "itl" or "e2e"."""
+        return getattr(self, metric)
+
+
+@dataclass(frozen=True)
+class RequestWindow:
+    """Request counts of window `index`.
+
+    `requests` counts requests that finished in the window, successes and errors, not `cancelled`
+    ones (a deliberate client cancel is not an error and not a completion). `errors` maps an error
+    class (connect, timeout, http_4xx, http_5xx, bad_stream) to its count. `sends` counts planned
+    arrivals whose intended send time fell in the window (the offered load), `late_sends_1s` those
+    sent more than 1 s after their intended time, `lag_p99_ms` the window's P99 schedule lag
+    (None when not measured). `output_tokens` counts content tokens received.
+    """
+
+    index: int
+    start_s: float
+    end_s: float
+    requests: int
+    errors: Mapping[str, int] = field(default_factory=dict)
+    cancelled: int = 0
+    output_tokens: int = 0
+    sends: int | None = None
+    late_sends_1s: int | None = None
+    lag_p99_ms: float | None = None
+
+    @property
+    def error_count(self) -> int:
+        return int(sum(self.errors.values()))
+
+
+@dataclass(frozen=True, eq=False)  # numpy arrays do not compare as one bool
+class ServerSeries:
+    """The server's own gauges and counters, scraped from /metrics, plus the health probe.
+
+    `running`/`waiting` are request gauges, `kv_usage` 0–1, `generation_tokens_total` and
+    `preemptions_total` monotonic counters (a drop means the server restarted), `health_ok` 1.0
+    when /health answered 200 and 0.0 otherwise. Any array may be None when not scraped; `nan`
+    marks a failed scrape.
+    """
+
+    t_s: np.ndarray
+    running: np.ndarray | None = None
+    waiting: np.ndarray | None = None
+    kv_usage: np.ndarray | None = None
+    generation_tokens_total: np.ndarray | None = None
+    preemptions_total: np.ndarray | None = None
+    health_ok: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "t_s", _array(self.t_s))
+        for name in ("running", "waiting", "kv_usage", "generation_tokens_total",
+                     "preemptions_total", "health_ok"):
+            object.__setattr__(self, name, _optional_array(getattr(self, name)))
+
+
+@dataclass(frozen=True, eq=False)  # numpy arrays do not compare as one bool
+class ClientSeries:
+    """The load generator's own health.
+
+    Arrays: `cpu_percent` of the busiest load-generating process (100 = one core busy; a gevent
+    process cannot use more than one core) and `rss_bytes` of the client, sampled at `t_s`. Run-level schedule lag: `sends` (all planned arrivals sent),
+    `late_sends_1s` (sent > 1 s after their intended time), `lag_p99_ms` (P99 of sent − intended
+    over the whole run). Run-level values may be None; the check then falls back to summing
+    `RequestWindow` counts.
+    """
+
+    t_s: np.ndarray
+    cpu_percent: np.ndarray | None = None
+    rss_bytes: np.ndarray | None = None
+    sends: int | None = None
+    late_sends_1s: int | None = None
+    lag_p99_ms: float | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "t_s", _array(self.t_s))
+        object.__setattr__(self, "cpu_percent", _optional_array(self.cpu_percent))
+        object.__setattr__(self, "rss_bytes", _optional_array(self.rss_bytes))
+
+
+@dataclass(frozen=True)
+class Event:
+    """Something that happened at `t_s`.
+
+    Kinds the analysis reads: "server_start", "crash", "restart", "server_exit" (data may carry
+    "exit_code", "log_tail", and "expected": True for a deliberate stop), "probe_drain_timeout",
+    "canary_timeout", "error_burst". Other kinds are ignored.
+    """
+
+    t_s: float
+    kind: str
+    message: str = ""
+    data: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, eq=False)  # numpy arrays do not compare as one bool
+class RunData:
+    """Everything the analysis needs about one run.
+
+    `planned_duration_s` is what was asked for (warm-up and probes included), `actual_duration_s`
+    how long it ran; `stopped_early` is True when it was interrupted. `gpu_seen` says whether NVML
+    saw a GPU serving the tree, `probes_ran` whether idle probes were scheduled and at least one
+    ran. `server_managed` is True when soak started the server (so an exit would be an event).
+    `total_requests` counts finished requests over the run (cancelled excluded).
+    """
+
+    planned_duration_s: float
+    actual_duration_s: float
+    warmup_s: float
+    window_s: float
+    windows: tuple[WindowInfo, ...]
+    stopped_early: bool = False
+    gpu_seen: bool = False
+    probes_ran: bool = False
+    server_managed: bool = True
+    processes: tuple[ProcessSeries, ...] = ()
+    gpu_processes: tuple[GpuProcessSeries, ...] = ()
+    probes: tuple[ProbeReading, ...] = ()
+    latency_windows: tuple[LatencyWindow, ...] = ()
+    request_windows: tuple[RequestWindow, ...] = ()
+    server: ServerSeries | None = None
+    client: ClientSeries | None = None
+    events: tuple[Event, ...] = ()
+    total_requests: int = 0
+
+    def judged_windows(self) -> list[WindowInfo]:
+        """Windows that trends use: not excluded and starting after the warm-up."""
+        return [w for w in self.windows if w.excluded is None and w.start_s >= self.warmup_s - 1e-9]
+
+    def judged_indices(self) -> set[int]:
+        return {w.index for w in self.judged_windows()}

@@ -1,0 +1,181 @@
+"""Liveness: `hang` (silent stall) and `crashes` (engine death)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from soak.analysis.findings import FAIL, PASS, SUSPECT, Finding, skipped
+from soak.analysis.fmt import duration_text
+from soak.analysis.gates import Gates
+from soak.analysis.inputs import Event, RunData, ServerSeries
+
+HANG_EVENTS = ("canary_timeout", "probe_drain_timeout")
+DEATH_EVENTS = ("crash", "server_exit")
+SERVER_EVENTS = ("server_start", "crash", "restart", "server_exit")
+SAME_DEATH_S = 5.0  # a crash and a server_exit this close together are one death
+
+
+@dataclass(frozen=True)
+class Span:
+    start_s: float
+    end_s: float
+
+    @property
+    def length_s(self) -> float:
+        return self.end_s - self.start_s
+
+
+def find_stalls(server: ServerSeries, min_length_s: float) -> tuple[list[Span], float]:
+    """Spans where running > 0 but generation_tokens_total did not move, longer than min_length_s;
+    also the longest such span of any length. A failed scrape (nan) ends a span: no evidence."""
+    if server.running is None or server.generation_tokens_total is None:
+        return [], 0.0
+    spans, longest_s, start = [], 0.0, None
+    for i, (t_s, running, tokens) in enumerate(zip(server.t_s, server.running,
+                                                   server.generation_tokens_total)):
+        busy = np.isfinite(running) and np.isfinite(tokens) and running > 0
+        if start is not None and busy and tokens == server.generation_tokens_total[start]:
+            continue
+        if start is not None:
+            span = Span(float(server.t_s[start]), float(server.t_s[i - 1]))
+            longest_s = max(longest_s, span.length_s)
+            spans += [span] if span.length_s > min_length_s else []
+        start = i if busy else None
+    if start is not None:
+        span = Span(float(server.t_s[start]), float(server.t_s[-1]))
+        longest_s = max(longest_s, span.length_s)
+        spans += [span] if span.length_s > min_length_s else []
+    return spans, longest_s
+
+
+def check_hang(run: RunData, gates: Gates) -> Finding:
+    limit_s = gates.hang.effective_after_s(run.planned_duration_s)
+    stalls, longest_s = find_stalls(run.server, limit_s) if run.server else ([], 0.0)
+    timeouts = [e for e in run.events if e.kind in HANG_EVENTS]
+    undrained = [p for p in run.probes if not p.drained]
+    has_gauges = run.server is not None and run.server.running is not None \
+        and run.server.generation_tokens_total is not None
+    if not (has_gauges or run.probes or timeouts):
+        return skipped("hang", "No server gauges (running, generated tokens), idle probes or canary "
+                       "results to judge a hang by.")
+    details = {"limit_s": limit_s, "longest_stall_s": longest_s,
+               "stalls": [{"start_s": s.start_s, "end_s": s.end_s} for s in stalls],
+               "timeouts": [{"t_s": e.t_s, "kind": e.kind, "message": e.message} for e in timeouts],
+               "undrained_probes": [p.t_s for p in undrained]}
+    if stalls or timeouts or undrained:
+        return Finding(check="hang", verdict=FAIL, value=longest_s, unit="s", threshold=limit_s,
+                       evidence=_hang_text(stalls, timeouts, undrained, limit_s), details=details)
+    return Finding(check="hang", verdict=PASS, value=longest_s, unit="s", threshold=limit_s,
+                   evidence=_no_hang_text(has_gauges, longest_s, limit_s, len(run.probes)),
+                   details=details)
+
+
+def _hang_text(stalls: list[Span], timeouts: list[Event], undrained: list, limit_s: float) -> str:
+    parts = []
+    if stalls:
+        worst = max(stalls, key=lambda s: s.length_s)
+        parts.append(f"requests were running but no token was generated for {worst.length_s:.0f} s "
+                     f"from {duration_text(worst.start_s)} (limit {limit_s:.0f} s; "
+                     f"{len(stalls)} such stall(s))")
+    for kind in HANG_EVENTS:
+        hits = [e for e in timeouts if e.kind == kind]
+        if hits:
+            what = "canary request(s) timed out" if kind == "canary_timeout" else "probe drain(s) timed out"
+            parts.append(f"{len(hits)} {what}, first at {duration_text(hits[0].t_s)}")
+    if undrained and not any(e.kind == "probe_drain_timeout" for e in timeouts):
+        parts.append(f"{len(undrained)} idle probe(s) did not drain, first at {duration_text(undrained[0].t_s)}")
+    text = "; ".join(parts)
+    return text[0].upper() + text[1:] + "."
+
+
+def _no_hang_text(has_gauges: bool, longest_s: float, limit_s: float, probes: int) -> str:
+    parts = []
+    if has_gauges:
+        parts.append(f"longest span with running requests and no new tokens was {longest_s:.0f} s "
+                     f"(limit {limit_s:.0f} s)")
+    if probes:
+        parts.append(f"all {probes} idle-probe drains finished")
+    text = "No hang: " + "; ".join(parts)
+    return text + "."
+
+
+def _deaths(run: RunData) -> list[Event]:
+    """Crash and unexpected exit events during the run, one per death."""
+    events = sorted((e for e in run.events if e.kind in DEATH_EVENTS
+                     and not e.data.get("expected") and e.t_s <= run.actual_duration_s + 1e-9),
+                    key=lambda e: e.t_s)
+    deaths: list[Event] = []
+    for event in events:
+        if deaths and event.t_s - deaths[-1].t_s <= SAME_DEATH_S:
+            continue
+        deaths.append(event)
+    return deaths
+
+
+def health_gaps(server: ServerSeries | None, min_length_s: float) -> list[Span]:
+    """Spans where /health kept failing for longer than min_length_s."""
+    if server is None or server.health_ok is None:
+        return []
+    bad = np.isfinite(server.health_ok) & (server.health_ok < 0.5)
+    gaps, start = [], None
+    for i, is_bad in enumerate(np.append(bad, False)):
+        if is_bad and start is None:
+            start = i
+        elif not is_bad and start is not None:
+            end_i = min(i, len(server.t_s) - 1)
+            span = Span(float(server.t_s[start]), float(server.t_s[end_i]))
+            gaps += [span] if span.length_s > min_length_s else []
+            start = None
+    return gaps
+
+
+def check_crashes(run: RunData, gates: Gates) -> Finding:
+    deaths = _deaths(run)
+    restarts = [e for e in run.events if e.kind == "restart"]
+    count = len(deaths) or len(restarts)
+    has_health = run.server is not None and run.server.health_ok is not None
+    watched = run.server_managed or has_health or run.processes \
+        or any(e.kind in SERVER_EVENTS for e in run.events)
+    if not watched:
+        return skipped("crashes", "External target with no health checks, process samples or "
+                       "server events: crashes could not be observed.")
+    details = {"crashes": count, "restarts": len(restarts),
+               "events": [_event_dict(e) for e in deaths or restarts]}
+    if count:
+        return Finding(check="crashes", verdict=FAIL, value=count, unit="crashes", threshold=0,
+                       evidence=_crash_text(deaths or restarts, len(restarts)), details=details)
+    gaps = health_gaps(run.server, gates.hang.effective_after_s(run.planned_duration_s))
+    if gaps:
+        worst = max(gaps, key=lambda s: s.length_s)
+        details["health_gaps"] = [{"start_s": g.start_s, "end_s": g.end_s} for g in gaps]
+        return Finding(check="crashes", verdict=SUSPECT, value=0, unit="crashes", threshold=0,
+                       evidence=(f"No exit seen, but /health failed for {worst.length_s:.0f} s from "
+                                 f"{duration_text(worst.start_s)} ({len(gaps)} such gap(s))."),
+                       details=details)
+    return Finding(check="crashes", verdict=PASS, value=0, unit="crashes", threshold=0,
+                   evidence=f"No crash, exit or restart in {duration_text(run.actual_duration_s)}.",
+                   details=details)
+
+
+def _crash_text(deaths: list[Event], restarts: int) -> str:
+    last = deaths[-1]
+    text = f"{len(deaths)} server death(s); last at {duration_text(last.t_s)}"
+    code = last.data.get("exit_code", last.data.get("returncode"))
+    if code is not None:
+        text += f" with exit code {code}"
+    if restarts:
+        text += f"; {restarts} restart(s)"
+    if last.message:
+        text += f": {last.message}"
+    tail = str(last.data.get("log_tail", "")).strip().splitlines()
+    if tail:
+        text += f"; log tail: …{tail[-1][-160:]}"
+    return text + "."
+
+
+def _event_dict(event: Event) -> dict:
+    return {"t_s": event.t_s, "kind": event.kind, "message": event.message,
+            "exit_code": event.data.get("exit_code", event.data.get("returncode")),
+            "log_tail": event.data.get("log_tail")}
