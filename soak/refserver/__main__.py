@@ -1,0 +1,7 @@
+"""`python -m soak.refserver ...`"""
+
+import sys
+
+from soak.refserver import main
+
+sys.exit(main())

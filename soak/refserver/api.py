@@ -1,0 +1,215 @@
+"""The HTTP face: an OpenAI-compatible Starlette app in front of the engine.
+
+Every request-level problem answers with an OpenAI-style error body (400/404), injected faults with
+500, and a client that goes away — streaming or not — aborts its request in the engine.
+"""
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from functools import partial
+
+from prometheus_client import CONTENT_TYPE_LATEST
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from soak.refserver.engine import Engine, TokenEvent
+from soak.refserver.injector import FaultInjector
+from soak.refserver.metrics import ServerMetrics
+from soak.refserver.protocol import GenerationRequest, Limits, RequestError, decode_json, error_body, parse_chat, \
+    parse_completion
+from soak.refserver.responses import SSE_DONE, ChatFormat, CompletionFormat, sse
+from soak.refserver.tokenizer import IncrementalDecoder
+
+VERSION = "0.1.0"
+SSE_HEADERS = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache")]
+
+
+@dataclass(frozen=True)
+class ServerInfo:
+    model_name: str
+    max_model_len: int
+    created: int
+
+
+def error_response(status: int, message: str, param: str | None = None) -> JSONResponse:
+    return JSONResponse(error_body(status, message, param), status_code=status)
+
+
+async def wait_for_disconnect(receive) -> None:
+    """Return once the client has gone (the request body must already have been read)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+class SSEResponse:
+    """Streams server-sent events; calls `on_abort` if the stream does not run to its end.
+
+    Disconnects are watched on `receive`, not inferred from failed sends: uvicorn drops writes to a
+    closed connection silently, so a stream could otherwise run on for a client long gone.
+    """
+
+    def __init__(self, chunks: AsyncIterator[bytes], on_abort: Callable[[], None]) -> None:
+        self._chunks = chunks
+        self._on_abort = on_abort
+
+    async def __call__(self, scope, receive, send) -> None:
+        producer = asyncio.ensure_future(self._produce(send))
+        watcher = asyncio.ensure_future(wait_for_disconnect(receive))
+        completed = False
+        try:
+            await asyncio.wait({producer, watcher}, return_when=asyncio.FIRST_COMPLETED)
+            completed = producer.done() and producer.result() is None  # result() re-raises a bug
+        finally:
+            watcher.cancel()
+            producer.cancel()
+            if not completed:
+                self._on_abort()
+
+    async def _produce(self, send) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
+        async for chunk in self._chunks:
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+async def _no_response(scope, receive, send) -> None:
+    """For a client that already left: nothing to send."""
+
+
+async def _token_events(events: asyncio.Queue) -> AsyncIterator[TokenEvent]:
+    while True:
+        event = await events.get()
+        yield event
+        if event.finish_reason is not None:
+            return
+
+
+async def _stream_chunks(events: asyncio.Queue, fmt) -> AsyncIterator[bytes]:
+    """SSE chunks for one request: role (chat), text deltas, the usage chunk if asked, [DONE]."""
+    decoder = IncrementalDecoder()
+    first = fmt.first_chunk()
+    async for event in _token_events(events):
+        if first is not None:
+            yield sse(first)
+            first = None
+        text = decoder.feed(event.token_id) + (decoder.finish() if event.finish_reason else "")
+        if text or event.finish_reason:
+            yield sse(fmt.delta_chunk(text, event.finish_reason))
+    if fmt.include_usage:
+        yield sse(fmt.usage_chunk(event.prompt_tokens, event.completion_tokens))
+    yield SSE_DONE
+
+
+async def _full_text(events: asyncio.Queue) -> tuple[str, TokenEvent]:
+    decoder = IncrementalDecoder()
+    pieces = []
+    async for event in _token_events(events):
+        pieces.append(decoder.feed(event.token_id))
+    return "".join(pieces) + decoder.finish(), event
+
+
+class RefServerApi:
+    """Route handlers bound to one engine, fault injector and metrics registry."""
+
+    def __init__(self, engine: Engine, injector: FaultInjector, metrics: ServerMetrics, info: ServerInfo) -> None:
+        self.engine = engine
+        self.injector = injector
+        self.metrics = metrics
+        self.info = info
+        self.limits = Limits(info.model_name, info.max_model_len)
+
+    def routes(self) -> list[Route]:
+        return [
+            Route("/health", self.health, methods=["GET"]),
+            Route("/version", self.version, methods=["GET"]),
+            Route("/debug/faults", self.debug_faults, methods=["GET"]),
+            Route("/metrics", self.metrics_text, methods=["GET"]),
+            Route("/v1/models", self.models, methods=["GET"]),
+            Route("/v1/chat/completions", self.chat_completions, methods=["POST"]),
+            Route("/v1/completions", self.completions, methods=["POST"]),
+        ]
+
+    async def health(self, request: Request) -> Response:
+        return Response(status_code=200)  # stays 200 under hang-after, as vLLM's did (#43941)
+
+    async def version(self, request: Request) -> Response:
+        return JSONResponse({"version": VERSION, "server": "soak-refserver",
+                             "faults": list(self.injector.faults.texts)})
+
+    async def debug_faults(self, request: Request) -> Response:
+        return JSONResponse(self.injector.describe())
+
+    async def metrics_text(self, request: Request) -> Response:
+        return Response(self.metrics.render(self.engine.snapshot()), media_type=CONTENT_TYPE_LATEST)
+
+    async def models(self, request: Request) -> Response:
+        card = {"id": self.info.model_name, "object": "model", "created": self.info.created,
+                "owned_by": "soak", "root": self.info.model_name, "parent": None,
+                "max_model_len": self.info.max_model_len, "permission": []}
+        return JSONResponse({"object": "list", "data": [card]})
+
+    async def chat_completions(self, request: Request):
+        return await self._generate(request, parse_chat, ChatFormat)
+
+    async def completions(self, request: Request):
+        return await self._generate(request, parse_completion, CompletionFormat)
+
+    async def _generate(self, request: Request, parse, format_class):
+        try:
+            generation: GenerationRequest = parse(decode_json(await request.body()), self.limits)
+        except RequestError as exc:
+            return error_response(exc.status, exc.message, exc.param)
+        failure = self.injector.request_error()
+        if failure is not None:
+            return error_response(500, failure)
+        fmt = format_class(self.info.model_name, generation.include_usage)
+        events: asyncio.Queue = asyncio.Queue()
+        self.engine.submit(generation.prompt_tokens, generation.params, events, fmt.request_id)
+        abort = partial(self.engine.abort, fmt.request_id)
+        if generation.stream:
+            return SSEResponse(_stream_chunks(events, fmt), on_abort=abort)
+        return await self._respond_when_done(request, events, fmt, abort)
+
+    async def _respond_when_done(self, request: Request, events: asyncio.Queue, fmt, abort):
+        collector = asyncio.ensure_future(_full_text(events))
+        watcher = asyncio.ensure_future(wait_for_disconnect(request.receive))
+        try:
+            await asyncio.wait({collector, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            watcher.cancel()
+            client_left = not collector.done()
+            if client_left:
+                collector.cancel()
+                abort()
+        if client_left:
+            return _no_response
+        text, last = collector.result()
+        return JSONResponse(fmt.full(text, last.finish_reason, last.prompt_tokens, last.completion_tokens))
+
+
+def publish_to_loop(loop: asyncio.AbstractEventLoop):
+    """An engine publisher that hands each step's events to the event loop in one hop."""
+
+    def deliver(events: list[tuple[asyncio.Queue, TokenEvent]]) -> None:
+        for queue, event in events:
+            queue.put_nowait(event)
+
+    def publish(events: list[tuple[asyncio.Queue, TokenEvent]]) -> None:
+        try:
+            loop.call_soon_threadsafe(deliver, events)
+        except RuntimeError:  # the loop has closed: the server is shutting down
+            pass
+
+    return publish
+
+
+async def _http_error(request: Request, exc: HTTPException) -> Response:
+    return error_response(exc.status_code, str(exc.detail))
+
+
+def build_app(api: RefServerApi) -> Starlette:
+    return Starlette(routes=api.routes(), exception_handlers={HTTPException: _http_error})

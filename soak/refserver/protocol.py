@@ -1,0 +1,209 @@
+"""OpenAI request bodies → validated generation requests, and OpenAI-style error bodies.
+
+Request-level mistakes are the client's: they raise `RequestError` (400 or 404), never a 500.
+Fields the server does not use (`user`, penalties, `stop`, …) are type-checked where known and
+otherwise ignored, as vLLM does.
+"""
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from soak.refserver.sampling import SamplingParams
+from soak.refserver.tokenizer import BOS_ID, VOCAB_SIZE, encode
+
+ERROR_TYPES = {400: "BadRequestError", 404: "NotFoundError", 500: "InternalServerError"}
+COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # the legacy completions API's default, which vLLM keeps
+CHAT_ROLES = {"system", "developer", "user", "assistant", "tool"}
+
+
+class RequestError(Exception):
+    """A request the server refuses; carries the HTTP status and the offending parameter."""
+
+    def __init__(self, status: int, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.param = param
+
+
+def error_body(status: int, message: str, param: str | None = None) -> dict:
+    """`{"error": {"message", "type", "param", "code"}}` as OpenAI and vLLM send it."""
+    return {"error": {"message": message, "type": ERROR_TYPES.get(status, "APIError"), "param": param,
+                      "code": status}}
+
+
+@dataclass(frozen=True)
+class Limits:
+    model_name: str
+    max_model_len: int
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    prompt_tokens: list[int]
+    params: SamplingParams
+    stream: bool
+    include_usage: bool
+
+
+def decode_json(raw: bytes) -> dict:
+    """The body as a JSON object, or a 400."""
+    try:
+        body = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise RequestError(400, f"malformed JSON body: {exc}") from None
+    if not isinstance(body, dict):
+        raise RequestError(400, "the request body must be a JSON object")
+    return body
+
+
+def parse_chat(body: dict, limits: Limits) -> GenerationRequest:
+    """Validate a /v1/chat/completions body."""
+    _check_model(body, limits)
+    prompt = encode(_render_messages(body.get("messages")))
+    return _generation(body, prompt, "messages", limits, default_max_tokens=None)
+
+
+def parse_completion(body: dict, limits: Limits) -> GenerationRequest:
+    """Validate a /v1/completions body."""
+    _check_model(body, limits)
+    prompt = _prompt_tokens(body.get("prompt"))
+    return _generation(body, prompt, "prompt", limits, default_max_tokens=COMPLETIONS_DEFAULT_MAX_TOKENS)
+
+
+def _check_model(body: dict, limits: Limits) -> None:
+    model = body.get("model")
+    if model is None:
+        return  # like vLLM: no model means the served one
+    if not isinstance(model, str):
+        raise RequestError(400, "'model' must be a string", "model")
+    if model != limits.model_name:
+        raise RequestError(404, f"The model `{model}` does not exist.", "model")
+
+
+def _render_messages(messages: Any) -> str:
+    """A minimal chat template: each message as `<|role|>` + content, then the assistant cue."""
+    if not isinstance(messages, list) or not messages:
+        raise RequestError(400, "'messages' must be a non-empty list", "messages")
+    parts = [f"<|{_role(m)}|>\n{_content(m)}\n" for m in messages]
+    return "".join(parts) + "<|assistant|>\n"
+
+
+def _role(message: Any) -> str:
+    if not isinstance(message, dict) or message.get("role") not in CHAT_ROLES:
+        raise RequestError(400, f"each message needs a 'role' among {sorted(CHAT_ROLES)}", "messages")
+    return message["role"]
+
+
+def _content(message: dict) -> str:
+    content = message.get("content")
+    if content is None and message["role"] == "assistant":
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list) and all(_is_text_part(part) for part in content):
+        return "".join(part["text"] for part in content)
+    raise RequestError(400, "message 'content' must be a string or a list of text parts", "messages")
+
+
+def _is_text_part(part: Any) -> bool:
+    return isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str)
+
+
+def _prompt_tokens(prompt: Any) -> list[int]:
+    """A string, a one-string list, or a list of token ids."""
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
+        prompt = prompt[0]
+    if isinstance(prompt, str):
+        return encode(prompt)
+    if isinstance(prompt, list) and prompt and all(_is_int(t) and 0 <= t < VOCAB_SIZE for t in prompt):
+        return prompt if prompt[0] == BOS_ID else [BOS_ID, *prompt]
+    raise RequestError(400, "'prompt' must be a string or a non-empty list of token ids "
+                            f"below {VOCAB_SIZE} (one prompt per request)", "prompt")
+
+
+def _generation(body: dict, prompt: list[int], prompt_param: str, limits: Limits,
+                default_max_tokens: int | None) -> GenerationRequest:
+    room = limits.max_model_len - len(prompt)
+    if room <= 0:
+        raise RequestError(400, f"This model's maximum context length is {limits.max_model_len} tokens. "
+                                f"However, your request has {len(prompt)} input tokens.", prompt_param)
+    max_tokens = _max_tokens(body, default_max_tokens or room)
+    if max_tokens > room:
+        raise RequestError(400, f"This model's maximum context length is {limits.max_model_len} tokens. "
+                                f"However, you requested {len(prompt) + max_tokens} tokens ({len(prompt)} in "
+                                f"the {prompt_param}, {max_tokens} in the completion).", "max_tokens")
+    _check_unsupported(body)
+    stream = _optional(body, "stream", bool, False)
+    return GenerationRequest(prompt, _sampling(body, max_tokens), stream, _include_usage(body, stream))
+
+
+def _max_tokens(body: dict, default: int) -> int:
+    name = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
+    value = body.get(name)
+    if value is None:
+        return default
+    if not _is_int(value) or value <= 0:
+        raise RequestError(400, f"'{name}' must be an integer >= 1, got {value!r}", name)
+    return value
+
+
+def _sampling(body: dict, max_tokens: int) -> SamplingParams:
+    temperature = _optional(body, "temperature", float, 1.0)
+    top_p = _optional(body, "top_p", float, 1.0)
+    if temperature < 0:
+        raise RequestError(400, "'temperature' must be >= 0", "temperature")
+    if not 0 < top_p <= 1:
+        raise RequestError(400, "'top_p' must be in (0, 1]", "top_p")
+    min_tokens = _optional(body, "min_tokens", int, 0)
+    if min_tokens < 0:
+        raise RequestError(400, "'min_tokens' must be >= 0", "min_tokens")
+    return SamplingParams(max_tokens=max_tokens, temperature=float(temperature), top_p=float(top_p),
+                          seed=_optional(body, "seed", int, None), ignore_eos=_optional(body, "ignore_eos", bool, False),
+                          min_tokens=min_tokens)
+
+
+def _include_usage(body: dict, stream: bool) -> bool:
+    options = body.get("stream_options")
+    if options is None:
+        return False
+    if not stream:
+        raise RequestError(400, "'stream_options' is only allowed when 'stream' is true", "stream_options")
+    if not isinstance(options, dict):
+        raise RequestError(400, "'stream_options' must be an object", "stream_options")
+    return _optional(options, "include_usage", bool, False)
+
+
+def _check_unsupported(body: dict) -> None:
+    if _optional(body, "n", int, 1) != 1:
+        raise RequestError(400, "only n=1 is supported", "n")
+    stop = body.get("stop")
+    if stop is not None and not isinstance(stop, str) and not (
+            isinstance(stop, list) and all(isinstance(s, str) for s in stop)):
+        raise RequestError(400, "'stop' must be a string or a list of strings", "stop")
+    for name in ("presence_penalty", "frequency_penalty", "repetition_penalty"):
+        _optional(body, name, float, 0.0)
+    _optional(body, "user", str, None)
+
+
+def _optional(body: dict, name: str, kind: type, default: Any) -> Any:
+    """body[name] if present and of `kind`, else `default`; a value of another type is a 400."""
+    value = body.get(name)
+    if value is None:
+        return default
+    if not _TYPE_CHECKS[kind](value):
+        raise RequestError(400, f"'{name}' must be of type {kind.__name__}, got {type(value).__name__}", name)
+    return value
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)  # JSON true is not 1
+
+
+_TYPE_CHECKS = {
+    int: _is_int,
+    float: lambda value: _is_int(value) or isinstance(value, float),
+    bool: lambda value: isinstance(value, bool),
+    str: lambda value: isinstance(value, str),
+}
