@@ -5,6 +5,10 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -15,6 +19,8 @@ from soak.target.openai import choose_model, list_models, model_limits
 from soak.target.process import ServerProcess, log_tail
 
 log = logging.getLogger(__name__)
+
+HEALTH_TIMEOUT_S = 2.0  # one cheap GET per check; a server too busy to answer in 2 s counts as down
 
 
 @dataclass
@@ -39,11 +45,55 @@ def auth_headers(config: RunConfig) -> dict[str, str]:
     return {"Authorization": f"Bearer {key}"} if key else {}
 
 
+def probe_up(base_url: str, headers: dict[str, str] | None = None, timeout_s: float = HEALTH_TIMEOUT_S) -> str:
+    """"up" when GET /health answers 200 (or 404: the server has no /health but answers), else "down"."""
+    request = urllib.request.Request(base_url + "/health", headers=headers or {})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout_s) as response:  # noqa: S310 - soak's own URL
+            return "up" if response.status == 200 else "down"
+    except urllib.error.HTTPError as exc:
+        return "up" if exc.code == 404 else "down"
+    except (OSError, ValueError):
+        return "down"
+
+
+def url_port(base_url: str) -> int | None:
+    """The port a base URL names, if any."""
+    try:
+        return urllib.parse.urlsplit(base_url).port
+    except ValueError:
+        return None
+
+
+def port_free(port: int) -> bool:
+    """Whether 127.0.0.1:`port` can be bound now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # servers set it too; TIME_WAIT is no obstacle
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
 def free_port() -> int:
     """A port the OS says is free on 127.0.0.1 now (for servers that cannot take --port 0)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+PORT_REUSE_WAIT_S = 5.0
+
+
+def wait_port_free(port: int, timeout_s: float) -> bool:
+    """Poll until the port can be bound (a dying server may hold it briefly)."""
+    deadline = time.monotonic() + timeout_s
+    while not port_free(port):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.1)
+    return True
 
 
 class Target:
@@ -63,6 +113,22 @@ class Target:
     def exit_code(self) -> int | None:
         """The server's exit code once it died; None while alive (or not ours to watch)."""
         return None
+
+    def health(self) -> str:
+        """"exited" once the process ended, else "up" or "down" from one GET /health (2 s timeout)."""
+        if self.exit_code() is not None:
+            return "exited"
+        if self.info is None:
+            return "down"
+        return probe_up(self.info.base_url, auth_headers(self.config))
+
+    def may_restart(self) -> bool:
+        """Whether policy allows another restart now; never for a server soak did not start."""
+        return False
+
+    def restart(self) -> ServerInfo:
+        """Start the server again; only targets soak started can."""
+        raise TargetError(f"soak cannot restart a {self.kind} target it did not start")
 
     def stop(self) -> int | None:
         """Stop what soak started; attach-only targets do nothing."""
@@ -107,12 +173,33 @@ class ManagedTarget(Target):
     """A server soak starts in its own process group and stops at the end."""
 
     process: ServerProcess | None = None
+    restart_port: int | None = None  # set by restart(): the port start() should bind again
+    restarts: int = 0
 
     def exit_code(self) -> int | None:
         return self.process.exit_code() if self.process else None
 
     def stop(self, grace_s: float = 15.0) -> int | None:
         return self.process.stop(grace_s) if self.process else None
+
+    def may_restart(self) -> bool:
+        """--restart on-crash and fewer than --max-restarts restarts so far (`self.restarts`)."""
+        target = self.config.target
+        return target.restart == "on-crash" and self.restarts < target.max_restarts
+
+    def restart(self, grace_s: float = 15.0) -> ServerInfo:
+        """Stop what is left of the old process group, then start again on the same port when it is free.
+
+        The base URL stays valid unless another program took the port meanwhile; then a new port is used and
+        the returned ServerInfo (also `self.info`) says so. A failed start raises TargetError, as `start()` does.
+        """
+        old_port = url_port(self.info.base_url) if self.info else None
+        self.stop(grace_s)
+        self.restart_port = old_port if old_port and wait_port_free(old_port, PORT_REUSE_WAIT_S) else None
+        if old_port and self.restart_port is None:
+            log.warning("port %s is still taken after the stop; the restarted server gets a new one", old_port)
+        self.restarts += 1
+        return self.start()
 
     def fail_start(self, what: str) -> TargetError:
         """A TargetError quoting the server log's tail."""

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 import sys
-from pathlib import Path
 
 from soak.target.base import ManagedTarget, ServerInfo
 from soak.target.process import ServerProcess
@@ -29,9 +28,12 @@ class ReferenceTarget(ManagedTarget):
     """soak's own CPU reference inference server (optionally with planted faults)."""
 
     kind = "reference"
+    _log_offset = 0  # where this start's output begins in server.log
 
     def start(self) -> ServerInfo:
-        self.process = ServerProcess(reference_command(self.config), self.run_dir / "server.log")
+        log_path = self.run_dir / "server.log"
+        self._log_offset = log_path.stat().st_size if log_path.exists() else 0  # a restart appends to the log
+        self.process = ServerProcess(self._command(), log_path)
         self.process.start()
         timeout_s = min(self.config.target.startup_timeout_s, REFERENCE_STARTUP_TIMEOUT_S)
         outcome = self.process.wait_for(lambda: self._ready_url() is not None, timeout_s)
@@ -42,9 +44,18 @@ class ReferenceTarget(ManagedTarget):
         self.info = self._describe(self._ready_url(), [self.process.pid], self.process)
         return self.info
 
+    def _command(self) -> list[str]:
+        """The refserver command; after restart() it binds the old port again so the base URL stays valid."""
+        cmd = reference_command(self.config)
+        if self.restart_port:
+            cmd[cmd.index("--port") + 1] = str(self.restart_port)
+        return cmd
+
     def _ready_url(self) -> str | None:
         try:
-            text = Path(self.process.log_path).read_text(errors="replace")
+            with open(self.process.log_path, "rb") as handle:
+                handle.seek(self._log_offset)
+                text = handle.read().decode("utf-8", errors="replace")
         except OSError:
             return None
         match = READY_LINE.search(text)

@@ -1,17 +1,23 @@
 """NVML readings per GPU (those CUDA_VISIBLE_DEVICES picks) and VRAM per process of the server tree.
 
 NVML may be missing (no driver, no GPU): `GpuSampler.available` is then False and the reason is kept for one
-clean "no_gpu" event. Each NVML query is guarded on its own, so one failing call never kills a sample.
+clean "no_gpu" event. Each NVML query is guarded on its own, so one failing call never kills a sample: a reading
+NVML refuses (not supported, GPU lost, …) is None. XID errors arrive as NVML events, not as a counter: each GPU
+gets an event set, drained without waiting at every sample, and `xid_errors` counts what was seen since start.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Mapping
 from typing import Any
 
 log = logging.getLogger(__name__)
+
+MAX_XID_EVENTS_PER_SAMPLE = 64  # bound the drain, so a storm of events cannot stall a sample
+KEPT_XID_EVENTS = 1000
 
 
 def _guarded(call: Callable[[], Any]) -> Any:
@@ -22,52 +28,149 @@ def _guarded(call: Callable[[], Any]) -> Any:
         return None
 
 
-def visible_gpu_indices(count: int, environ: dict[str, str] | None = None) -> list[int]:
-    """NVML indices of the GPUs named by CUDA_VISIBLE_DEVICES (numeric form); all when it is unset."""
+def _succeeds(call: Callable[[], Any]) -> bool:
+    """Whether a call that returns nothing on success went through."""
+    try:
+        call()
+    except Exception:  # noqa: BLE001 - see _guarded
+        return False
+    return True
+
+
+def _text(value: Any) -> Any:
+    """NVML strings arrive as bytes from older pynvml builds."""
+    return value.decode("utf-8", errors="replace") if isinstance(value, bytes) else value
+
+
+def visible_gpu_indices(count: int, environ: Mapping[str, str] | None = None,
+                        uuids: Mapping[str, int] | None = None) -> list[int]:
+    """NVML indices of the GPUs CUDA_VISIBLE_DEVICES names; all of them when it is unset.
+
+    Entries are indices or (prefixes of) GPU/MIG UUIDs, mapped to NVML indices by `uuids`. As CUDA does, parsing
+    stops at the first entry that names no device, and an empty value hides every GPU.
+    """
     environ = os.environ if environ is None else environ
     visible = environ.get("CUDA_VISIBLE_DEVICES")
     if visible is None:
         return list(range(count))
-    picked = []
+    picked: list[int] = []
     for part in visible.split(","):
-        part = part.strip()
-        if part.isdigit() and int(part) < count:
-            picked.append(int(part))
+        index = _device_index(part.strip(), count, uuids or {})
+        if index is None:
+            break
+        if index not in picked:
+            picked.append(index)
     return picked
 
 
-class GpuSampler:
-    """Reads per-GPU state and per-process VRAM through pynvml."""
+def _device_index(entry: str, count: int, uuids: Mapping[str, int]) -> int | None:
+    """The NVML index one CUDA_VISIBLE_DEVICES entry names, or None."""
+    if entry.isdigit():
+        return int(entry) if int(entry) < count else None
+    wanted = entry.lower()
+    if not wanted:
+        return None
+    matches = {index for uuid, index in uuids.items()
+               if uuid.lower().startswith(wanted) or uuid.lower().startswith("gpu-" + wanted)}
+    return matches.pop() if len(matches) == 1 else None
 
-    def __init__(self) -> None:
+
+class XidWatch:
+    """XID (critical error) events of one GPU, read from an NVML event set without waiting."""
+
+    def __init__(self, nvml: Any, handle: Any):
+        self._nvml = nvml
+        self._set = _guarded(nvml.nvmlEventSetCreate)
+        registered = self._set is not None and _succeeds(
+            lambda: nvml.nvmlDeviceRegisterEvents(handle, nvml.nvmlEventTypeXidCriticalError, self._set))
+        self.count: int | None = 0 if registered else None  # None: this GPU/driver cannot report XIDs
+        if not registered:
+            self.close()
+
+    def poll(self) -> list[int]:
+        """The XID numbers that arrived since the last poll (a 0 ms wait; NVML's timeout ends the drain)."""
+        if self.count is None:
+            return []
+        wait = getattr(self._nvml, "nvmlEventSetWait_v2", None) or self._nvml.nvmlEventSetWait
+        xids = []
+        for _ in range(MAX_XID_EVENTS_PER_SAMPLE):
+            event = _guarded(lambda: wait(self._set, 0))
+            if event is None:
+                break
+            xids.append(int(event.eventData))
+        self.count += len(xids)
+        return xids
+
+    def close(self) -> None:
+        """Free the event set."""
+        if self._set is not None:
+            _guarded(lambda: self._nvml.nvmlEventSetFree(self._set))
+            self._set = None
+
+
+class GpuSampler:
+    """Reads per-GPU state, XID events and per-process VRAM through pynvml (or a module-like stand-in)."""
+
+    def __init__(self, nvml: Any = None, environ: Mapping[str, str] | None = None) -> None:
         self.available = False
         self.reason = ""
+        self.device_count = 0
+        self.xid_events: list[dict[str, Any]] = []  # {"gpu_index", "xid", "at_epoch_s"}, oldest first
         self._nvml: Any = None
         self._handles: list[tuple[int, Any]] = []
-        self._open()
+        self._xids: dict[int, XidWatch] = {}
+        self._open(nvml, os.environ if environ is None else environ)
 
-    def _open(self) -> None:
+    def _open(self, nvml: Any, environ: Mapping[str, str]) -> None:
         try:
-            import pynvml
-
-            pynvml.nvmlInit()
-            indices = visible_gpu_indices(pynvml.nvmlDeviceGetCount())
-            self._handles = [(i, pynvml.nvmlDeviceGetHandleByIndex(i)) for i in indices]
-            self._nvml = pynvml
-            self.available = bool(self._handles)
-            self.reason = "" if self.available else "NVML sees no GPU picked by CUDA_VISIBLE_DEVICES"
+            if nvml is None:
+                import pynvml as nvml
+            nvml.nvmlInit()
         except Exception as exc:  # noqa: BLE001 - any failure to load NVML means "no GPU"
             self.reason = f"NVML not available: {exc}"
+            return
+        self._nvml = nvml
+        self.device_count = _guarded(nvml.nvmlDeviceGetCount) or 0
+        indices = visible_gpu_indices(self.device_count, environ, self._uuid_map())
+        handles = [(i, _guarded(lambda i=i: nvml.nvmlDeviceGetHandleByIndex(i))) for i in indices]
+        self._handles = [(i, handle) for i, handle in handles if handle is not None]
+        self._xids = {i: XidWatch(nvml, handle) for i, handle in self._handles}
+        self.available = bool(self._handles)
+        if not self.available:
+            self.reason = (f"NVML sees {self.device_count} GPU(s), none picked by CUDA_VISIBLE_DEVICES="
+                           f"{environ.get('CUDA_VISIBLE_DEVICES')!r}" if self.device_count else "NVML sees no GPU")
+
+    def _uuid_map(self) -> dict[str, int]:
+        """UUID of every GPU and of its MIG instances → the GPU's NVML index (for UUID-form CUDA_VISIBLE_DEVICES)."""
+        nv, found = self._nvml, {}
+        for index in range(self.device_count):
+            handle = _guarded(lambda i=index: nv.nvmlDeviceGetHandleByIndex(i))
+            uuid = _text(_guarded(lambda h=handle: nv.nvmlDeviceGetUUID(h))) if handle is not None else None
+            if uuid:
+                found[uuid] = index
+                found.update({mig: index for mig in self._mig_uuids(handle)})
+        return found
+
+    def _mig_uuids(self, handle: Any) -> list[str]:
+        nv = self._nvml
+        mode = _guarded(lambda: nv.nvmlDeviceGetMigMode(handle))
+        if not mode or mode[0] != getattr(nv, "NVML_DEVICE_MIG_ENABLE", 1):
+            return []
+        slots = _guarded(lambda: nv.nvmlDeviceGetMaxMigDeviceCount(handle)) or 0
+        migs = [_guarded(lambda j=j: nv.nvmlDeviceGetMigDeviceHandleByIndex(handle, j)) for j in range(slots)]
+        return [_text(uuid) for mig in migs if mig is not None
+                if (uuid := _guarded(lambda m=mig: nv.nvmlDeviceGetUUID(m)))]
 
     def describe(self) -> list[dict[str, Any]]:
-        """Static facts per GPU for the environment record: name, memory, driver, CUDA version."""
+        """Static facts per GPU for the environment record: name, UUID, memory, driver, CUDA version."""
         nv = self._nvml
         if not self.available:
             return []
-        driver = _guarded(nv.nvmlSystemGetDriverVersion)
+        driver = _text(_guarded(nv.nvmlSystemGetDriverVersion))
         cuda = _guarded(nv.nvmlSystemGetCudaDriverVersion_v2)
         return [
-            {"index": index, "name": _guarded(lambda h=handle: nv.nvmlDeviceGetName(h)),
+            {"index": index, "name": _text(_guarded(lambda h=handle: nv.nvmlDeviceGetName(h))),
+             "uuid": _text(_guarded(lambda h=handle: nv.nvmlDeviceGetUUID(h))),
              "memory_total_bytes": _guarded(lambda h=handle: nv.nvmlDeviceGetMemoryInfo(h).total),
              "driver": driver, "cuda_driver_version": cuda}
             for index, handle in self._handles
@@ -91,34 +194,77 @@ class GpuSampler:
         power_mw = _guarded(lambda: nv.nvmlDeviceGetPowerUsage(handle))
         return {
             "gpu_index": index,
-            "name": _guarded(lambda: nv.nvmlDeviceGetName(handle)),
-            "mem_used_bytes": memory.used if memory else None,
-            "mem_total_bytes": memory.total if memory else None,
-            "util_pct": utilization.gpu if utilization else None,
+            "name": _text(_guarded(lambda: nv.nvmlDeviceGetName(handle))),
+            "mem_used_bytes": _guarded(lambda: memory.used),
+            "mem_total_bytes": _guarded(lambda: memory.total),
+            "util_pct": _guarded(lambda: utilization.gpu),
             "temp_c": _guarded(lambda: nv.nvmlDeviceGetTemperature(handle, nv.NVML_TEMPERATURE_GPU)),
-            "power_w": power_mw / 1000.0 if power_mw is not None else None,
+            "power_w": power_mw / 1000.0 if isinstance(power_mw, (int, float)) else None,
             "sm_clock_mhz": _guarded(lambda: nv.nvmlDeviceGetClockInfo(handle, nv.NVML_CLOCK_SM)),
-            "throttle_reasons": _guarded(lambda: nv.nvmlDeviceGetCurrentClocksEventReasons(handle)),
+            "throttle_reasons": self._throttle_reasons(handle),
             "ecc_errors": _guarded(lambda: nv.nvmlDeviceGetTotalEccErrors(
                 handle, nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, nv.NVML_VOLATILE_ECC)),
-            "xid_errors": None,  # XIDs arrive as NVML events, not a counter; see docs/telemetry.md
+            "xid_errors": self._poll_xids(index),
         }
 
+    def _throttle_reasons(self, handle: Any) -> int | None:
+        """The clock-event (throttle) bitmask; drivers before 535 only know the older name."""
+        nv = self._nvml
+        reasons = _guarded(lambda: nv.nvmlDeviceGetCurrentClocksEventReasons(handle))
+        if reasons is None:
+            reasons = _guarded(lambda: nv.nvmlDeviceGetCurrentClocksThrottleReasons(handle))
+        return reasons
+
+    def _poll_xids(self, index: int) -> int | None:
+        """XIDs seen on this GPU since start (None when it cannot report them); new ones join `xid_events`."""
+        watch = self._xids.get(index)
+        if watch is None:
+            return None
+        now_s = time.time()
+        for xid in watch.poll():
+            log.warning("GPU %d reported XID %d", index, xid)
+            self.xid_events.append({"gpu_index": index, "xid": xid, "at_epoch_s": now_s})
+        del self.xid_events[:-KEPT_XID_EVENTS]
+        return watch.count
+
+    def drain_xid_events(self) -> list[dict[str, Any]]:
+        """XID events gathered by samples since the last drain (for the caller to record as run events)."""
+        events, self.xid_events = self.xid_events, []
+        return events
+
     def _process_rows(self, index: int, handle: Any, wanted: set[int]) -> list[dict[str, Any]]:
-        processes = _guarded(lambda: self._nvml.nvmlDeviceGetComputeRunningProcesses(handle)) or []
-        return [
-            {"gpu_index": index, "pid": process.pid, "used_bytes": process.usedGpuMemory}
-            for process in processes
-            if process.pid in wanted
-        ]
+        """VRAM per tree process: compute contexts first, graphics ones only for PIDs not already seen."""
+        nv, used_by_pid = self._nvml, {}
+        for query in ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses"):
+            processes = _guarded(lambda q=query: getattr(nv, q)(handle)) or []
+            for process in processes:
+                pid = _guarded(lambda p=process: int(p.pid))
+                if pid in wanted and pid not in used_by_pid:
+                    used_by_pid[pid] = _guarded(lambda p=process: p.usedGpuMemory)
+        return [{"gpu_index": index, "pid": pid, "used_bytes": used} for pid, used in used_by_pid.items()]
+
+    def holding(self, pids: list[int]) -> dict[int, int | None]:
+        """The PIDs among `pids` that NVML lists on a picked GPU now → their VRAM bytes (None: NVML won't say)."""
+        if not self.available:
+            return {}
+        wanted, held = set(pids), {}
+        for index, handle in self._handles:
+            for row in self._process_rows(index, handle, wanted):
+                pid, used_bytes = row["pid"], row["used_bytes"]
+                held[pid] = held.get(pid) if used_bytes is None else (held.get(pid) or 0) + used_bytes
+        return held
 
     def used_by(self, pids: list[int]) -> int:
-        """VRAM bytes held now by any of `pids` (to check it was released after a stop)."""
-        _, rows = self.sample(pids)
-        return sum(row["used_bytes"] or 0 for row in rows)
+        """VRAM bytes held now by any of `pids`."""
+        return sum(used or 0 for used in self.holding(pids).values())
 
     def close(self) -> None:
-        """Release NVML."""
-        if self.available:
-            _guarded(self._nvml.nvmlShutdown)
-            self.available = False
+        """Free the event sets and release NVML."""
+        if self._nvml is None:
+            return
+        for watch in self._xids.values():
+            watch.close()
+        self._xids = {}
+        _guarded(self._nvml.nvmlShutdown)
+        self._nvml = None
+        self.available = False
