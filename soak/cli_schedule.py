@@ -1,0 +1,201 @@
+"""`soak schedule …` and `soak daemon`: thin commands over soak.schedule (see docs/scheduling.md)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from soak.cli_common import location_options, open_store, print_json
+
+
+def resolve_locations(out: str | None, db: str | None) -> tuple[Path, str]:
+    """Output folder and database URL, resolved exactly as open_store resolves them."""
+    from soak.config import merge_layers, read_environment, resolve_paths
+
+    return resolve_paths(merge_layers(read_environment(), {"out": out, "db": db}))
+
+
+def _duration_s(text: str | None) -> float | None:
+    from soak.units import parse_duration
+
+    return None if text is None else parse_duration(text)
+
+
+def _echo_schedule(schedule: dict[str, Any], verb: str) -> None:
+    state = "paused" if schedule["paused"] else f"next fire {schedule['next_fire_at']}"
+    click.echo(f"{verb} schedule {schedule['name']}: cron {schedule['cron']!r} ({schedule['timezone']}), {state}",
+               err=True)
+
+
+def _warn_without_daemon(out_dir: Path) -> None:
+    from soak.locking import daemon_lock_path, lock_holder
+
+    if lock_holder(daemon_lock_path(out_dir)) is None:
+        click.echo(f"note: no soak daemon is running for {out_dir}; schedules fire only while `soak daemon` runs "
+                   "(see docs/scheduling.md)", err=True)
+
+
+@click.group()
+def schedule() -> None:
+    """Scheduled soak runs (fired by `soak daemon`)."""
+
+
+@schedule.command(context_settings={"ignore_unknown_options": True})
+@click.argument("name")
+@click.option("--cron", "cron", required=True, metavar="EXPR",
+              help='Five-field crontab, Sunday = 0, e.g. "0 20 * * FRI" (or @daily, @weekly…).')
+@click.option("--timezone", metavar="TZ", help="IANA zone of the cron times (default: the host's zone).")
+@click.option("--notify-env", metavar="VAR", help="Environment variable holding a webhook URL, read by the daemon "
+              "at fire time (the URL is never stored).")
+@click.option("--misfire-grace", metavar="D", default="1h", show_default=True,
+              help="A fire this late (daemon down) still runs; later ones are recorded as missed.")
+@click.option("--first-fire-in", metavar="D", hidden=True, help="Tests: first fire after D, then the cron.")
+@location_options
+@click.option("--json", "json_output", is_flag=True, help="Print the schedule as JSON.")
+@click.argument("start_args", nargs=-1, type=click.UNPROCESSED)
+def add(name: str, cron: str, timezone: str | None, notify_env: str | None, misfire_grace: str,
+        first_fire_in: str | None, out: str | None, db: str | None, json_output: bool,
+        start_args: tuple[str, ...]) -> None:
+    """Add schedule NAME running `soak start START_ARGS…` (put them after --).
+
+    Example: soak schedule add weekend --cron "0 20 * * FRI" -- --hours 48 --model my/model
+    """
+    from soak.schedule import ScheduleSpec, add_schedule, first_fire_at, host_timezone_name
+
+    spec = ScheduleSpec(name=name, cron=cron, timezone=timezone or host_timezone_name(),
+                        start_args=tuple(start_args), notify_env=notify_env, workdir=os.getcwd())
+    out_dir, db_url = resolve_locations(out, db)
+    added = add_schedule(open_store(out, db), spec, misfire_grace_s=_duration_s(misfire_grace),
+                         first_fire_at=first_fire_at(_duration_s(first_fire_in)))
+    _echo_schedule(added, "added")
+    if notify_env and not os.environ.get(notify_env):
+        click.echo(f"note: ${notify_env} is not set here; the daemon reads it from its own environment", err=True)
+    _warn_without_daemon(out_dir)
+    if json_output:
+        print_json(added)
+
+
+def _table(columns: list[str], rows: list[list[Any]]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="soak schedules")
+    for column in columns:
+        table.add_column(column)
+    for row in rows:
+        table.add_row(*["—" if value is None else str(value) for value in row])
+    Console(width=160).print(table)
+
+
+def _last_run_text(schedule: dict[str, Any]) -> str | None:
+    run = schedule["last_run"]
+    return None if run is None else f"{run['id']} {run['status']} {run['verdict'] or ''}".strip()
+
+
+@schedule.command(name="list")
+@location_options
+@click.option("--json", "json_output", is_flag=True, help="Print the schedules as JSON.")
+def list_(out: str | None, db: str | None, json_output: bool) -> None:
+    """List schedules: cron, next fire time, last run and its verdict, last daemon event."""
+    from soak.schedule import list_schedules
+
+    found = list_schedules(open_store(out, db))
+    if json_output:
+        print_json(found)
+        return
+    _table(["name", "cron", "zone", "next fire", "last run", "last event", "start arguments"], [
+        [s["name"], s["cron"], s["timezone"], "paused" if s["paused"] else s["next_fire_at"], _last_run_text(s),
+         s["last_event"] and f"{s['last_event']['kind']} {s['last_event']['at']}", " ".join(s["start_args"])]
+        for s in found])
+
+
+@schedule.command()
+@click.argument("name")
+@location_options
+def remove(name: str, out: str | None, db: str | None) -> None:
+    """Remove schedule NAME (a run in progress continues; its history stays)."""
+    from soak.schedule import remove_schedule
+
+    remove_schedule(open_store(out, db), name)
+    click.echo(f"removed schedule {name}", err=True)
+
+
+@schedule.command()
+@click.argument("name")
+@location_options
+def pause(name: str, out: str | None, db: str | None) -> None:
+    """Stop firing schedule NAME until resumed."""
+    from soak.schedule import pause_schedule
+
+    _echo_schedule(pause_schedule(open_store(out, db), name), "paused")
+
+
+@schedule.command()
+@click.argument("name")
+@location_options
+def resume(name: str, out: str | None, db: str | None) -> None:
+    """Fire schedule NAME again from its next cron time."""
+    from soak.schedule import resume_schedule
+
+    _echo_schedule(resume_schedule(open_store(out, db), name), "resumed")
+
+
+@schedule.command(name="run-now")
+@click.argument("name")
+@location_options
+def run_now(name: str, out: str | None, db: str | None) -> None:
+    """Ask the daemon to fire schedule NAME now (same rules: one run at a time, lock respected)."""
+    from soak.schedule import request_run_now
+
+    out_dir, _ = resolve_locations(out, db)
+    request = request_run_now(open_store(out, db), name, out_dir)
+    if request["daemon_pid"] is None:
+        click.echo(f"queued run of {name}; no soak daemon is running for {out_dir}: it starts when one does "
+                   "(within the misfire grace time)", err=True)
+    else:
+        click.echo(f"queued run of {name} for the daemon (pid {request['daemon_pid']})", err=True)
+
+
+@schedule.command()
+@click.argument("name", required=False)
+@location_options
+@click.option("--limit", type=int, default=50, show_default=True, help="Show at most this many events.")
+@click.option("--json", "json_output", is_flag=True, help="Print the events as JSON.")
+def events(name: str | None, out: str | None, db: str | None, limit: int, json_output: bool) -> None:
+    """What the daemon did with each fire (started, finished, skipped, missed, notified), newest first."""
+    from soak.schedule import list_events
+
+    found = list_events(open_store(out, db), name, limit=limit)
+    if json_output:
+        print_json(found)
+        return
+    for event in found:
+        run = f" run {event['run_id']}" if event["run_id"] else ""
+        click.echo(f"{event['at']}  {event['schedule_name']}  {event['kind']}{run}  {event['message']}")
+
+
+@click.command()
+@location_options
+@click.option("--on-stop", type=click.Choice(["stop", "wait"]), default="stop", show_default=True,
+              help="On SIGTERM/SIGINT: stop a run in progress (it writes its report) or wait for it to end.")
+@click.option("--stop-timeout", metavar="D", default="90s", show_default=True,
+              help="With --on-stop stop: how long a run may take to stop and write its report before SIGKILL.")
+@click.option("--poll-every", metavar="D", default="5s", show_default=True,
+              help="How often to pick up schedules changed by other commands and run-now requests.")
+def daemon(out: str | None, db: str | None, on_stop: str, stop_timeout: str, poll_every: str) -> None:
+    """Fire the schedules of this database until SIGTERM (run it under systemd: docs/deploy/)."""
+    from soak.schedule import DaemonSettings, run_daemon
+
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s soak daemon: %(message)s", datefmt="%Y-%m-%dT%H:%M:%S%z")
+    for noisy in ("apscheduler", "alembic"):  # soak's own lines say what happened
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    out_dir, db_url = resolve_locations(out, db)
+    settings = DaemonSettings(out_dir=out_dir, db_url=db_url, on_stop=on_stop,
+                              stop_timeout_s=_duration_s(stop_timeout), poll_s=_duration_s(poll_every))
+    run_daemon(open_store(out, db), settings)
