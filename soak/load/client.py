@@ -1,0 +1,435 @@
+"""An OpenAI-compatible client on FastHttpUser's connection pool, streaming SSE line by line.
+
+It times each request from its *intended* send (given by the dispatcher through the greenlet's arrival),
+classifies every failure into one error class, and never lets a hostile response escape as an exception.
+Each finished request becomes a `RequestRecord`, goes to the record sink and fires Locust's request event.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import socket
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import gevent
+import gevent.local
+from geventhttpclient._parser import HTTPParseError
+from geventhttpclient.response import HTTPConnectionClosed
+from geventhttpclient.url import URL
+
+from soak.load.prompts import utf8_len
+from soak.load.records import CANCELLED, RequestRecord
+
+if TYPE_CHECKING:
+    from soak.load.user import OpenAIUser
+
+log = logging.getLogger(__name__)
+
+MAX_ERROR_BODY_BYTES = 64 * 1024
+MAX_MESSAGE_CHARS = 200
+AFTER_DONE_S = 2.0
+_CONTENT_KEYS = ("content", "reasoning_content", "reasoning")
+
+
+@dataclass
+class Arrival:
+    """One planned arrival, as the dispatcher hands it to the greenlet running a scenario task."""
+
+    scenario: str
+    intended_t: float
+    rng: random.Random
+    queue_ms: float = 0.0
+    on_first_send: Callable[[float], None] | None = None
+    used: bool = False
+
+
+_local = gevent.local.local()
+
+
+def set_arrival(arrival: Arrival | None) -> None:
+    """Bind an arrival to the current greenlet (the dispatcher does this before running a task)."""
+    _local.arrival = arrival
+
+
+def current_arrival() -> Arrival | None:
+    return getattr(_local, "arrival", None)
+
+
+class _Deadline(Exception):
+    """The request ran past `request_timeout_s`."""
+
+
+class _Cancel(Exception):
+    """The scenario asked to disconnect after N content chunks."""
+
+
+class StreamError(Exception):
+    """The response broke the protocol: truncated, invalid JSON, wrong content type, error body."""
+
+
+@dataclass
+class Reply:
+    """What a scenario gets back: the generated text and the measured record."""
+
+    text: str
+    record: RequestRecord
+    finish_reason: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.record.error_class is None
+
+
+@dataclass
+class _Exchange:
+    """The mutable state of one request while it runs."""
+
+    scenario: str
+    kind: str
+    intended_t: float
+    queue_ms: float
+    sent_t: float = 0.0
+    first_token_t: float | None = None
+    last_chunk_t: float | None = None
+    finish_t: float | None = None
+    itl_ms: list[float] = field(default_factory=list)
+    parts: list[str] = field(default_factory=list)
+    chunks: int = 0
+    usage: dict[str, Any] | None = None
+    status_code: int | None = None
+    headers_seen: bool = False
+    done: bool = False
+    finish_reason: str | None = None
+    error_class: str | None = None
+    error_message: str | None = None
+    expected_error: bool = False
+
+    def content(self, text: str) -> None:
+        now = time.time()
+        if self.first_token_t is None:
+            self.first_token_t = now
+        else:
+            self.itl_ms.append((now - self.last_chunk_t) * 1000.0)
+        self.last_chunk_t = now
+        self.parts.append(text)
+        self.chunks += 1
+
+    def fail(self, error_class: str, message: str, finish_t: float | None = None) -> None:
+        self.error_class = error_class
+        self.error_message = message[:MAX_MESSAGE_CHARS]
+        self.finish_t = finish_t if finish_t is not None else time.time()
+
+    def record(self) -> RequestRecord:
+        finish_t = self.finish_t if self.finish_t is not None else time.time()
+        sent_t = self.sent_t or finish_t
+        usage = self.usage or {}
+        output_tokens = usage.get("completion_tokens")
+        first = self.first_token_t
+        return RequestRecord(
+            scenario=self.scenario, kind=self.kind, intended_t=self.intended_t, sent_t=sent_t,
+            first_token_t=first, finish_t=finish_t,
+            ttft_ms=(first - self.intended_t) * 1000.0 if first is not None else None,
+            e2e_ms=(finish_t - self.intended_t) * 1000.0, itl_ms=tuple(self.itl_ms), queue_ms=self.queue_ms,
+            lag_ms=(sent_t - self.intended_t) * 1000.0 - self.queue_ms,
+            output_tokens=int(output_tokens) if isinstance(output_tokens, (int, float)) else self.chunks,
+            prompt_tokens=_int_or_none(usage.get("prompt_tokens")), error_class=self.error_class,
+            expected_error=self.expected_error, status_code=self.status_code, error_message=self.error_message)
+
+
+def _int_or_none(value: Any) -> int | None:
+    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def short_error(body: bytes) -> str:
+    """The server's error message from a JSON error body, else the start of the body; never secrets of ours."""
+    text = body[:MAX_ERROR_BODY_BYTES].decode("utf-8", errors="replace")
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return " ".join(text.split())[:MAX_MESSAGE_CHARS]
+    error = data.get("error", data) if isinstance(data, dict) else data
+    message = error.get("message") if isinstance(error, dict) else error
+    return " ".join(str(message if message is not None else data).split())[:MAX_MESSAGE_CHARS]
+
+
+def iter_sse_data(response: Any) -> Iterator[bytes]:
+    """Yield each SSE event's data as its terminating blank line arrives, reading the socket line by line.
+
+    Line by line matters: reading fixed-size chunks would wait for a full chunk and make TTFT equal E2E.
+    """
+    data: list[bytes] = []
+    while True:
+        line = response.readline(b"\n")
+        if not line:
+            line = response.read()  # readline drops a last line without a newline
+            if not line:
+                if data:
+                    yield b"\n".join(data)
+                return
+        line = line.rstrip(b"\r\n")
+        if not line:
+            if data:
+                yield b"\n".join(data)
+                data = []
+            continue
+        name, _, value = line.partition(b":")
+        if name == b"data":
+            data.append(value[1:] if value.startswith(b" ") else value)
+
+
+def discard_connection(response: Any) -> None:
+    """Close the response's socket instead of returning it to the pool (its state is unknown)."""
+    sock, pool = getattr(response, "_sock", None), getattr(response, "_pool", None)
+    response._sock = response._pool = None
+    if sock is not None and pool is not None:
+        pool.release_socket(sock)
+    elif sock is not None:
+        sock.close()
+
+
+class OpenAIClient:
+    """`self.client` of an OpenAIUser: chat/completion calls that measure and report themselves.
+
+    Any other attribute (get, post, …) falls through to the user's FastHttpSession.
+    """
+
+    def __init__(self, user: OpenAIUser) -> None:
+        self.user = user
+        self.http = user.http
+        self.settings = user.settings
+        self._base = URL(self.http.base_url.rstrip("/"))
+        self._pool_client = self.http.client.clientpool.get_client(self._base)
+        self._headers = self._make_headers()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.http, name)
+
+    def _make_headers(self) -> dict[str, str]:
+        headers = {"Content-Type": "application/json", "Accept-Encoding": "identity"}
+        if self.settings.api_key:
+            headers["Authorization"] = f"Bearer {self.settings.api_key}"
+        return headers
+
+    # -- public API for scenario authors -----------------------------------------------------------
+    def chat(self, messages: list[dict[str, Any]], max_tokens: int | None = None, stream: bool = True, *,
+             model: str | None = None, name: str | None = None, cancel_after_tokens: int | None = None,
+             expect_error: bool = False, **params: Any) -> Reply:
+        """POST /v1/chat/completions. `cancel_after_tokens` disconnects after that many content chunks."""
+        body = {"model": model or self.user.model, "messages": messages, **_generation(max_tokens, stream), **params}
+        prompt_bytes = sum(utf8_len(m["content"]) for m in messages
+                           if isinstance(m, dict) and isinstance(m.get("content"), str))
+        return self._send("chat", "/v1/chat/completions", body, stream, name, cancel_after_tokens, expect_error,
+                          prompt_bytes)
+
+    def completion(self, prompt: str, max_tokens: int | None = None, stream: bool = True, *,
+                   model: str | None = None, name: str | None = None, cancel_after_tokens: int | None = None,
+                   expect_error: bool = False, **params: Any) -> Reply:
+        """POST /v1/completions."""
+        body = {"model": model or self.user.model, "prompt": prompt, **_generation(max_tokens, stream), **params}
+        return self._send("completion", "/v1/completions", body, stream, name, cancel_after_tokens, expect_error,
+                          utf8_len(prompt) if isinstance(prompt, str) else None)
+
+    def raw(self, path: str, body: bytes | str | dict[str, Any], *, kind: str = "chat", stream: bool = False,
+            name: str | None = None, expect_error: bool = False) -> Reply:
+        """POST an arbitrary body (even malformed JSON) and measure it like any other request."""
+        return self._send(kind, path, body, stream, name, None, expect_error)
+
+    # -- one request --------------------------------------------------------------------------------
+    def _send(self, kind: str, path: str, body: Any, stream: bool, name: str | None,
+              cancel_after: int | None, expect_error: bool, prompt_bytes: int | None = None) -> Reply:
+        payload = _encode(body)
+        exchange, arrival = self._begin(kind)
+        response = None
+        deadline = gevent.Timeout(self.settings.request_timeout_s, _Deadline)
+        deadline.start()
+        try:
+            exchange.sent_t = time.time()
+            if arrival is not None and arrival.on_first_send is not None:
+                arrival.on_first_send((exchange.sent_t - exchange.intended_t) * 1000.0 - exchange.queue_ms)
+            response = self._open(path, payload, stream)
+            exchange.headers_seen = True
+            exchange.status_code = response.get_code()
+            self._read(exchange, response, stream, cancel_after)
+        except gevent.GreenletExit:
+            exchange.fail(CANCELLED, "cancelled at stop")
+            self._finish(exchange, response, payload, name, expect_error, prompt_bytes)
+            raise
+        except BaseException as exc:  # noqa: BLE001 - every failure becomes a classified record
+            self._classify(exchange, exc)
+        finally:
+            deadline.close()
+        return self._finish(exchange, response, payload, name, expect_error, prompt_bytes)
+
+    def _begin(self, kind: str) -> tuple[_Exchange, Arrival | None]:
+        """Intended time and queue wait from the arrival for its first request; later ones start now."""
+        arrival = current_arrival()
+        scenario = arrival.scenario if arrival else type(self.user).__name__
+        if arrival is not None and not arrival.used:
+            arrival.used = True
+            return _Exchange(scenario, kind, arrival.intended_t, arrival.queue_ms), arrival
+        return _Exchange(scenario, kind, time.time(), 0.0), None
+
+    def _open(self, path: str, payload: bytes, stream: bool) -> Any:
+        headers = dict(self._headers)
+        headers["Accept"] = "text/event-stream" if stream else "application/json"
+        uri = self._base.path.rstrip("/") + path
+        return self._pool_client.request("POST", uri, body=payload, headers=headers)
+
+    def _read(self, exchange: _Exchange, response: Any, stream: bool, cancel_after: int | None) -> None:
+        status = exchange.status_code
+        if status >= 400:
+            body = response.read(MAX_ERROR_BODY_BYTES)
+            exchange.fail("http_5xx" if status >= 500 else "http_4xx", f"HTTP {status}: {short_error(body)}")
+            return
+        if status != 200:
+            raise StreamError(f"unexpected HTTP {status}")
+        content_type = str(response.get("content-type") or "").lower()
+        if stream:
+            self._read_stream(exchange, response, content_type, cancel_after)
+        else:
+            self._read_json(exchange, response, content_type)
+
+    def _read_stream(self, exchange: _Exchange, response: Any, content_type: str, cancel_after: int | None) -> None:
+        if "text/event-stream" not in content_type:
+            raise StreamError(_wrong_type_message(response, content_type))
+        for data in iter_sse_data(response):
+            if data.strip() == b"[DONE]":
+                exchange.done = True
+                exchange.finish_t = time.time()
+                self._drain_after_done(response)
+                return
+            _apply_chunk(exchange, _parse_chunk(data))
+            if cancel_after is not None and exchange.chunks >= cancel_after:
+                raise _Cancel()
+        raise StreamError("stream ended without [DONE]" if exchange.chunks else "empty stream")
+
+    def _drain_after_done(self, response: Any) -> None:
+        """Read the end of the response so the connection can be reused; a server that dawdles loses it."""
+        try:
+            with gevent.Timeout(AFTER_DONE_S, _Deadline):
+                while response.readline(b"\n"):
+                    pass
+        except (_Deadline, OSError, HTTPParseError):
+            discard_connection(response)
+
+    def _read_json(self, exchange: _Exchange, response: Any, content_type: str) -> None:
+        body = response.read()
+        exchange.finish_t = time.time()
+        if "json" not in content_type:
+            raise StreamError(f"wrong content-type {content_type or 'none'!r} for a JSON response")
+        try:
+            data = json.loads(body)
+        except ValueError:
+            raise StreamError("invalid JSON body") from None
+        if not isinstance(data, dict) or "error" in data or "choices" not in data:
+            raise StreamError(f"200 with an error body: {short_error(body)}")
+        exchange.usage = data.get("usage") if isinstance(data.get("usage"), dict) else None
+        for choice in data.get("choices") or []:
+            message = choice.get("message") or {}
+            exchange.parts.append(str(message.get("content") or choice.get("text") or ""))
+            exchange.finish_reason = choice.get("finish_reason")
+
+    # -- outcome --------------------------------------------------------------------------------------
+    def _classify(self, exchange: _Exchange, exc: BaseException) -> None:
+        """Map an exception to an error class; the deadline is recorded at the timeout value."""
+        if isinstance(exc, _Cancel):
+            exchange.fail(CANCELLED, f"client cancelled after {exchange.chunks} chunks")
+        elif isinstance(exc, _Deadline):
+            timeout_s = self.settings.request_timeout_s
+            at = exchange.sent_t + timeout_s
+            if exchange.headers_seen:
+                exchange.fail("bad_stream", f"response did not finish within {timeout_s:g}s", at)
+            else:
+                exchange.fail("timeout", f"no response within {timeout_s:g}s", at)
+        elif isinstance(exc, StreamError):
+            exchange.fail("bad_stream", str(exc))
+        elif not exchange.headers_seen and isinstance(exc, (OSError, HTTPConnectionClosed, socket.error)):
+            exchange.fail("connect", f"{type(exc).__name__}: {exc}")
+        elif isinstance(exc, (OSError, HTTPParseError)):
+            what = "connection closed mid-stream" if exchange.headers_seen else "invalid HTTP response"
+            exchange.fail("bad_stream", f"{what}: {type(exc).__name__}: {exc}")
+        else:
+            log.debug("unexpected client failure", exc_info=exc)
+            exchange.fail("bad_stream", f"{type(exc).__name__}: {exc}")
+
+    def _finish(self, exchange: _Exchange, response: Any, payload: bytes, name: str | None,
+                expect_error: bool, prompt_bytes: int | None) -> Reply:
+        if response is not None and not getattr(response, "message_complete", True):
+            discard_connection(response)  # a half-read response cannot go back to the pool
+        if exchange.finish_t is None:
+            exchange.finish_t = time.time()
+        exchange.expected_error = expect_error and exchange.error_class == "http_4xx"
+        record = exchange.record()
+        if prompt_bytes is not None:
+            self.user.token_ratio.observe(prompt_bytes, record.prompt_tokens)
+        self._report(record, len(payload), name)
+        return Reply("".join(exchange.parts), record, exchange.finish_reason)
+
+    def _report(self, record: RequestRecord, payload_bytes: int, name: str | None) -> None:
+        failure = None
+        if record.error_class not in (None, CANCELLED) and not record.expected_error:
+            failure = Exception(f"{record.error_class}: {record.error_message}")
+        self.user.environment.events.request.fire(
+            request_type=record.kind, name=name or record.scenario, response_time=record.e2e_ms,
+            response_length=payload_bytes, exception=failure, start_time=record.intended_t, url=None,
+            response=None, context={"intended_t": record.intended_t, "sent_t": record.sent_t,
+                                    "first_token_t": record.first_token_t, "finish_t": record.finish_t,
+                                    "ttft_ms": record.ttft_ms, "error_class": record.error_class,
+                                    "queue_ms": record.queue_ms, "lag_ms": record.lag_ms})
+        self.user.emit_record(record)
+
+
+def _generation(max_tokens: int | None, stream: bool) -> dict[str, Any]:
+    body: dict[str, Any] = {"stream": stream}
+    if max_tokens is not None:
+        body["max_tokens"] = max_tokens
+    if stream:
+        body["stream_options"] = {"include_usage": True}
+    return body
+
+
+def _encode(body: bytes | str | dict[str, Any]) -> bytes:
+    if isinstance(body, bytes):
+        return body
+    if isinstance(body, str):
+        return body.encode("utf-8")
+    return json.dumps(body, ensure_ascii=False).encode("utf-8")
+
+
+def _parse_chunk(data: bytes) -> dict[str, Any]:
+    try:
+        chunk = json.loads(data)
+    except ValueError:
+        raise StreamError(f"invalid JSON chunk: {data[:60]!r}") from None
+    if not isinstance(chunk, dict):
+        raise StreamError(f"chunk is not an object: {data[:60]!r}")
+    if "error" in chunk:
+        raise StreamError(f"error event in stream: {short_error(data)}")
+    return chunk
+
+
+def _apply_chunk(exchange: _Exchange, chunk: dict[str, Any]) -> None:
+    """Content (chat delta or completion text) is timed; usage and finish reasons are kept."""
+    if isinstance(chunk.get("usage"), dict):
+        exchange.usage = chunk["usage"]
+    text = ""
+    for choice in chunk.get("choices") or []:
+        if not isinstance(choice, dict):
+            raise StreamError("malformed choice in chunk")
+        delta = choice.get("delta") if isinstance(choice.get("delta"), dict) else {}
+        text += "".join(str(delta.get(key) or "") for key in _CONTENT_KEYS) + str(choice.get("text") or "")
+        exchange.finish_reason = choice.get("finish_reason") or exchange.finish_reason
+    if text:
+        exchange.content(text)
+
+
+def _wrong_type_message(response: Any, content_type: str) -> str:
+    if "json" in content_type:
+        body = response.read(MAX_ERROR_BODY_BYTES)
+        return f"200 with an error body: {short_error(body)}"
+    return f"wrong content-type {content_type or 'none'!r} for a stream"

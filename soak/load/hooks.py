@@ -1,0 +1,72 @@
+"""The callbacks through which the load stage reports to the run conductor, called safely."""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from soak.load.records import RequestRecord
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class LoadHooks:
+    """All optional; all called in the main (master) process.
+
+    on_request(record): once per finished request. on_event(kind, message, data): phase, warmup_end, probe_*,
+    load_paused/load_resumed. on_idle_probe(index, drained): at the end of each probe's hold, before arrivals
+    resume, so the idle floor can be sampled.
+    """
+
+    on_request: Callable[[RequestRecord], Any] | None = None
+    on_event: Callable[..., Any] | None = None
+    on_idle_probe: Callable[[int, bool], Any] | None = None
+
+
+def _takes_data_positionally(function: Callable[..., Any]) -> bool:
+    """True for on_event(kind, message, data); False for a keyword-style on_event(kind, message, **data)."""
+    try:
+        inspect.signature(function).bind("kind", "message", {})
+    except TypeError:
+        return False
+    except ValueError:  # builtins without a signature
+        return True
+    return True
+
+
+class HookCaller:
+    """Calls hooks, logging (never raising) what they raise: a failing consumer must not stop the load."""
+
+    def __init__(self, hooks: LoadHooks | None) -> None:
+        self.hooks = hooks or LoadHooks()
+        on_event = self.hooks.on_event
+        self._event_positional = on_event is None or _takes_data_positionally(on_event)
+
+    def request(self, record: RequestRecord) -> None:
+        if self.hooks.on_request is not None:
+            self._safely(self.hooks.on_request, record)
+
+    def event(self, kind: str, message: str, data: dict[str, Any] | None = None) -> None:
+        log.info("load event %s: %s", kind, message)
+        data = data or {}
+        if self.hooks.on_event is None:
+            return
+        if self._event_positional:
+            self._safely(self.hooks.on_event, kind, message, data)
+        else:
+            self._safely(self.hooks.on_event, kind, message, **data)
+
+    def idle_probe(self, index: int, drained: bool) -> None:
+        if self.hooks.on_idle_probe is not None:
+            self._safely(self.hooks.on_idle_probe, index, drained)
+
+    @staticmethod
+    def _safely(function: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+        try:
+            function(*args, **kwargs)
+        except Exception:  # noqa: BLE001
+            log.exception("load hook %s failed", getattr(function, "__name__", function))

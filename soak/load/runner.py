@@ -1,0 +1,217 @@
+"""`start_load`: the one entry point of the load stage, and the `LoadHandle` the conductor drives.
+
+workers = 0 runs everything in this process with Locust's local runner; workers = N > 0 runs a master here
+and N local worker processes (see `soak.load.distributed`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import resource
+import time
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import gevent
+import gevent.queue
+from locust import User, constant, task
+from locust.env import Environment
+from locust.exception import StopUser
+
+from soak.config import RunConfig
+from soak.load.dispatcher import DispatchSettings, Dispatcher, PlanBoard
+from soak.load.hooks import HookCaller, LoadHooks
+from soak.load.records import RequestRecord
+from soak.load.scenarios import LoadedScenario, check_dataset, effective_specs, load_scenarios
+from soak.load.shape import LoadController, SoakShape
+from soak.load.user import ClientSettings, fetch_model_cards, max_model_len_of
+
+log = logging.getLogger(__name__)
+
+PLAN_MESSAGE = "soak_plan"
+START_DELAY_S = 0.2
+SINK_FLUSH_S = 10.0
+
+
+def api_key_from(config: RunConfig) -> str | None:
+    """The API key from the environment variable the config names (never stored or logged)."""
+    name = config.target.api_key_env
+    return os.environ.get(name) or None if name else None
+
+
+def client_settings(config: RunConfig, base_url: str, model: str) -> ClientSettings:
+    """What every scenario instance needs, including max_model_len as /v1/models reports it."""
+    api_key = api_key_from(config)
+    cards = fetch_model_cards(base_url, api_key)
+    return ClientSettings(model=model, max_model_len=max_model_len_of(cards, model),
+                          request_timeout_s=config.load.request_timeout_s, api_key=api_key,
+                          dataset_path=config.load.dataset, seed=config.load.seed)
+
+
+def dispatch_settings(config: RunConfig, worker_index: int = 0) -> DispatchSettings:
+    load = config.load
+    return DispatchSettings(seed=load.seed, worker_index=worker_index, burstiness=load.burstiness,
+                            max_concurrency=load.max_concurrency)
+
+
+def raise_fd_limit() -> None:
+    """Open loop can hold many connections at once: lift the soft file limit to the hard one."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft < hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        except (ValueError, OSError):
+            log.debug("could not raise the open-file limit from %s", soft)
+
+
+def dispatcher_user_class(get_dispatcher: Any) -> type[User]:
+    """The single Locust user of each process: it runs that process's dispatcher until arrivals stop."""
+
+    class SoakDispatcher(User):
+        wait_time = constant(0)
+
+        @task
+        def dispatch(self) -> None:
+            get_dispatcher(self.environment).run()
+            raise StopUser()
+
+    return SoakDispatcher
+
+
+class QueueSink:
+    """Hands records to `deliver` from one greenlet of its own, so a slow or failing consumer never runs
+    inside (or is killed with) a request's greenlet."""
+
+    def __init__(self, deliver: Any) -> None:
+        self._deliver = deliver
+        self._queue: gevent.queue.Queue = gevent.queue.Queue()
+        self._greenlet = gevent.spawn(self._loop)
+        self.delivered = 0
+
+    def put(self, record: RequestRecord) -> None:
+        self._queue.put(record)
+
+    def _loop(self) -> None:
+        for record in self._queue:
+            self._deliver(record)
+            self.delivered += 1
+
+    def flush(self, timeout_s: float = SINK_FLUSH_S) -> None:
+        """Deliver what is queued, then end."""
+        self._queue.put(StopIteration)
+        self._greenlet.join(timeout=timeout_s)
+
+
+class _Backend(Protocol):
+    controller: LoadController
+    environment: Environment
+
+    def in_flight(self) -> int: ...
+    def counters(self) -> dict[str, Any]: ...
+    def stop(self, drain_timeout_s: float) -> None: ...
+
+
+class LoadHandle:
+    """What the conductor holds while load runs: stop, pause/resume (outages), in-flight count, counters."""
+
+    def __init__(self, backend: _Backend) -> None:
+        self._backend = backend
+        self.stopped = False
+
+    @property
+    def environment(self) -> Environment:
+        """The (master's) Locust environment, for its statistics."""
+        return self._backend.environment
+
+    @property
+    def in_flight(self) -> int:
+        """Requests started and not yet finished, over all processes."""
+        return self._backend.in_flight()
+
+    def counters(self) -> dict[str, Any]:
+        """sends, skipped, late_sends_1s, lag_p50_ms, lag_p99_ms, lag_max_ms, in_flight, probes so far."""
+        return {**self._backend.counters(), "probes": self._backend.controller.probes_done}
+
+    def pause(self) -> None:
+        """Server outage: planned arrivals from now on are skipped (and counted) until `resume`."""
+        self._backend.controller.pause()
+
+    def resume(self) -> None:
+        self._backend.controller.resume()
+
+    def stop(self, drain_timeout_s: float) -> None:
+        """Stop arrivals, let in-flight requests finish for up to `drain_timeout_s`, cancel the rest."""
+        if self.stopped:
+            return
+        self.stopped = True
+        self._backend.controller.stop()
+        self._backend.stop(drain_timeout_s)
+
+    def wait(self, seconds: float) -> None:
+        """Sleep cooperatively (the load keeps running)."""
+        gevent.sleep(seconds)
+
+
+@dataclass
+class LocalBackend:
+    """Everything in this process: Locust's local runner, one dispatcher, records straight to the hooks."""
+
+    environment: Environment
+    controller: LoadController
+    dispatcher: Dispatcher
+    sink: QueueSink
+
+    def in_flight(self) -> int:
+        return self.dispatcher.in_flight
+
+    def counters(self) -> dict[str, Any]:
+        return {**self.dispatcher.counters(), "task_errors": self.dispatcher.task_errors}
+
+    def stop(self, drain_timeout_s: float) -> None:
+        self.dispatcher.stop_arrivals()
+        cancelled = self.dispatcher.drain(drain_timeout_s)
+        self.sink.flush()
+        self.environment.runner.quit()
+        self.dispatcher.close()
+        log.info("load stopped: %s (%d cancelled at stop)", self.dispatcher.counters(), cancelled)
+
+
+def start_load(config: RunConfig, base_url: str, model: str, t0: float, hooks: LoadHooks | None = None) -> LoadHandle:
+    """Start open-loop load against `base_url` on the plan of `config`, measured from wall time `t0`.
+
+    Raises ConfigError (before any request) for unknown scenarios, a missing dataset or bad phases.
+    """
+    specs = effective_specs(config.load)
+    scenarios = load_scenarios(specs)
+    check_dataset(specs, config.load.dataset)
+    settings = client_settings(config, base_url, model)
+    raise_fd_limit()
+    callers = HookCaller(hooks)
+    if config.load.workers > 0:
+        from soak.load.distributed import start_distributed
+
+        return LoadHandle(start_distributed(config, base_url, t0, settings, callers))
+    return LoadHandle(_start_local(config, base_url, t0, settings, scenarios, callers))
+
+
+def _start_local(config: RunConfig, base_url: str, t0: float, settings: ClientSettings,
+                 scenarios: list[LoadedScenario], callers: HookCaller) -> LocalBackend:
+    board = PlanBoard()
+    sink = QueueSink(callers.request)
+    holder: dict[str, Dispatcher] = {}
+    environment = Environment(user_classes=[dispatcher_user_class(lambda _env: holder["dispatcher"])],
+                              host=base_url, stop_timeout=config.load.request_timeout_s)
+    environment.soak_settings = settings
+    dispatcher = holder["dispatcher"] = Dispatcher(environment, scenarios, board, dispatch_settings(config), sink.put)
+    controller = LoadController(
+        config, t0, time.time() + START_DELAY_S, callers,
+        send=lambda message: environment.runner.send_message(PLAN_MESSAGE, message),
+        drain_state=lambda: (dispatcher.in_flight, dispatcher.schedule_t))
+    environment.shape_class = SoakShape(controller, users=1)
+    runner = environment.create_local_runner()
+    runner.register_message(PLAN_MESSAGE, lambda environment, msg, **_kw: board.update(msg.data))
+    controller.publish()
+    runner.start_shape()
+    controller.start()
+    return LocalBackend(environment, controller, dispatcher, sink)

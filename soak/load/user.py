@@ -1,0 +1,121 @@
+"""`OpenAIUser`: the base class of every scenario, a FastHttpUser whose `self.client` speaks OpenAI.
+
+A scenario is written like any Locust user (`weight`, `@task` methods, `self.client`). Under soak, the
+dispatcher owns the schedule: it creates one instance per scenario class and process, and runs one task per
+planned arrival in its own greenlet. Under plain `locust -f`, the same class runs closed-loop as usual.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from locust import FastHttpUser, constant
+
+from soak.load.client import OpenAIClient, current_arrival
+from soak.load.prompts import TokenRatio
+from soak.load.records import RequestRecord
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_MODEL_LEN = 2048
+# Room left for the chat template and special tokens when sizing prompts against max_model_len.
+TEMPLATE_MARGIN_TOKENS = 64
+
+
+@dataclass(frozen=True)
+class ClientSettings:
+    """What soak tells every scenario instance; attached to the Locust Environment as `soak_settings`."""
+
+    model: str | None = None
+    max_model_len: int = DEFAULT_MAX_MODEL_LEN
+    request_timeout_s: float = 300.0
+    api_key: str | None = None
+    dataset_path: Path | None = None
+    seed: int = 0
+
+
+def settings_of(environment: Any) -> ClientSettings:
+    return getattr(environment, "soak_settings", None) or ClientSettings()
+
+
+def fetch_model_cards(base_url: str, api_key: str | None = None, timeout_s: float = 10.0) -> list[dict[str, Any]]:
+    """The `data` list of GET /v1/models ([] when the server does not answer it)."""
+    request = urllib.request.Request(base_url.rstrip("/") + "/v1/models")
+    if api_key:
+        request.add_header("Authorization", f"Bearer {api_key}")
+    try:
+        with urllib.request.urlopen(request, timeout=timeout_s) as response:
+            data = json.loads(response.read())
+    except (OSError, ValueError) as exc:
+        log.warning("could not read %s/v1/models: %s", base_url, type(exc).__name__)
+        return []
+    cards = data.get("data") if isinstance(data, dict) else None
+    return [card for card in cards or [] if isinstance(card, dict)]
+
+
+def max_model_len_of(cards: list[dict[str, Any]], model: str | None) -> int:
+    """`max_model_len` of the served model as vLLM reports it; 2048 when the server does not say."""
+    chosen = [card for card in cards if card.get("id") == model] or cards[:1]
+    value = chosen[0].get("max_model_len") if chosen else None
+    return int(value) if isinstance(value, int) and value > 0 else DEFAULT_MAX_MODEL_LEN
+
+
+class OpenAIUser(FastHttpUser):
+    """Base class for scenarios: `self.client.chat(...)`, `self.client.completion(...)`, `self.rng`."""
+
+    abstract = True
+    # FastHttpUser's default of 10 connections silently gates sends: open loop needs far more.
+    concurrency = 10_000
+    max_redirects = 0
+    max_retries = 0
+    connection_timeout = 30.0
+    wait_time = constant(0)
+
+    def __init__(self, environment: Any) -> None:
+        self.settings = settings_of(environment)
+        # The request deadline is ours; the socket timeout must never fire before it.
+        self.network_timeout = self.settings.request_timeout_s + 30.0
+        self.host = self.host or environment.host  # soak builds instances itself, not through a runner
+        super().__init__(environment)
+        self.http = self.client
+        self.max_model_len = self.settings.max_model_len
+        self.token_ratio = TokenRatio()
+        self.record_sink: Callable[[RequestRecord], None] | None = None
+        self._model = self.settings.model
+        self._fallback_rng = random.Random(self.settings.seed)
+        self.client: OpenAIClient = OpenAIClient(self)  # type: ignore[assignment]
+
+    @property
+    def model(self) -> str:
+        """The model to request: soak's, else the first one the server lists (a subclass may set `model = "…"`)."""
+        if self._model is None:
+            cards = fetch_model_cards(self.host, self.settings.api_key)
+            self._model = str(cards[0]["id"]) if cards else "default"
+        return self._model
+
+    @property
+    def rng(self) -> random.Random:
+        """This arrival's random generator: seeded from `load.seed`, so prompts repeat run to run."""
+        arrival = current_arrival()
+        return arrival.rng if arrival is not None else self._fallback_rng
+
+    def emit_record(self, record: RequestRecord) -> None:
+        if self.record_sink is not None:
+            self.record_sink(record)
+
+    def prompt_bytes(self, tokens: int) -> int:
+        """Bytes of prose that make about `tokens` prompt tokens on this server (1 per byte until learnt)."""
+        return self.token_ratio.bytes_for(tokens)
+
+    def fit(self, prompt_tokens: int, max_tokens: int) -> tuple[int, int]:
+        """Clamp (prompt, output) token counts so that together they fit the model's context."""
+        budget = max(self.max_model_len - TEMPLATE_MARGIN_TOKENS, 2)
+        max_tokens = max(1, min(max_tokens, budget - 1))
+        return max(0, min(prompt_tokens, budget - max_tokens)), max_tokens
