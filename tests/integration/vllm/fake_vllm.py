@@ -14,6 +14,10 @@ FAKE_VLLM_MODE, a comma-separated list of:
   fork_child         start a child in the same process group that ignores SIGTERM and holds on
   fork_escaped       start a child that leaves the process group (setsid) and holds on
 
+FAKE_VLLM_BACKEND=refserver replaces the tiny API with soak's CPU reference server (exec'd in the same process,
+so the PID stays), serving the model under the same name; FAKE_VLLM_REFSERVER_ARGS adds refserver flags (e.g.
+`--fault crash-after=2s`). Only the fork modes apply to that backend.
+
 Every start writes `FAKE_VLLM argv=… CUDA_VISIBLE_DEVICES=… pid=…` to stdout (the server log), and each child
 it starts writes `FAKE_VLLM child pid=N`, so tests can check what it received and which PIDs it made.
 `vllm --version` prints a version, as the real one does.
@@ -131,6 +135,13 @@ def hold_on(escape_group: bool) -> None:
         time.sleep(60)
 
 
+def exec_refserver(host: str, port: int, name: str) -> None:
+    """Become soak's reference server on the same host, port and model name."""
+    extra = os.environ.get("FAKE_VLLM_REFSERVER_ARGS", "").split()
+    os.execv(sys.executable, [sys.executable, "-m", "soak.refserver", "--host", host, "--port", str(port),
+                              "--served-model-name", name, *extra])
+
+
 def exit_later(after_s: float) -> None:
     """Exit with code 7 after `after_s`, as an engine death would."""
     def run() -> None:
@@ -154,6 +165,8 @@ def serve(argv: list[str]) -> int:
     for mode, escape in (("fork_child", False), ("fork_escaped", True)):
         if State.modes.get(mode):
             hold_on(escape)
+    if os.environ.get("FAKE_VLLM_BACKEND") == "refserver":
+        exec_refserver(host, port, State.names[0])
     time.sleep(float(State.modes.get("slow_start", 0.0)))
     if "crash_after" in State.modes:
         exit_later(float(State.modes["crash_after"]))
