@@ -19,6 +19,7 @@ from soak.report.markers import MARKER_AXIS_KEY, marker_axis_layout, plotly_text
 from soak.report.reading import Columns, group_indices
 
 MIB = 2**20
+GIB = 2**30  # VRAM is tens of GiB: MiB ticks would read "120k"
 MAX_PROCESS_TRACES = 12  # more lines than this is unreadable; the rest are named in a note
 PALETTE = ("#2563eb", "#dc2626", "#059669", "#d97706", "#7c3aed", "#0891b2", "#be185d", "#4d7c0f",
            "#9333ea", "#0f766e", "#b45309", "#1d4ed8")
@@ -207,13 +208,13 @@ def gpu_chart(columns: Columns, frame: Frame, no_gpu_note: str) -> dict[str, Any
     traces = []
     for i, ((gpu,), index) in enumerate(group_indices(columns["gpu_index"])):
         t_s, label = columns["t_s"][index], f"GPU {int(gpu)}"
-        traces.append(line(f"{label} used", t_s, columns["mem_used_bytes"][index], frame, 1 / MIB, 1,
+        traces.append(line(f"{label} used", t_s, columns["mem_used_bytes"][index], frame, 1 / GIB, 3,
                            line={"color": colour(i), "width": 1.5}))
-        traces.append(line(f"{label} total", t_s, columns["mem_total_bytes"][index], frame, 1 / MIB, 1,
+        traces.append(line(f"{label} total", t_s, columns["mem_total_bytes"][index], frame, 1 / GIB, 3,
                            line={"color": colour(i), "width": 1, "dash": "dash"}))
     return chart("chart-vram-gpu", "VRAM per GPU",
                  "vLLM preallocates its KV cache, so 'used' is flat by design: only growth after warm-up matters.",
-                 figure(traces, frame, "MiB"), no_gpu_note)
+                 figure(traces, frame, "GiB"), no_gpu_note)
 
 
 def gpu_process_chart(columns: Columns, names: dict[int, str], frame: Frame,
@@ -222,13 +223,13 @@ def gpu_process_chart(columns: Columns, names: dict[int, str], frame: Frame,
     traces, groups = [], group_indices(columns["gpu_index"], columns["pid"])
     for i, ((gpu, pid), index) in enumerate(groups):
         label = f"{names.get(int(pid), 'pid')} ({int(pid)}) on GPU {int(gpu)}"
-        traces.append(line(label, columns["t_s"][index], columns["used_bytes"][index], frame, 1 / MIB, 1,
+        traces.append(line(label, columns["t_s"][index], columns["used_bytes"][index], frame, 1 / GIB, 3,
                            line={"color": colour(i), "width": 1.5}))
     if len(groups) > 1:
-        traces.append(total_line("server tree total", columns["t_s"], columns["used_bytes"], frame, 1 / MIB))
+        traces.append(total_line("server tree total", columns["t_s"], columns["used_bytes"], frame, 1 / GIB, 3))
     return chart("chart-vram-process", "VRAM per server process",
                  "GPU memory held by each process of the server tree (NVML compute processes).",
-                 figure(with_trends(traces, trends), frame, "MiB"), no_gpu_note)
+                 figure(with_trends(traces, trends), frame, "GiB"), no_gpu_note)
 
 
 # ---- server gauges ------------------------------------------------------------------------------------

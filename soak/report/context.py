@@ -13,7 +13,7 @@ import numpy as np
 from sqlalchemy import Engine
 
 from soak.report import charts, sections
-from soak.report.charts import MIB, Frame
+from soak.report.charts import GIB, MIB, Frame
 from soak.report.latency import latency_tables
 from soak.report.markers import build_markers, legend_items, marker_shapes, marker_trace
 from soak.report.reading import Columns, read_columns
@@ -32,9 +32,9 @@ from soak.store.queries import get_run, read_events, read_rows
 LATENCY_CHART_METRICS = ("ttft", "itl", "e2e")
 
 # Where a finding's fitted line is drawn: chart, factor from the fit's unit (bytes, 0–1 fraction, ms, count)
-# to the chart's (MiB, %, ms, count), and y axis. Analysis fits the server tree's total for leaks.
+# to the chart's (MiB or GiB, %, ms, count), and y axis. Analysis fits the server tree's total for leaks.
 CHECK_TRENDS: dict[str, tuple[str, float, str]] = {
-    "leak.rss": ("chart-memory", 1 / MIB, "y"), "leak.vram": ("chart-vram-process", 1 / MIB, "y"),
+    "leak.rss": ("chart-memory", 1 / MIB, "y"), "leak.vram": ("chart-vram-process", 1 / GIB, "y"),
     "leak.fds": ("chart-fds", 1.0, "y"), "leak.kv": ("chart-kv", 100.0, "y"),
     "errors.rise": ("chart-errors", 100.0, "y2"), "client.saturation": ("chart-lag", 1.0, "y"),
     **{f"creep.{metric}_p99": (f"chart-{metric}", 1.0, "y") for metric in LATENCY_CHART_METRICS},
@@ -42,7 +42,7 @@ CHECK_TRENDS: dict[str, tuple[str, float, str]] = {
 # A trend may instead name its series explicitly.
 TREND_SERIES: dict[str, tuple[str, float, str]] = {
     "rss": ("chart-memory", 1 / MIB, "y"), "pss": ("chart-memory", 1 / MIB, "y"),
-    "vram": ("chart-vram-process", 1 / MIB, "y"), "kv": ("chart-kv", 100.0, "y"),
+    "vram": ("chart-vram-process", 1 / GIB, "y"), "kv": ("chart-kv", 100.0, "y"),
     "kv_usage": ("chart-kv", 100.0, "y"), "fds": ("chart-fds", 1.0, "y"), "lag_p99": ("chart-lag", 1.0, "y"),
     "error_rate": ("chart-errors", 100.0, "y2"), "requests_per_s": ("chart-throughput", 1.0, "y"),
     "tokens_per_s": ("chart-throughput", 1.0, "y2"),
@@ -51,13 +51,20 @@ TREND_SERIES: dict[str, tuple[str, float, str]] = {
 THROUGHPUT_MEASURES = {"tokens/s": ("chart-throughput", 1.0, "y2"), "requests/s": ("chart-throughput", 1.0, "y")}
 
 
+def split_rows(columns: Columns, mask: np.ndarray) -> Columns:
+    """The rows of `columns` where `mask` holds."""
+    return {name: values[mask] for name, values in columns.items()}
+
+
 def read_data(engine: Engine, run_id: str) -> dict[str, Any]:
     """The run's samples (as column arrays) and windows (as rows)."""
+    processes = read_columns(engine, ProcessSample, run_id,
+                             ("t_s", "pid", "rss_bytes", "pss_bytes", "fds", "cpu_percent", "name"),
+                             flags={"is_server": ProcessSample.role == "server"})
+    is_server = processes.pop("is_server") > 0  # one scan of the biggest table serves both roles
     return {
-        "server_procs": read_columns(engine, ProcessSample, run_id,
-                                     ("t_s", "pid", "name", "rss_bytes", "pss_bytes", "fds"), role="server"),
-        "client_procs": read_columns(engine, ProcessSample, run_id,
-                                     ("t_s", "pid", "cpu_percent", "rss_bytes"), role="client"),
+        "server_procs": split_rows(processes, is_server),
+        "client_procs": split_rows(processes, ~is_server),
         "gpus": read_columns(engine, GpuSample, run_id, ("t_s", "gpu_index", "mem_used_bytes", "mem_total_bytes")),
         "gpu_procs": read_columns(engine, GpuProcessSample, run_id, ("t_s", "gpu_index", "pid", "used_bytes")),
         "server": read_columns(engine, ServerSample, run_id, ("t_s", "source", "kv_usage", "running", "waiting")),
@@ -102,9 +109,13 @@ def trends_by_chart(findings: list[dict[str, Any]], frame: Frame, start_s: float
 
 
 def process_names(columns: Columns) -> dict[int, str]:
-    """pid → process name of the server tree (the last name seen wins)."""
-    return {int(pid): str(name) for pid, name in zip(columns["pid"], columns["name"])} if len(columns["pid"]) \
-        else {}
+    """pid → process name of the server tree (the name of each pid's latest sample)."""
+    pids = columns["pid"]
+    if len(pids) == 0:
+        return {}
+    uniques, first_from_end = np.unique(pids[::-1], return_index=True)
+    last = len(pids) - 1 - first_from_end
+    return {int(pid): str(columns["name"][index]) for pid, index in zip(uniques, last)}
 
 
 def no_gpu_note(events: list[dict[str, Any]]) -> str:

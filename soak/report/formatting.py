@@ -69,8 +69,8 @@ def display_unit(unit: str | None, magnitude: float) -> tuple[float, str]:
     if lower in _BYTE_BASES:
         name, size = next((name, size) for name, size in _BYTE_PREFIXES if magnitude >= size or size == 1)
         return 1.0 / size, name + per
-    if lower in _FRACTION_BASES:
-        return 100.0, "%" + per
+    if lower in _FRACTION_BASES or lower.startswith("fraction "):  # "fraction of KV cache" → "% of KV cache"
+        return 100.0, "%" + base[len(lower.split()[0]):] + per
     if lower in _PERCENT_BASES:
         return 1.0, "%" + per
     if lower in {"s", "sec", "seconds"} and magnitude < 1:

@@ -108,8 +108,24 @@ def _field_text(key: str, value: Any) -> str:
     return format_value(value)
 
 
+QUANTITY_KEYS = ("value", "unit", "ci", "trend")  # shown together as one line; a trend is for the charts
+
+
+def _quantity_fields(data: dict[str, Any]) -> list[dict[str, str]]:
+    """A {"value", "unit", "ci", …} dict (a per-process or per-request result) as one human line and the rest."""
+    texts = quantity_texts(data.get("value"), data.get("unit"), data.get("ci"))
+    value = f"{texts['value']} ({texts['ci']})" if texts["ci"] else texts["value"]
+    in_bytes = "byte" in str(data.get("unit"))
+    rest = [{"key": str(key), "text": format_bytes(item) if in_bytes and key == "floor" and is_number(item)
+             else _field_text(str(key), item)}
+            for key, item in data.items() if key not in QUANTITY_KEYS and item is not None]
+    return [{"key": "value", "text": value}, *rest]
+
+
 def _fields(data: Any) -> list[dict[str, str]]:
     """A dict as (key, text) pairs; anything else as one unnamed pair."""
+    if isinstance(data, dict) and "value" in data and "unit" in data:
+        return _quantity_fields(data)
     if isinstance(data, dict):
         return [{"key": str(key), "text": _field_text(str(key), value)} for key, value in data.items()]
     return [{"key": "", "text": format_value(data)}] if data not in (None, "", [], {}) else []
