@@ -21,7 +21,7 @@ KEPT_XID_EVENTS = 1000
 
 
 def _guarded(call: Callable[[], Any]) -> Any:
-    """The call's result, or None when NVML refuses it (not supported, lost GPU, …)."""
+    """The call's result, or None when NVML refuses it (not supported, lost GPU, …) or this pynvml lacks it."""
     try:
         return call()
     except Exception:  # noqa: BLE001 - pynvml raises NVMLError subclasses and ctypes errors alike
@@ -80,7 +80,7 @@ class XidWatch:
 
     def __init__(self, nvml: Any, handle: Any):
         self._nvml = nvml
-        self._set = _guarded(nvml.nvmlEventSetCreate)
+        self._set = _guarded(lambda: nvml.nvmlEventSetCreate())
         registered = self._set is not None and _succeeds(
             lambda: nvml.nvmlDeviceRegisterEvents(handle, nvml.nvmlEventTypeXidCriticalError, self._set))
         self.count: int | None = 0 if registered else None  # None: this GPU/driver cannot report XIDs
@@ -91,7 +91,9 @@ class XidWatch:
         """The XID numbers that arrived since the last poll (a 0 ms wait; NVML's timeout ends the drain)."""
         if self.count is None:
             return []
-        wait = getattr(self._nvml, "nvmlEventSetWait_v2", None) or self._nvml.nvmlEventSetWait
+        wait = getattr(self._nvml, "nvmlEventSetWait_v2", None) or getattr(self._nvml, "nvmlEventSetWait", None)
+        if wait is None:
+            return []
         xids = []
         for _ in range(MAX_XID_EVENTS_PER_SAMPLE):
             event = _guarded(lambda: wait(self._set, 0))
@@ -130,7 +132,7 @@ class GpuSampler:
             self.reason = f"NVML not available: {exc}"
             return
         self._nvml = nvml
-        self.device_count = _guarded(nvml.nvmlDeviceGetCount) or 0
+        self.device_count = _guarded(lambda: nvml.nvmlDeviceGetCount()) or 0
         indices = visible_gpu_indices(self.device_count, environ, self._uuid_map())
         handles = [(i, _guarded(lambda i=i: nvml.nvmlDeviceGetHandleByIndex(i))) for i in indices]
         self._handles = [(i, handle) for i, handle in handles if handle is not None]
@@ -166,8 +168,8 @@ class GpuSampler:
         nv = self._nvml
         if not self.available:
             return []
-        driver = _text(_guarded(nv.nvmlSystemGetDriverVersion))
-        cuda = _guarded(nv.nvmlSystemGetCudaDriverVersion_v2)
+        driver = _text(_guarded(lambda: nv.nvmlSystemGetDriverVersion()))
+        cuda = _guarded(lambda: nv.nvmlSystemGetCudaDriverVersion_v2())
         return [
             {"index": index, "name": _text(_guarded(lambda h=handle: nv.nvmlDeviceGetName(h))),
              "uuid": _text(_guarded(lambda h=handle: nv.nvmlDeviceGetUUID(h))),
@@ -265,6 +267,7 @@ class GpuSampler:
         for watch in self._xids.values():
             watch.close()
         self._xids = {}
-        _guarded(self._nvml.nvmlShutdown)
+        nvml = self._nvml
+        _guarded(lambda: nvml.nvmlShutdown())
         self._nvml = None
         self.available = False

@@ -37,15 +37,19 @@ class FakeNvml:
     NVML_DEVICE_MIG_ENABLE = 1
     nvmlEventTypeXidCriticalError = 8
 
-    def __init__(self, gpus: list[FakeGpu], failing: set[str] = frozenset(), init_error: bool = False):
+    def __init__(self, gpus: list[FakeGpu], failing: set[str] = frozenset(), init_error: bool = False,
+                 missing: set[str] = frozenset()):
         self.gpus = gpus
         self.failing = set(failing)
+        self.missing = set(missing)
         self.init_error = init_error
         self.shutdowns = 0
         self.freed_sets: list[int] = []
         self._sets: dict[int, list[int]] = {}
 
     def __getattribute__(self, name: str):
+        if name in object.__getattribute__(self, "missing"):
+            raise AttributeError(name)
         if name.startswith("nvml") and name in object.__getattribute__(self, "failing"):
             def refuse(*_args):
                 raise FakeNVMLError(f"{name}: Not Supported")
@@ -187,6 +191,18 @@ def test_a_lost_gpu_gives_empty_readings_not_an_exception():
     (row,), processes = sampler.sample([10])
     assert row["gpu_index"] == 0 and processes == []
     assert all(row[k] is None for k in row if k not in ("gpu_index", "xid_errors"))
+
+
+def test_an_older_pynvml_without_some_functions_still_samples():
+    missing = {"nvmlEventSetCreate", "nvmlEventSetWait_v2", "nvmlDeviceGetCurrentClocksEventReasons",
+               "nvmlDeviceGetGraphicsRunningProcesses", "nvmlDeviceGetMigMode", "nvmlSystemGetCudaDriverVersion_v2"}
+    nvml = FakeNvml([FakeGpu("GPU-aaaa", compute=[(10, 5)])], missing=missing)
+    sampler = GpuSampler(nvml=nvml, environ={"CUDA_VISIBLE_DEVICES": "GPU-aaaa"})
+    (row,), processes = sampler.sample([10])
+    assert row["xid_errors"] is None and row["throttle_reasons"] == 0x20 and row["mem_used_bytes"] == 60 << 30
+    assert processes == [{"gpu_index": 0, "pid": 10, "used_bytes": 5}]
+    assert sampler.describe()[0]["cuda_driver_version"] is None
+    sampler.close()
 
 
 def test_older_drivers_report_throttle_reasons_under_the_old_name():

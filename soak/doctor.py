@@ -1,0 +1,229 @@
+"""`soak doctor`: what this machine can run — GPU/NVML, vLLM, torch, Chromium, the database, disk — and what
+`soak start` would do here. Each check is ok, warn or fail; only a fail means soak cannot run at all."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+OK, WARN, FAIL = "ok", "warn", "fail"
+VLLM_VERSION_TIMEOUT_S = 60.0  # `vllm --version` imports vLLM, which takes seconds
+TORCH_PROBE_TIMEOUT_S = 120.0
+CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome")
+DISK_WARN_BYTES = 1 << 30  # a 72 h run at 1 Hz stays under ~300 MB; leave room for reports and logs
+DISK_FAIL_BYTES = 100 << 20
+WAYS_FORWARD = ("`soak start --target URL` tests a server running elsewhere (e.g. vLLM on a GPU host); "
+                "`soak start` without --model runs the embedded CPU reference server")
+TORCH_PROBE = ("import json, torch; print(json.dumps({'version': torch.__version__, "
+               "'cuda': torch.cuda.is_available(), 'cuda_version': torch.version.cuda, "
+               "'devices': torch.cuda.device_count() if torch.cuda.is_available() else 0}))")
+
+
+@dataclass
+class Check:
+    """One finding of `soak doctor`."""
+
+    name: str
+    status: str  # ok | warn | fail
+    detail: str
+    facts: dict[str, Any] | None = None  # what was found, for --json and for the plan check
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return asdict(self)
+
+
+def run_command(cmd: list[str], timeout_s: float) -> tuple[int, str, str] | None:
+    """(exit code, stdout, stderr) of a command in its own process group; None (group killed) on timeout."""
+    try:
+        process = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,  # noqa: S603
+                                   stdin=subprocess.DEVNULL, start_new_session=True)
+    except OSError as exc:
+        return 127, "", str(exc)
+    try:
+        stdout, stderr = process.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)  # its children too, or they would hold the pipes open
+        process.communicate()
+        return None
+    return process.returncode, stdout, stderr
+
+
+def _last_line(text: str) -> str:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1] if lines else ""
+
+
+# -- the checks ------------------------------------------------------------------------------------------
+def check_gpu(nvml: Any = None, environ: Mapping[str, str] | None = None) -> Check:
+    """GPUs NVML sees (those CUDA_VISIBLE_DEVICES picks), their names and the driver."""
+    from soak.telemetry.gpu import GpuSampler
+
+    sampler = GpuSampler(nvml=nvml, environ=environ)
+    try:
+        gpus, total = sampler.describe(), sampler.device_count
+    finally:
+        sampler.close()
+    if not gpus:
+        return Check("gpu", WARN, f"no GPU seen ({sampler.reason}); ways forward: {WAYS_FORWARD}",
+                     {"count": 0, "total": total})
+    names = ", ".join(f"{g['index']}: {g['name']}" for g in gpus)
+    cuda = gpus[0].get("cuda_driver_version")
+    cuda_text = f", CUDA {cuda // 1000}.{cuda % 1000 // 10}" if isinstance(cuda, int) else ""
+    shown = f"{len(gpus)} of {total}" if total != len(gpus) else str(len(gpus))
+    return Check("gpu", OK, f"{shown} GPU(s) via NVML ({names}); driver {gpus[0].get('driver')}{cuda_text}",
+                 {"count": len(gpus), "total": total, "gpus": gpus})
+
+
+def check_vllm(vllm_bin: str | None = None, timeout_s: float = VLLM_VERSION_TIMEOUT_S) -> Check:
+    """The `vllm` executable soak would run and the version it reports."""
+    executable = shutil.which(vllm_bin) if vllm_bin else shutil.which("vllm")
+    if executable is None:
+        where = f"--vllm-bin {vllm_bin} is not an executable file" if vllm_bin else "no `vllm` on PATH"
+        return Check("vllm", WARN, f"{where}: `soak start --model` cannot run vLLM here (install it with "
+                     "pip install 'soak[vllm]', or pass --vllm-bin PATH)", {"path": None})
+    result = run_command([executable, "--version"], timeout_s)
+    if result is None:
+        return Check("vllm", WARN, f"{executable} did not answer --version within {timeout_s:.0f}s",
+                     {"path": executable})
+    code, stdout, stderr = result
+    if code != 0:
+        return Check("vllm", WARN, f"{executable} --version failed (exit {code}): {_last_line(stderr)}",
+                     {"path": executable})
+    version = _last_line(stdout)
+    return Check("vllm", OK, f"vLLM {version} at {executable}", {"path": executable, "version": version})
+
+
+def check_torch(probe: str = TORCH_PROBE, timeout_s: float = TORCH_PROBE_TIMEOUT_S) -> Check:
+    """torch's version and whether it sees CUDA, read in a child interpreter (a CUDA init may hang or crash)."""
+    result = run_command([sys.executable, "-c", probe], timeout_s)
+    if result is None:
+        return Check("torch", WARN, f"importing torch did not finish within {timeout_s:.0f}s", {"version": None})
+    code, stdout, stderr = result
+    try:
+        facts = json.loads(_last_line(stdout)) if code == 0 else None
+    except ValueError:
+        facts = None
+    if not facts:
+        return Check("torch", WARN, f"torch cannot be imported ({_last_line(stderr) or f'exit {code}'}): the "
+                     "reference server needs it (pip install torch)", {"version": None})
+    cuda = f"CUDA {facts['cuda_version']} visible, {facts['devices']} device(s)" if facts["cuda"] else \
+        "CUDA not visible"
+    return Check("torch", OK, f"torch {facts['version']}; {cuda}", facts)
+
+
+def check_chromium() -> Check:
+    """A Chromium for the report's browser tests."""
+    for name in CHROMIUM_NAMES:
+        path = shutil.which(name)
+        if path:
+            return Check("chromium", OK, f"{name} at {path}", {"path": path})
+    return Check("chromium", WARN, f"none of {', '.join(CHROMIUM_NAMES)} on PATH: browser tests of the report "
+                 "skip (reports are still written)", {"path": None})
+
+
+def check_database(out: str | None, db: str | None) -> Check:
+    """Whether the database `soak start` would use opens (and migrates) here."""
+    from soak.cli_common import open_store
+
+    url = _shown_url(db_url(out, db))
+    try:
+        engine = open_store(out, db)
+    except Exception as exc:  # noqa: BLE001 - any failure to open is the finding itself
+        return Check("database", FAIL, f"{url} does not open: {exc}", {"url": url})
+    engine.dispose()
+    return Check("database", OK, f"{url} opens, schema up to date", {"url": url})
+
+
+def check_disk(out: str | None) -> Check:
+    """Free space where the runs' files and (by default) the database go."""
+    folder = out_dir(out)
+    existing = next((p for p in (folder, *folder.parents) if p.exists()), Path("/"))
+    free_bytes = shutil.disk_usage(existing).free
+    detail = f"{free_bytes / (1 << 30):.1f} GiB free at {existing}"
+    if free_bytes < DISK_FAIL_BYTES:
+        return Check("disk", FAIL, detail + ": too little for a run's database and report", {"free_bytes": free_bytes})
+    if free_bytes < DISK_WARN_BYTES:
+        return Check("disk", WARN, detail + ": a 72 h run can need ~300 MB", {"free_bytes": free_bytes})
+    return Check("disk", OK, detail, {"free_bytes": free_bytes})
+
+
+def check_plan(gpu: Check, vllm: Check, torch: Check) -> Check:
+    """What `soak start` would do here, with and without --model."""
+    reference_ok = bool(torch.facts and torch.facts.get("version")) and _refserver_present()
+    vllm_ok = bool(vllm.facts and vllm.facts.get("version"))
+    facts = {"reference": reference_ok, "vllm": vllm_ok}
+    if not reference_ok and not vllm_ok:
+        return Check("plan", FAIL, "nothing soak can start here (no torch for the reference server, no vLLM); "
+                     "`soak start --target URL` can still test a server running elsewhere", facts)
+    lines = [_reference_plan(reference_ok), _vllm_plan(gpu, vllm, vllm_ok)]
+    if gpu.status != OK:
+        lines.append(f"ways forward without a GPU: {WAYS_FORWARD}")
+    return Check("plan", OK, "; ".join(lines), facts)
+
+
+def _reference_plan(reference_ok: bool) -> str:
+    return ("`soak start` → the embedded CPU reference server" if reference_ok
+            else "`soak start` → refused: the reference server needs torch")
+
+
+def _vllm_plan(gpu: Check, vllm: Check, vllm_ok: bool) -> str:
+    path = (vllm.facts or {}).get("path")
+    if not path:
+        return "`soak start --model NAME` → refused: no vLLM"
+    if not vllm_ok:
+        return f"`soak start --model NAME` → would run {path}, which failed `--version` (see above)"
+    where = "on the GPU(s) above" if gpu.status == OK else "with no GPU seen (vLLM decides; a CUDA build will fail)"
+    return f"`soak start --model NAME` → vLLM {vllm.facts['version']} {where}"
+
+
+def _refserver_present() -> bool:
+    return importlib.util.find_spec("soak.refserver") is not None
+
+
+# -- where things live (resolved as every command does) -----------------------------------------------
+def _locations(out: str | None, db: str | None) -> tuple[Path, str]:
+    from soak.config import merge_layers, read_environment, resolve_paths
+
+    return resolve_paths(merge_layers(read_environment(), {"out": out, "db": db}))
+
+
+def out_dir(out: str | None) -> Path:
+    """The output folder `soak start` would use."""
+    return _locations(out, None)[0]
+
+
+def db_url(out: str | None, db: str | None) -> str:
+    """The database URL `soak start` would use."""
+    return _locations(out, db)[1]
+
+
+def _shown_url(url: str) -> str:
+    """The URL with any password hidden."""
+    try:
+        from sqlalchemy.engine import make_url
+
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:  # noqa: BLE001 - an unparsable URL is shown as given; opening it will say why
+        return url
+
+
+def run_checks(out: str | None = None, db: str | None = None, vllm_bin: str | None = None) -> list[Check]:
+    """Every check, in the order `soak doctor` prints them."""
+    gpu, vllm, torch = check_gpu(), check_vllm(vllm_bin or os.environ.get("SOAK_VLLM_BIN")), check_torch()
+    return [gpu, vllm, torch, check_chromium(), check_database(out, db), check_disk(out),
+            check_plan(gpu, vllm, torch)]
+
+
+def usable(checks: list[Check]) -> bool:
+    """True unless a check failed (a warning leaves some way to run)."""
+    return all(check.status != FAIL for check in checks)
