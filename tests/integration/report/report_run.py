@@ -13,11 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pytest
 from hdrh.histogram import HdrHistogram
 from sqlalchemy import insert
 
-from soak.report import render_report
 from soak.store.db import open_database
 from soak.store.models import (
     Event,
@@ -241,18 +239,3 @@ def build_run(db_path: Path, gpu: bool = True, with_hist: bool = True, seed: int
         connection.execute(insert(LatencyWindow), latency)
         connection.execute(insert(RequestWindow), request_rows())
     return {"engine": engine, "run_id": RUN_ID, "star_values": star_values}
-
-
-@pytest.fixture(scope="session")
-def built_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """The realistic run, built once per session."""
-    return build_run(tmp_path_factory.mktemp("report-db") / "soak.db")
-
-
-@pytest.fixture(scope="session")
-def rendered(built_run: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """The realistic run's report (with a baseline), rendered once per session: path, HTML and inputs."""
-    summary = summary_dict()
-    out = tmp_path_factory.mktemp("report-out") / RUN_ID / "report.html"
-    path = render_report(built_run["engine"], RUN_ID, summary, out, baseline=baseline_dict())
-    return {**built_run, "path": path, "html": path.read_text(encoding="utf-8"), "summary": summary}

@@ -1,0 +1,87 @@
+"""Chart specs: fitted lines, tree totals, empty charts that say so, and trend routing by check."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from soak.report import charts
+from soak.report.charts import MIB, Frame, memory_chart, trend_trace, tree_total
+from soak.report.context import trend_target
+from soak.report.sections import check_anchor
+
+pytestmark = pytest.mark.timeout(60)
+FRAME = Frame(time_unit_s=3600.0, time_label="hours since start", end_s=7200.0)
+
+
+def test_linear_fit_is_drawn_over_the_fitted_span():
+    finding = {"check": "leak.rss", "trend": {"slope_per_s": 2.0, "intercept": 100.0, "t0_s": 600.0,
+                                               "space": "linear"}}
+    trace = trend_trace(finding, FRAME, 0.5, 0.0)
+    assert trace["x"] == [600 / 3600, 2.0] or trace["x"] == [round(600 / 3600, 5), 2.0]
+    assert trace["y"] == [50.0, (100.0 + 2.0 * 6600) * 0.5]
+
+
+def test_log_fit_is_exponentiated():
+    finding = {"check": "creep.ttft_p99", "percentile_used": "p95",
+               "trend": {"slope_per_s": math.log(2) / 3600, "intercept": math.log(100), "t0_s": 0.0, "space": "log"},
+               "details": {"span_s": 3600.0}}
+    trace = trend_trace(finding, FRAME, 1.0, 0.0)
+    assert trace["y"][0] == pytest.approx(100.0) and trace["y"][-1] == pytest.approx(200.0, rel=1e-3)
+    assert trace["x"][-1] == 1.0 and trace["name"] == "fit: creep.ttft_p99 (p95)"
+
+
+def test_trend_without_numbers_draws_nothing():
+    assert trend_trace({"trend": {"slope_per_s": None, "intercept": 1.0}}, FRAME, 1.0, 0.0) is None
+
+
+@pytest.mark.parametrize(("finding", "target"), [
+    ({"check": "leak.rss", "trend": {}}, ("chart-memory", 1 / MIB, "y")),
+    ({"check": "leak.vram", "trend": {}}, ("chart-vram-process", 1 / 2**30, "y")),
+    ({"check": "creep.itl_p99", "trend": {}}, ("chart-itl", 1.0, "y")),
+    ({"check": "errors.rise", "trend": {}}, ("chart-errors", 100.0, "y2")),
+    ({"check": "throughput.decay", "trend": {}, "details": {"measure": "tokens/s"}}, ("chart-throughput", 1.0, "y2")),
+    ({"check": "throughput.decay", "trend": {}, "details": {"measure": "tokens per offered request"}}, None),
+    ({"check": "anything", "trend": {"series": "kv"}}, ("chart-kv", 100.0, "y")),
+    ({"check": "leak.rss"}, None),
+])
+def test_trend_target(finding, target):
+    assert trend_target(finding) == target
+
+
+def test_check_anchor():
+    assert check_anchor("leak.rss") == "chart-memory" and check_anchor("crashes") == "events"
+    assert check_anchor("creep.ttft_p95") == "chart-ttft" and check_anchor("mystery") == "charts"
+
+
+def test_tree_total_needs_shared_sample_times():
+    t_s = np.repeat(np.arange(10.0), 3)
+    times, totals = tree_total(t_s, np.ones(30))
+    assert len(times) == 10 and set(totals) == {3.0}
+    assert tree_total(np.arange(30.0), np.ones(30)) is None
+
+
+def test_memory_chart_without_samples_says_so():
+    empty = {name: np.array([], dtype=float) for name in ("t_s", "pid", "rss_bytes", "pss_bytes")}
+    empty["name"] = np.array([], dtype=object)
+    chart = memory_chart(empty, FRAME, [{"type": "scatter", "x": [0], "y": [1]}])
+    assert chart["figure"] is None and chart["empty"] == "No server process memory was sampled."
+
+
+def test_errors_chart_with_no_errors_says_so():
+    rows = [{"window_index": i, "start_s": 60.0 * i, "end_s": 60.0 * (i + 1), "requests": 10,
+             **{f"err_{name}": 0 for name in ("connect", "timeout")}} for i in range(3)]
+    chart = charts.errors_chart(rows, FRAME, ("connect", "timeout"), [])
+    assert chart["figure"] is None and chart["empty"] == "No errors in any of the 3 windows."
+
+
+def test_many_processes_are_capped_with_a_note():
+    n = charts.MAX_PROCESS_TRACES + 3
+    columns = {"t_s": np.zeros(n), "pid": np.arange(n, dtype=float), "rss_bytes": np.arange(n, dtype=float) * MIB,
+               "pss_bytes": np.full(n, np.nan), "name": np.array([f"p{i}" for i in range(n)], dtype=object)}
+    chart = memory_chart(columns, FRAME, [])
+    names = {trace["name"] for trace in chart["figure"]["data"]}
+    assert "p0 (0) RSS" not in names and f"p{n - 1} ({n - 1}) RSS" in names
+    assert chart["notes"] and "3 smaller processes" in chart["notes"][0]

@@ -1,0 +1,59 @@
+"""Human units at the report's edge."""
+
+from __future__ import annotations
+
+import pytest
+
+from soak.report.formatting import (
+    format_bytes,
+    format_elapsed,
+    format_number,
+    format_percent,
+    format_utc,
+    format_value,
+    quantity_texts,
+)
+
+pytestmark = pytest.mark.timeout(30)
+MIB = 2**20
+
+
+@pytest.mark.parametrize(("value", "unit", "expected"), [
+    (40 * MIB, "bytes/h", "40.0 MiB/h"),
+    (40 * MIB, "bytes_per_h", "40.0 MiB/h"),
+    (1843.2, "bytes/request", "1.80 KiB/request"),
+    (3 * 2**30, "bytes", "3.00 GiB"),
+    (0.012, "fraction of KV cache", "1.20 % of KV cache"),
+    (0.5, "ratio", "50.0 %"),
+    (0.42, "%", "0.42 %"),
+    (0.25, "s", "250 ms"),
+    (12.0, "s", "12.0 s"),
+    (41.0, "% over run", "41.0 % over run"),
+    (2.0, "fds/h", "2.00 fds/h"),
+    (None, "bytes/h", "—"),
+])
+def test_quantity_value(value, unit, expected):
+    assert quantity_texts(value, unit)["value"] == expected
+
+
+def test_ci_and_threshold_share_the_value_unit():
+    texts = quantity_texts(40 * MIB, "bytes/h", [35 * MIB, 45 * MIB], 16 * MIB)
+    assert texts == {"value": "40.0 MiB/h", "ci": "95 % CI 35.0 … 45.0 MiB/h", "threshold": "16.0 MiB/h"}
+    assert quantity_texts(1.0, "ms", [float("nan"), 2.0])["ci"] == ""
+
+
+@pytest.mark.parametrize(("value", "expected"), [
+    (0, "0"), (1234567.0, "1,234,567"), (123.4, "123"), (12.34, "12.3"), (1.234, "1.23"), (0.001234, "0.00123"),
+    (float("nan"), "—"), (None, "—"), (True, "—"),
+])
+def test_format_number(value, expected):
+    assert format_number(value) == expected
+
+
+def test_times_and_misc():
+    assert format_elapsed(3723.4) == "1:02:03" and format_elapsed(90 * 3600) == "90:00:00"
+    assert format_utc("2026-12-02T11:15:00+01:00") == "2026-12-02 10:15:00 UTC"
+    assert format_utc("2026-12-02T10:15:00Z") == "2026-12-02 10:15:00 UTC"
+    assert format_utc("yesterday") == "yesterday" and format_utc(None) == "—"
+    assert format_bytes(512) == "512 B" and format_percent(0.0042) == "0.42 %"
+    assert format_value(["a", "b"]) == "a, b" and format_value({}) == "—" and format_value({"k": 1}) == '{"k": 1}'
