@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
-from scipy.stats import binom, norm
+from scipy.stats import binom, nbinom, norm
 
 from soak.analysis.evidence import trend_sentence
 from soak.analysis.findings import FAIL, INCONCLUSIVE, PASS, SUSPECT, Finding, inconclusive, skipped
@@ -94,34 +95,60 @@ def _budget_text(verdict: str, errors: int, requests: int, rate: float, high: fl
             f"(95 % upper bound {pct_text(high, 2)}).")
 
 
-def find_bursts(rows: list[RequestWindow], gates: Gates) -> tuple[list[tuple[RequestWindow, float]], float]:
-    """Windows whose error count is far above the run's baseline rate: [(window, tail p)], baseline.
+@dataclass(frozen=True)
+class ErrorBaseline:
+    """The run's ordinary error level: pooled rate and negative-binomial overdispersion α
+    (count variance = μ + α·μ²; α = 0 is plain binomial noise)."""
 
-    The baseline is the pooled rate of the other windows, re-estimated without the flagged ones
-    (two passes), so a burst does not raise its own bar.
+    rate: float
+    alpha: float
+
+    def tail_p(self, window: RequestWindow) -> float:
+        """P(at least this many errors in the window) under the baseline."""
+        mean = window.requests * min(self.rate, 1.0)
+        if self.alpha <= 0:
+            return float(binom.sf(window.error_count - 1, window.requests, min(self.rate, 1.0)))
+        size = 1.0 / self.alpha
+        return float(nbinom.sf(window.error_count - 1, size, size / (size + mean)))
+
+
+def estimate_baseline(rows: list[RequestWindow]) -> ErrorBaseline:
+    """Pooled rate and method-of-moments overdispersion of the given windows."""
+    n = np.array([w.requests for w in rows], dtype=float)
+    errors = np.array([w.error_count for w in rows], dtype=float)
+    # A floor of half an error keeps a spotless baseline from making one error a "burst".
+    rate = max(errors.sum(), 0.5) / max(n.sum(), 1.0)
+    mean = n * rate
+    excess = ((errors - mean) ** 2 - mean * (1 - rate)).sum()
+    alpha = max(0.0, excess / (mean ** 2).sum()) if (mean ** 2).sum() > 0 else 0.0
+    return ErrorBaseline(rate, alpha)
+
+
+def find_bursts(rows: list[RequestWindow], gates: Gates) -> tuple[list[tuple[RequestWindow, float]], ErrorBaseline]:
+    """Windows whose error count is far above the run's baseline: [(window, tail p)], baseline.
+
+    Real error rates wander from window to window more than binomial noise allows, so the tail is
+    negative-binomial with the overdispersion measured on the other windows. The baseline is
+    re-estimated without the flagged windows (three passes), so a burst does not raise its own bar.
     """
-    flagged: set[int] = set()
-    baseline = 0.0
+    pooled = estimate_baseline(rows).rate
+    # Start without the obvious candidates, or their excess would inflate the overdispersion.
+    flagged = {w.index for w in rows if w.error_count >= gates.errors.burst_min_errors
+               and w.error_count / w.requests >= gates.errors.burst_factor * pooled}
+    baseline = ErrorBaseline(pooled, 0.0)
     for _ in range(3):
-        rest = [w for w in rows if w.index not in flagged]
-        n_rest = sum(w.requests for w in rest)
-        # A floor of half an error keeps a spotless baseline from making one error a "burst".
-        baseline = max(sum(w.error_count for w in rest), 0.5) / max(n_rest, 1)
+        baseline = estimate_baseline([w for w in rows if w.index not in flagged] or rows)
         flagged = {w.index for w in rows if _is_burst(w, baseline, gates)}
-    return [(w, _tail_p(w, baseline)) for w in rows if w.index in flagged], baseline
+    return [(w, baseline.tail_p(w)) for w in rows if w.index in flagged], baseline
 
 
-def _tail_p(window: RequestWindow, baseline: float) -> float:
-    return float(binom.sf(window.error_count - 1, window.requests, min(baseline, 1.0)))
-
-
-def _is_burst(window: RequestWindow, baseline: float, gates: Gates) -> bool:
+def _is_burst(window: RequestWindow, baseline: ErrorBaseline, gates: Gates) -> bool:
     errors = window.error_count
     if errors < gates.errors.burst_min_errors:
         return False
-    if errors / window.requests < gates.errors.burst_factor * baseline:
+    if errors / window.requests < gates.errors.burst_factor * baseline.rate:
         return False
-    return _tail_p(window, baseline) < gates.errors.burst_p_value
+    return baseline.tail_p(window) < gates.errors.burst_p_value
 
 
 def check_bursts(run: RunData, gates: Gates) -> Finding:
@@ -129,16 +156,16 @@ def check_bursts(run: RunData, gates: Gates) -> Finding:
     burst_events = [e for e in run.events if e.kind == "error_burst"]
     if not rows and not burst_events:
         return skipped("errors.bursts", "No finished requests in the judged windows.")
-    bursts, baseline = find_bursts(rows, gates) if rows else ([], 0.0)
+    bursts, baseline = find_bursts(rows, gates) if rows else ([], ErrorBaseline(0.0, 0.0))
     if not bursts and not burst_events:
         return Finding(check="errors.bursts", verdict=PASS, value=0, unit="windows",
-                       evidence=f"No window's error rate stands out from the {pct_text(baseline, 3)} baseline.",
-                       details={"baseline_rate": baseline})
+                       evidence=f"No window's error rate stands out from the {pct_text(baseline.rate, 3)} baseline.",
+                       details={"baseline_rate": baseline.rate, "overdispersion": baseline.alpha})
     verdict = FAIL if gates.errors.fail_on_bursts else SUSPECT
     return Finding(check="errors.bursts", verdict=verdict, value=len(bursts), unit="windows",
                    threshold=gates.errors.burst_p_value,
-                   evidence=_bursts_text(bursts, burst_events, baseline),
-                   details={"baseline_rate": baseline,
+                   evidence=_bursts_text(bursts, burst_events, baseline.rate),
+                   details={"baseline_rate": baseline.rate, "overdispersion": baseline.alpha,
                             "bursts": [_burst_dict(w, p) for w, p in bursts],
                             "events": [{"t_s": e.t_s, "message": e.message} for e in burst_events]})
 

@@ -70,7 +70,7 @@ class KvGate(_Strict):
 
 
 class LeakGates(_Strict):
-    rss: MemoryLeakGate = MemoryLeakGate(slope_bytes_per_h=16 * MIB, growth_frac=0.02)
+    rss: MemoryLeakGate = MemoryLeakGate(slope_bytes_per_h=16 * MIB, growth_frac=0.05)
     vram: MemoryLeakGate = MemoryLeakGate(slope_bytes_per_h=16 * MIB, growth_frac=0.0,
                                           min_growth_bytes=64 * MIB)
     fds: FdLeakGate = FdLeakGate()

@@ -3,8 +3,8 @@
 Each process of the server tree is reduced to one value per judged window — its floor (window
 minimum) — or, when idle probes gave at least `min_windows` readings, to its probe readings, which
 are taken at rest and so are cleaner still. The tree total is the sum of the per-process values.
-The verdict is the total's trend test, escalated by any single process whose own trend FAILs (or is
-SUSPECT) at a Bonferroni-corrected p, so a leak in one process is not hidden by another shrinking.
+The verdict is the total's trend test, escalated to FAIL by any single process whose own trend FAILs
+at a Bonferroni-corrected p, so a leak in one process is not hidden by another shrinking.
 """
 
 from __future__ import annotations
@@ -12,16 +12,13 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 import numpy as np
 
-from soak.analysis.findings import FAIL, INCONCLUSIVE, PASS, SUSPECT, Finding, inconclusive, skipped
+from soak.analysis.findings import FAIL, INCONCLUSIVE, SUSPECT, Finding, inconclusive, skipped
 from soak.analysis.fmt import bytes_range_text, bytes_text
 from soak.analysis.evidence import trend_sentence
 from soak.analysis.gates import FdLeakGate, Gates, MemoryLeakGate
 from soak.analysis.inputs import ProbeReading, RunData
 from soak.analysis.trend import TrendResult, TrendSpec, assess_trend
 from soak.analysis.windows import window_floors
-
-_SEVERITY = {PASS: 0, SUSPECT: 1, FAIL: 2}
-
 
 @dataclass(frozen=True)
 class Subject:
@@ -191,7 +188,9 @@ def _leak_finding(run: RunData, gates: Gates, kind: LeakKind, source: str, total
                   total_result: TrendResult, per_process: list[tuple[Series, TrendResult]]) -> Finding:
     worst_row, worst = total, total_result
     for row, result in per_process:
-        if len(per_process) > 1 and _SEVERITY.get(result.verdict, -1) > _SEVERITY[worst.verdict]:
+        # Only a per-process FAIL escalates: per-process SUSPECTs stay in `per_process`, since
+        # k processes would otherwise multiply the chances of a noise SUSPECT by k.
+        if len(per_process) > 1 and result.verdict == FAIL and worst.verdict != FAIL:
             worst_row, worst = row, result
     rate_per_s = request_rate_per_s(run)
     return Finding(

@@ -305,6 +305,16 @@ def _events(model: RunModel) -> tuple[Event, ...]:
     return tuple(events)
 
 
+def bare_run(run_s: float, warmup_s: float | None = None, window_s: float | None = None,
+             probe_spans_s: tuple[tuple[float, float], ...] = (), **fields) -> RunData:
+    """A RunData with planned windows and only the series given in `fields`."""
+    warmup_s = default_warmup_s(run_s) if warmup_s is None else warmup_s
+    windows = plan_windows(run_s, warmup_s, window_s, probe_spans_s)
+    return RunData(planned_duration_s=run_s, actual_duration_s=fields.pop("actual_duration_s", run_s),
+                   warmup_s=warmup_s, window_s=windows[1].end_s - windows[1].start_s,
+                   windows=windows, **fields)
+
+
 def with_changes(model: RunModel, **changes) -> RunModel:
     """A copy of `model` with some fields changed (a planted fault, a shorter run)."""
     return replace(model, **changes)
