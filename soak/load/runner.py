@@ -24,7 +24,7 @@ from soak.load.dispatcher import DispatchSettings, Dispatcher, PlanBoard
 from soak.load.hooks import HookCaller, LoadHooks
 from soak.load.records import RequestRecord
 from soak.load.scenarios import LoadedScenario, check_dataset, effective_specs, load_scenarios
-from soak.load.shape import LoadController, SoakShape
+from soak.load.shape import LoadController, Schedule, SoakShape
 from soak.load.user import ClientSettings, fetch_model_cards, max_model_len_of
 
 log = logging.getLogger(__name__)
@@ -123,6 +123,11 @@ class LoadHandle:
     def environment(self) -> Environment:
         """The (master's) Locust environment, for its statistics."""
         return self._backend.environment
+
+    @property
+    def schedule(self) -> Schedule:
+        """The rate plan in absolute time: its phases, `begin_t` (first possible arrival) and `end_t`."""
+        return self._backend.controller.schedule
 
     @property
     def in_flight(self) -> int:

@@ -13,7 +13,8 @@ error_event (an error object mid-stream), wrong_ct (SSE as text/plain), error_bo
 trickle (events dribbled a few bytes at a time), never_end (keep-alive comments forever), hang (no
 response), http500, http400. `stall_until=EPOCH` holds every request until that wall time.
 
-GET /_mock/stats?tag=T → {"requests", "arrivals", "completed", "disconnects", "kinds", "models"}.
+GET /_mock/stats?tag=T → {"requests", "arrivals", "completed", "disconnects", "active", "max_active", "kinds",
+"models", "bodies" (the first 200), "auth" (Authorization headers seen)}.
 """
 
 from __future__ import annotations
@@ -71,12 +72,17 @@ class Stats:
 
     def __init__(self) -> None:
         self.by_tag: dict[str, dict] = defaultdict(lambda: {"requests": 0, "arrivals": [], "completed": 0,
-                                                            "disconnects": 0, "kinds": defaultdict(int),
-                                                            "models": defaultdict(int), "bodies": []})
+                                                            "disconnects": 0, "active": 0, "max_active": 0,
+                                                            "kinds": defaultdict(int), "models": defaultdict(int),
+                                                            "bodies": [], "auth": []})
 
-    def arrival(self, tag: str, kind: str, model: str, body: dict) -> None:
+    def arrival(self, tag: str, kind: str, model: str, body: dict, auth: str | None) -> None:
         entry = self.by_tag[tag]
         entry["requests"] += 1
+        entry["active"] += 1
+        entry["max_active"] = max(entry["max_active"], entry["active"])
+        if auth is not None and auth not in entry["auth"]:
+            entry["auth"].append(auth)
         entry["arrivals"].append(time.time())
         entry["kinds"][kind] += 1
         entry["models"][model] += 1
@@ -165,6 +171,7 @@ async def tracked(events, tag: str):
         finished = True
     finally:
         STATS.by_tag[tag]["completed" if finished else "disconnects"] += 1
+        STATS.by_tag[tag]["active"] -= 1
 
 
 async def trickled(events):
@@ -185,8 +192,11 @@ async def completion(request: Request, kind: str) -> Response:
     if rejected is not None:
         return rejected
     b = parse_model(body["model"])
-    STATS.arrival(b.tag, kind, body["model"], body)
-    return await respond(kind, body, b, start_t)
+    STATS.arrival(b.tag, kind, body["model"], body, request.headers.get("authorization"))
+    response = await respond(kind, body, b, start_t)
+    if not isinstance(response, StreamingResponse):
+        STATS.by_tag[b.tag]["active"] -= 1  # streams count themselves out when they end
+    return response
 
 
 async def respond(kind: str, body: dict, b: Behaviour, start_t: float) -> Response:
@@ -232,9 +242,7 @@ async def models_endpoint(request: Request) -> Response:
 
 
 async def stats_endpoint(request: Request) -> Response:
-    entry = STATS.by_tag.get(request.query_params.get("tag", ""))
-    return JSONResponse(entry or {"requests": 0, "arrivals": [], "completed": 0, "disconnects": 0,
-                                  "kinds": {}, "models": {}, "bodies": []})
+    return JSONResponse(STATS.by_tag[request.query_params.get("tag", "")])
 
 
 def make_app(max_model_len: int = MAX_MODEL_LEN) -> Starlette:

@@ -1,0 +1,196 @@
+"""Master + N local worker processes (`load.workers = N`).
+
+The master (this process) runs the shape and the timeline; each worker runs one dispatcher at rate/N with
+its own seed (worker index), which for Poisson arrivals adds up exactly to the planned process. Messages:
+  master → workers  soak_plan {segments, closed}     soak_stop {drain_timeout_s}
+  workers → master  soak_status {in_flight, schedule_t, health}  (every 0.2 s)
+                    soak_stopped {records, health}   (after the drain at stop)
+Records travel in Locust's periodic worker report (`report_to_master` → `worker_report`) as `soak_records`;
+the master hands each to the hooks.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import logging
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import gevent
+from locust.env import Environment
+
+from soak.config import RunConfig
+from soak.errors import TargetError
+from soak.load.health import ClientHealth
+from soak.load.hooks import HookCaller
+from soak.load.records import RequestRecord
+from soak.load.runner import PLAN_MESSAGE, QueueSink, dispatcher_user_class
+from soak.load.shape import LoadController, SoakShape
+from soak.load.user import ClientSettings
+
+log = logging.getLogger(__name__)
+
+STATUS_MESSAGE, STOP_MESSAGE, STOPPED_MESSAGE = "soak_status", "soak_stop", "soak_stopped"
+RECORDS_KEY = "soak_records"
+STATUS_EVERY_S = 0.2
+CONNECT_TIMEOUT_S = 60.0
+STOP_MARGIN_S = 15.0
+EXIT_WAIT_S = 10.0
+START_DELAY_S = 0.5
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@dataclass
+class WorkerStatuses:
+    """The latest status of every worker, and what the workers said when they stopped."""
+
+    latest: dict[str, dict[str, Any]] = field(default_factory=dict)
+    stopped: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def on_status(self, environment: Any, msg: Any, **_kw: Any) -> None:
+        self.latest[msg.node_id] = msg.data
+
+    def drain_state(self) -> tuple[int, float]:
+        """(in flight over all workers, the earliest schedule position) — see LoadController."""
+        if not self.latest:
+            return 0, float("-inf")
+        return (sum(int(s["in_flight"]) for s in self.latest.values()),
+                min(float(s["schedule_t"]) for s in self.latest.values()))
+
+    def health(self) -> ClientHealth:
+        total = ClientHealth()
+        for status in {**self.latest, **self.stopped}.values():
+            total.merge(ClientHealth.from_wire(status["health"]))
+        return total
+
+
+def _write_spec(config: RunConfig, settings: ClientSettings, base_url: str, t0: float, port: int) -> Path:
+    """The worker's instructions, in a private temp file (the API key stays in the environment)."""
+    spec = {"config": config.model_dump_json(), "base_url": base_url, "t0": t0, "master_port": port,
+            "workers": config.load.workers,
+            "settings": {"model": settings.model, "max_model_len": settings.max_model_len}}
+    handle = tempfile.NamedTemporaryFile("w", prefix="soak-worker-", suffix=".json", delete=False)
+    with handle:
+        json.dump(spec, handle)
+    return Path(handle.name)
+
+
+def _spawn_workers(count: int, spec_path: Path) -> list[subprocess.Popen]:
+    logs = [tempfile.NamedTemporaryFile(prefix=f"soak-worker-{i}-", suffix=".log", delete=False) for i in range(count)]
+    procs = [subprocess.Popen([sys.executable, "-m", "soak.load.worker", str(spec_path)],
+                              stdout=subprocess.DEVNULL, stderr=log_file) for log_file in logs]
+    for log_file in logs:
+        log_file.close()
+    for proc, log_file in zip(procs, logs):
+        proc.soak_log_path = log_file.name  # type: ignore[attr-defined]
+    atexit.register(_kill_all, procs)
+    return procs
+
+
+def _kill_all(procs: list[subprocess.Popen]) -> None:
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def _log_tail(proc: subprocess.Popen) -> str:
+    try:
+        return Path(proc.soak_log_path).read_text(errors="replace")[-600:]  # type: ignore[attr-defined]
+    except OSError:
+        return ""
+
+
+def _wait_for_workers(runner: Any, procs: list[subprocess.Popen], count: int) -> None:
+    deadline = time.monotonic() + CONNECT_TIMEOUT_S
+    while runner.worker_count < count:
+        dead = [p for p in procs if p.poll() is not None]
+        if dead or time.monotonic() > deadline:
+            _kill_all(procs)
+            tail = _log_tail(dead[0]) if dead else ""
+            raise TargetError(f"load workers did not start ({runner.worker_count}/{count} connected): {tail}")
+        gevent.sleep(0.05)
+
+
+@dataclass
+class DistributedBackend:
+    """The master's side: shape and timeline here, dispatchers in the worker processes."""
+
+    environment: Environment
+    controller: LoadController
+    statuses: WorkerStatuses
+    procs: list[subprocess.Popen]
+    sink: QueueSink
+    spec_path: Path
+
+    def in_flight(self) -> int:
+        return self.statuses.drain_state()[0]
+
+    def counters(self) -> dict[str, Any]:
+        return {**self.statuses.health().counters(self.in_flight()), "workers": len(self.procs)}
+
+    def stop(self, drain_timeout_s: float) -> None:
+        runner = self.environment.runner
+        runner.send_message(STOP_MESSAGE, {"drain_timeout_s": drain_timeout_s})
+        deadline = time.monotonic() + drain_timeout_s + STOP_MARGIN_S
+        while len(self.statuses.stopped) < runner.worker_count and time.monotonic() < deadline:
+            gevent.sleep(0.05)
+        runner.quit()
+        self.sink.flush()
+        self._reap()
+
+    def _reap(self) -> None:
+        deadline = time.monotonic() + EXIT_WAIT_S
+        while any(p.poll() is None for p in self.procs) and time.monotonic() < deadline:
+            gevent.sleep(0.05)
+        _kill_all(self.procs)
+        self.spec_path.unlink(missing_ok=True)
+        for proc in self.procs:
+            Path(proc.soak_log_path).unlink(missing_ok=True)  # type: ignore[attr-defined]
+
+
+def _deliver_records(sink: QueueSink, data: dict[str, Any]) -> None:
+    for wire in data.get(RECORDS_KEY) or ():
+        sink.put(RequestRecord.from_wire(wire))
+
+
+def start_distributed(config: RunConfig, base_url: str, t0: float, settings: ClientSettings,
+                      callers: HookCaller) -> DistributedBackend:
+    """Start a master here and `config.load.workers` worker processes; returns once all are connected."""
+    count = config.load.workers
+    statuses, sink, port = WorkerStatuses(), QueueSink(callers.request), free_port()
+    environment = Environment(user_classes=[dispatcher_user_class(lambda _env: None)], host=base_url,
+                              stop_timeout=config.load.request_timeout_s)
+    runner = environment.create_master_runner("127.0.0.1", port)
+    runner.register_message(STATUS_MESSAGE, statuses.on_status)
+    runner.register_message(STOPPED_MESSAGE, lambda environment, msg, **_kw: _on_stopped(statuses, sink, msg))
+    environment.events.worker_report.add_listener(lambda client_id, data, **_kw: _deliver_records(sink, data))
+    spec_path = _write_spec(config, settings, base_url, t0, port)
+    procs = _spawn_workers(count, spec_path)
+    _wait_for_workers(runner, procs, count)
+    controller = LoadController(config, t0, time.time() + START_DELAY_S, callers,
+                                send=lambda message: runner.send_message(PLAN_MESSAGE, message),
+                                drain_state=statuses.drain_state)
+    environment.shape_class = SoakShape(controller, users=count)
+    environment.shape_class.runner = runner
+    controller.publish()
+    runner.start_shape()
+    controller.start()
+    return DistributedBackend(environment, controller, statuses, procs, sink, spec_path)
+
+
+def _on_stopped(statuses: WorkerStatuses, sink: QueueSink, msg: Any) -> None:
+    _deliver_records(sink, msg.data)
+    statuses.stopped[msg.node_id] = msg.data
+    statuses.latest.pop(msg.node_id, None)
