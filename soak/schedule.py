@@ -259,18 +259,57 @@ def make_scheduler(engine: Engine, max_workers: int = 4):  # noqa: ANN201 - Back
                                timezone=UTC)
 
 
-@contextmanager
-def job_store(engine: Engine) -> Iterator[Any]:
-    """A scheduler started paused: reads and writes the job table, never runs a job."""
-    scheduler = make_scheduler(engine, max_workers=1)
-    try:
-        scheduler.start(paused=True)
-    except SQLAlchemyError as exc:
-        raise StorageError(f"cannot open the schedule table: {getattr(exc, 'orig', None) or exc}") from None
-    try:
-        yield scheduler
-    finally:
-        scheduler.shutdown(wait=False)
+class JobTable:
+    """APScheduler's job table, read and edited through its job store with a scheduler that never starts.
+
+    A started scheduler, even a paused one, processes due jobs once while it shuts down, so a `schedule list`
+    through one could eat a fire meant for the daemon. Only the daemon starts a scheduler on this table.
+    """
+
+    def __init__(self, engine: Engine):
+        from apscheduler.jobstores.sqlalchemy import SQLAlchemyJobStore
+
+        self.scheduler = make_scheduler(engine, max_workers=1)  # builds and restores Job objects only
+        self.store = SQLAlchemyJobStore(engine=engine, tablename=JOBS_TABLE)
+        try:
+            self.store.start(self.scheduler, "default")
+        except SQLAlchemyError as exc:
+            raise StorageError(f"cannot open the schedule table: {getattr(exc, 'orig', None) or exc}") from None
+
+    def get(self, name: str) -> Any:
+        """The job of schedule `name`; UnknownScheduleError when there is none."""
+        job = self.store.lookup_job(name)
+        if job is None:
+            raise UnknownScheduleError(f"unknown schedule {name!r}")
+        return job
+
+    def all(self) -> list[Any]:
+        return self.store.get_all_jobs()
+
+    def add(self, spec: ScheduleSpec, trigger: Any, misfire_grace_s: float, next_run_time: datetime) -> Any:
+        """Store a new job; ConfigError when the name is taken."""
+        from apscheduler.job import Job
+        from apscheduler.jobstores.base import ConflictingIdError
+
+        job = Job(self.scheduler, id=spec.name, name=spec.name, func=JOB_FUNC, trigger=trigger,
+                  executor="default", args=(), kwargs={"spec": spec.to_dict()},
+                  misfire_grace_time=int(misfire_grace_s), coalesce=True, max_instances=1,
+                  next_run_time=next_run_time)
+        try:
+            self.store.add_job(job)
+        except ConflictingIdError:
+            raise ConfigError(f"schedule {spec.name!r} already exists: remove it first") from None
+        return job
+
+    def set_next_run_time(self, job: Any, when: datetime | None) -> Any:
+        """None pauses the job (what APScheduler's pause_job does)."""
+        job._modify(next_run_time=when)  # noqa: SLF001 - the scheduler's own modify_job does exactly this
+        self.store.update_job(job)
+        return job
+
+    def remove(self, name: str) -> None:
+        self.get(name)
+        self.store.remove_job(name)
 
 
 def _spec_of(job: Any) -> ScheduleSpec:
@@ -291,40 +330,21 @@ def add_schedule(engine: Engine, spec: ScheduleSpec, misfire_grace_s: float = DE
 
     `first_fire_at` (tests, demos) overrides the first fire time; later fires follow the cron.
     """
-    from apscheduler.jobstores.base import ConflictingIdError
-
     check_names(spec.name, spec.notify_env)
     trigger = cron_trigger(spec.cron, parse_timezone(spec.timezone))
     validate_start_args(spec.start_args)
-    extra = {"next_run_time": first_fire_at} if first_fire_at else {}
-    with job_store(engine) as scheduler:
-        try:
-            job = scheduler.add_job(JOB_FUNC, trigger, id=spec.name, name=spec.name,
-                                    kwargs={"spec": spec.to_dict()}, misfire_grace_time=int(misfire_grace_s),
-                                    coalesce=True, max_instances=1, **extra)
-        except ConflictingIdError:
-            raise ConfigError(f"schedule {spec.name!r} already exists: remove it first") from None
-        return describe_job(job)
-
-
-def _job_or_fail(scheduler: Any, name: str) -> Any:
-    job = scheduler.get_job(name)
-    if job is None:
-        raise UnknownScheduleError(f"unknown schedule {name!r}")
-    return job
+    next_run_time = first_fire_at or trigger.get_next_fire_time(None, utc_now())
+    return describe_job(JobTable(engine).add(spec, trigger, misfire_grace_s, next_run_time))
 
 
 def get_schedule(engine: Engine, name: str) -> dict[str, Any]:
     """One schedule; UnknownScheduleError when there is none."""
-    with job_store(engine) as scheduler:
-        return describe_job(_job_or_fail(scheduler, name))
+    return describe_job(JobTable(engine).get(name))
 
 
 def remove_schedule(engine: Engine, name: str) -> None:
     """Delete a schedule and its pending run-now requests (its event history stays)."""
-    with job_store(engine) as scheduler:
-        _job_or_fail(scheduler, name)
-        scheduler.remove_job(name)
+    JobTable(engine).remove(name)
     with writing(engine) as session:
         session.execute(update(ScheduleRequest).where(ScheduleRequest.schedule_name == name,
                                                       ScheduleRequest.handled_at.is_(None))
@@ -333,17 +353,15 @@ def remove_schedule(engine: Engine, name: str) -> None:
 
 def pause_schedule(engine: Engine, name: str) -> dict[str, Any]:
     """Stop firing until resumed (a run in progress is not touched)."""
-    with job_store(engine) as scheduler:
-        _job_or_fail(scheduler, name)
-        return describe_job(scheduler.pause_job(name))
+    table = JobTable(engine)
+    return describe_job(table.set_next_run_time(table.get(name), None))
 
 
 def resume_schedule(engine: Engine, name: str) -> dict[str, Any]:
     """Fire again from the next cron time after now (fires missed while paused are not made up)."""
-    with job_store(engine) as scheduler:
-        _job_or_fail(scheduler, name)
-        job = scheduler.resume_job(name)
-        return describe_job(job if job is not None else scheduler.get_job(name))
+    table = JobTable(engine)
+    job = table.get(name)
+    return describe_job(table.set_next_run_time(job, job.trigger.get_next_fire_time(None, utc_now())))
 
 
 def request_run_now(engine: Engine, name: str, out_dir: Path) -> dict[str, Any]:
@@ -420,8 +438,7 @@ def last_run(engine: Engine, name: str) -> dict[str, Any] | None:
 
 def list_schedules(engine: Engine) -> list[dict[str, Any]]:
     """Every schedule by name, with next fire time, last run (and verdict) and last daemon event."""
-    with job_store(engine) as scheduler:
-        schedules = sorted((describe_job(job) for job in scheduler.get_jobs()), key=lambda s: s["name"])
+    schedules = sorted((describe_job(job) for job in JobTable(engine).all()), key=lambda s: s["name"])
     for schedule in schedules:
         schedule["last_run"] = last_run(engine, schedule["name"])
         events = list_events(engine, schedule["name"], limit=1)
@@ -615,6 +632,9 @@ class Daemon:
             self._stop_children()
         self._wait_children()
         self._join_fires()
+        # APScheduler processes due jobs once more as it shuts down; without its store it cannot consume a fire
+        # that fell due while we were paused, so the next daemon still runs it (or records it missed).
+        self.scheduler.remove_jobstore("default", shutdown=False)
         self.scheduler.shutdown(wait=True)
         log.info("stopped")
 
