@@ -55,12 +55,12 @@ def check_rise(run: RunData, gates: Gates) -> Finding:
 
 def wilson_interval(errors: int, n: int, confidence: float) -> tuple[float, float]:
     """Two-sided Wilson score interval of a binomial proportion."""
-    z = norm.ppf(0.5 + confidence / 2)
+    z = float(norm.ppf(0.5 + confidence / 2))
     p_hat = errors / n
     denom = 1 + z * z / n
     centre = (p_hat + z * z / (2 * n)) / denom
     half = z * math.sqrt(p_hat * (1 - p_hat) / n + z * z / (4 * n * n)) / denom
-    return max(0.0, centre - half), min(1.0, centre + half)
+    return float(max(0.0, centre - half)), float(min(1.0, centre + half))
 
 
 def check_budget(run: RunData, gates: Gates) -> Finding:

@@ -62,11 +62,13 @@ def _residue_finding(residues: list[ProbeReading], readable: list[ProbeReading],
 
 def _clean_finding(readable: list[ProbeReading], probes_run: int, gate: KvGate) -> Finding:
     max_kv = _max_kv(readable)
-    kv_text = "n/a" if max_kv is None else f"{100 * max_kv:.2f} %"
+    seen = [] if max_kv is None else [f"max KV usage {100 * max_kv:.2f} %"]
+    if any(p.running is not None for p in readable):
+        seen.append("no running requests")
     return Finding(
         check=CHECK, verdict=PASS, value=max_kv, unit="fraction of KV cache", threshold=gate.max_kv_usage,
         evidence=(f"All {len(readable)} drained idle probes (of {probes_run}) returned to an empty "
-                  f"server: max KV usage {kv_text}, no running requests."),
+                  f"server: {', '.join(seen)}."),
         details={"probes_ran": True, "probes": [_reading_dict(p) for p in readable]})
 
 

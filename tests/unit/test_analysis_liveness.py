@@ -1,0 +1,100 @@
+"""hang and crashes."""
+
+import numpy as np
+
+from soak.analysis.findings import FAIL, PASS, SKIPPED, SUSPECT
+from soak.analysis.gates import Gates
+from soak.analysis.inputs import Event, ProbeReading, ServerSeries
+from soak.analysis.liveness import check_crashes, check_hang, find_stalls
+from soak.analysis.synthetic import bare_run
+
+RUN_S = 2 * 3600.0
+
+
+def server(stuck_from_s=None, stuck_for_s=0.0, running=3.0, health=None):
+    t_s = np.arange(0.0, RUN_S, 5.0)
+    step = np.full(t_s.size, 100.0)
+    if stuck_from_s is not None:
+        step[(t_s > stuck_from_s) & (t_s <= stuck_from_s + stuck_for_s)] = 0.0
+    return ServerSeries(t_s=t_s, running=np.full(t_s.size, running), generation_tokens_total=np.cumsum(step),
+                        health_ok=health(t_s) if health else np.ones(t_s.size))
+
+
+def test_find_stalls_measures_flat_spans():
+    stalls, longest_s = find_stalls(server(1000.0, 120.0), 60.0)
+    assert len(stalls) == 1 and stalls[0].length_s == 120.0 and longest_s == 120.0
+
+
+def test_idle_server_is_not_hung():
+    stalls, _ = find_stalls(server(1000.0, 600.0, running=0.0), 60.0)
+    assert stalls == []
+
+
+def test_nan_scrape_breaks_a_stall():
+    s = server(1000.0, 120.0)
+    s.running[(s.t_s > 1050) & (s.t_s < 1060)] = np.nan
+    assert find_stalls(s, 60.0)[0] == []
+
+
+def test_counter_reset_is_not_a_stall():
+    s = server()
+    s.generation_tokens_total[700:] -= s.generation_tokens_total[700]  # restart: counter drops to 0
+    assert find_stalls(s, 60.0)[0] == []
+
+
+def test_hang_fails_on_stall():
+    finding = check_hang(bare_run(RUN_S, server=server(3000.0, 300.0)), Gates())
+    assert finding.verdict == FAIL and finding.value == 300.0 and finding.threshold == 60.0
+    assert "no token was generated for 300 s" in finding.evidence
+
+
+def test_hang_fails_on_canary_or_drain_timeout():
+    canary = bare_run(RUN_S, server=server(), events=(Event(100.0, "canary_timeout", "no token in 30 s"),))
+    assert check_hang(canary, Gates()).verdict == FAIL
+    drain = bare_run(RUN_S, probes=(ProbeReading(500.0, 0.2, 3, 0, drained=False),), probes_ran=True)
+    finding = check_hang(drain, Gates())
+    assert finding.verdict == FAIL and "did not drain" in finding.evidence
+
+
+def test_hang_pass_and_skip():
+    assert check_hang(bare_run(RUN_S, server=server()), Gates()).verdict == PASS
+    assert check_hang(bare_run(RUN_S), Gates()).verdict == SKIPPED
+    probes_only = bare_run(RUN_S, probes=(ProbeReading(500.0, 0.0, 0, 0),), probes_ran=True)
+    assert check_hang(probes_only, Gates()).verdict == PASS
+
+
+def test_short_run_uses_a_shorter_hang_limit():
+    finding = check_hang(bare_run(300.0, server=server(100.0, 20.0)), Gates())
+    assert finding.threshold == 15.0 and finding.verdict == FAIL
+
+
+def test_crash_fails_with_exit_code_and_log_tail():
+    events = (Event(0.0, "server_start"),
+              Event(4000.0, "crash", "EngineCore died", {"exit_code": -9, "log_tail": "a\nCUDA error: illegal address"}),
+              Event(4001.0, "server_exit", "", {"exit_code": -9}),
+              Event(4030.0, "restart", "restarted"))
+    finding = check_crashes(bare_run(RUN_S, events=events), Gates())
+    assert finding.verdict == FAIL and finding.value == 1
+    assert "exit code -9" in finding.evidence and "illegal address" in finding.evidence
+
+
+def test_expected_exit_and_exit_after_the_run_are_not_crashes():
+    events = (Event(0.0, "server_start"), Event(3000.0, "server_exit", "", {"expected": True}),
+              Event(RUN_S + 5, "server_exit", "", {"exit_code": 0}))
+    assert check_crashes(bare_run(RUN_S, events=events), Gates()).verdict == PASS
+
+
+def test_restart_alone_counts():
+    finding = check_crashes(bare_run(RUN_S, events=(Event(50.0, "restart"),)), Gates())
+    assert finding.verdict == FAIL
+
+
+def test_health_gap_without_exit_is_suspect():
+    s = server(health=lambda t: np.where((t > 1000) & (t < 1200), 0.0, 1.0))
+    finding = check_crashes(bare_run(RUN_S, server=s), Gates())
+    assert finding.verdict == SUSPECT and "/health failed" in finding.evidence
+
+
+def test_external_target_without_observations_is_skipped():
+    assert check_crashes(bare_run(RUN_S, server_managed=False), Gates()).verdict == SKIPPED
+    assert check_crashes(bare_run(RUN_S), Gates()).verdict == PASS  # soak ran it and saw no exit
