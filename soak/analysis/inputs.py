@@ -272,7 +272,8 @@ class RunData:
     `planned_duration_s` is what was asked for (warm-up and probes included), `actual_duration_s`
     how long it ran; `stopped_early` is True when it was interrupted. `gpu_seen` says whether NVML
     saw a GPU serving the tree, `probes_ran` whether idle probes were scheduled and at least one
-    ran. `server_managed` is True when soak started the server (so an exit would be an event).
+    ran. `server_managed` is True when soak started the server (so an exit would be an event; it
+only changes wording — `crashes` needs a server event, a health series or process samples to PASS).
     `total_requests` counts finished requests over the run (cancelled excluded).
     """
 

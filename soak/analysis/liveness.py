@@ -136,11 +136,11 @@ def check_crashes(run: RunData, gates: Gates) -> Finding:
     restarts = [e for e in run.events if e.kind == "restart"]
     count = len(deaths) or len(restarts)
     has_health = run.server is not None and run.server.health_ok is not None
-    watched = run.server_managed or has_health or run.processes \
-        or any(e.kind in SERVER_EVENTS for e in run.events)
+    watched = has_health or run.processes or any(e.kind in SERVER_EVENTS for e in run.events)
     if not watched:
-        return skipped("crashes", "External target with no health checks, process samples or "
-                       "server events: crashes could not be observed.")
+        target = "External target" if not run.server_managed else "Embedded server"
+        return skipped("crashes", f"{target} with no health checks, process samples or server "
+                       "events: crashes could not be observed.")
     details = {"crashes": count, "restarts": len(restarts),
                "events": [_event_dict(e) for e in deaths or restarts]}
     if count:

@@ -97,4 +97,6 @@ def test_health_gap_without_exit_is_suspect():
 
 def test_external_target_without_observations_is_skipped():
     assert check_crashes(bare_run(RUN_S, server_managed=False), Gates()).verdict == SKIPPED
-    assert check_crashes(bare_run(RUN_S), Gates()).verdict == PASS  # soak ran it and saw no exit
+    assert check_crashes(bare_run(RUN_S), Gates()).verdict == SKIPPED  # nothing recorded at all
+    started = bare_run(RUN_S, events=(Event(0.0, "server_start"),))
+    assert check_crashes(started, Gates()).verdict == PASS

@@ -1,0 +1,105 @@
+"""analyse() end to end on synthetic runs, the summary.json shape, and the layer's purity."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from soak.analysis import CHECK_ORDER, analyse, overall_verdict
+from soak.analysis.findings import FAIL, INCONCLUSIVE, INVALID, PASS, SKIPPED, SUSPECT, Finding
+from soak.analysis.gates import Gates
+from soak.analysis.synthetic import MIB, RunModel, synthetic_run, with_changes
+
+# A 6 h run keeps these tests quick while leaving 48 windows of ~7 min.
+BASE = RunModel(run_s=6 * 3600.0, rate_per_s=4.0, probe_every_s=1200.0)
+
+
+def by_check(findings):
+    return {f.check: f for f in findings}
+
+
+@pytest.fixture(scope="module")
+def healthy():
+    return analyse(synthetic_run(1, BASE), Gates())
+
+
+def test_one_finding_per_check_in_order(healthy):
+    assert [f.check for f in healthy] == list(CHECK_ORDER)
+
+
+def test_healthy_run_passes(healthy):
+    verdict, reason = overall_verdict(healthy, Gates(), stopped_early=False)
+    assert verdict == PASS, reason
+    assert all(f.verdict in (PASS, SUSPECT) for f in healthy), [(f.check, f.verdict, f.evidence) for f in healthy]
+
+
+def test_summary_json_shape(healthy):
+    for finding in healthy:
+        data = finding.to_dict()
+        assert list(data)[:7] == ["check", "verdict", "value", "unit", "ci", "threshold", "evidence"]
+        json.dumps(data, allow_nan=False)
+    leak = by_check(healthy)["leak.rss"].to_dict()
+    assert {"per_process", "per_request", "trend"} <= set(leak)
+    assert isinstance(leak["ci"], list) and len(leak["ci"]) == 2
+    assert by_check(healthy)["creep.ttft_p99"].to_dict()["percentile_used"] == "p99"
+
+
+@pytest.mark.parametrize("fault, check", [
+    (dict(leak_bytes_per_h=400 * MIB), "leak.rss"),
+    (dict(vram_leak_bytes_per_h=400 * MIB), "leak.vram"),
+    (dict(kv_residue=0.02), "leak.kv"),
+    (dict(creep_frac=1.0), "creep.ttft_p99"),
+    (dict(error_rise_abs=0.03), "errors.rise"),
+    (dict(hang_at_s=10_000.0), "hang"),
+    (dict(crash_at_s=12_000.0), "crashes"),
+])
+def test_planted_fault_fails_its_check(fault, check):
+    findings = by_check(analyse(synthetic_run(2, with_changes(BASE, **fault)), Gates()))
+    assert findings[check].verdict == FAIL, findings[check].evidence
+    verdict, reason = overall_verdict(list(findings.values()), Gates())
+    assert verdict == FAIL and check in reason
+
+
+def test_saturated_client_invalidates():
+    findings = analyse(synthetic_run(3, with_changes(BASE, late_frac=0.05)), Gates())
+    assert by_check(findings)["client.saturation"].verdict == INVALID
+    assert overall_verdict(findings, Gates())[0] == INVALID
+
+
+def test_run_without_gpu_or_probes():
+    findings = by_check(analyse(synthetic_run(4, with_changes(BASE, gpu=False, probe_every_s=0.0)), Gates()))
+    assert findings["leak.vram"].verdict == SKIPPED and findings["leak.kv"].verdict == SKIPPED
+    assert overall_verdict(list(findings.values()), Gates())[0] == PASS
+
+
+def test_empty_run_skips_rather_than_passes():
+    from soak.analysis.synthetic import bare_run
+    findings = analyse(bare_run(3600.0), Gates())
+    assert {f.verdict for f in findings} == {SKIPPED}
+    assert overall_verdict(findings, Gates())[0] == INCONCLUSIVE
+
+
+def test_a_crashing_check_becomes_inconclusive(monkeypatch):
+    from soak.analysis import checks
+
+    def broken(run, gates):
+        raise ValueError("boom")
+
+    monkeypatch.setitem(checks.CHECKS, "hang", broken)
+    findings = by_check(analyse(synthetic_run(5, BASE), Gates()))
+    assert findings["hang"].verdict == INCONCLUSIVE and "boom" in findings["hang"].evidence
+
+
+def test_finding_rejects_unknown_verdict():
+    with pytest.raises(ValueError):
+        Finding("leak.rss", "MAYBE")
+
+
+def test_analysis_imports_no_other_stage():
+    code = ("import sys, soak.analysis, soak.analysis.synthetic, soak.analysis.proof;"
+            "bad = [m for m in sys.modules if m.split('.')[0] in ('sqlalchemy', 'locust', 'gevent', 'jinja2')"
+            " or (m.startswith('soak.') and m.split('.')[1] not in ('analysis', 'errors', 'units'))];"
+            "print(bad); sys.exit(1 if bad else 0)")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr

@@ -1,0 +1,65 @@
+"""baseline.regression via compare_baseline."""
+
+import pytest
+
+from soak.analysis import compare_baseline
+from soak.analysis.findings import FAIL, PASS, SKIPPED, SUSPECT
+from soak.analysis.gates import Gates
+
+
+def summary(ttft_p99=1000.0, e2e_p99=5000.0, error_rate=0.001, tokens=1_000_000, duration_s=3600.0,
+            run_id="run-a", findings=()):
+    return {"run_id": run_id, "duration_s": duration_s,
+            "latency_ms": {"ttft": {"p50": 200.0, "p95": 700.0, "p99": ttft_p99},
+                           "itl": {}, "e2e": {"p50": 2000.0, "p95": 4000.0, "p99": e2e_p99}},
+            "totals": {"requests": 10_000, "errors": int(error_rate * 10_000), "error_rate": error_rate,
+                       "output_tokens": tokens},
+            "findings": list(findings)}
+
+
+def rows_by_name(rows):
+    return {r["name"]: r for r in rows}
+
+
+def test_identical_runs_are_within_noise():
+    finding, rows = compare_baseline(summary(), summary(run_id="base"), Gates())
+    assert finding.verdict == PASS and finding.check == "baseline.regression"
+    assert {r["status"] for r in rows} == {"within noise"}
+    assert "ttft.p99" in str([r["name"] for r in rows])
+
+
+def test_latency_regression_is_suspect_or_fail():
+    finding, rows = compare_baseline(summary(ttft_p99=1300.0), summary(run_id="base"), Gates())
+    row = rows_by_name(rows)["latency.ttft.p99"]
+    assert row["status"] == "regressed" and row["delta_pct"] == pytest.approx(30.0)
+    assert row["tolerance"] == 0.10 and row["current"] == 1300.0 and row["baseline"] == 1000.0
+    assert finding.verdict == SUSPECT and "latency.ttft.p99" in finding.evidence and "base" in finding.evidence
+    strict = Gates.model_validate({"baseline": {"fail_on_regression": True}})
+    assert compare_baseline(summary(ttft_p99=1300.0), summary(), strict)[0].verdict == FAIL
+
+
+def test_improvement_and_throughput_direction():
+    _, rows = compare_baseline(summary(ttft_p99=700.0, tokens=800_000), summary(), Gates())
+    by_name = rows_by_name(rows)
+    assert by_name["latency.ttft.p99"]["status"] == "improved"
+    assert by_name["throughput.output_tokens_per_s"]["status"] == "regressed"
+
+
+def test_error_rate_uses_an_absolute_tolerance():
+    _, rows = compare_baseline(summary(error_rate=0.0008), summary(error_rate=0.0), Gates())
+    row = rows_by_name(rows)["error_rate"]
+    assert row["delta_pct"] is None and row["status"] == "within noise"
+    _, rows = compare_baseline(summary(error_rate=0.005), summary(error_rate=0.001), Gates())
+    assert rows_by_name(rows)["error_rate"]["status"] == "regressed"
+
+
+def test_nothing_in_common_is_skipped():
+    finding, rows = compare_baseline(summary(), {"run_id": "empty"}, Gates())
+    assert finding.verdict == SKIPPED and rows == []
+
+
+def test_verdict_changes_are_listed():
+    now = summary(findings=[{"check": "leak.rss", "verdict": "FAIL"}])
+    before = summary(findings=[{"check": "leak.rss", "verdict": "PASS"}])
+    finding, _ = compare_baseline(now, before, Gates())
+    assert finding.details["verdict_changes"] == [{"check": "leak.rss", "baseline": "PASS", "current": "FAIL"}]
