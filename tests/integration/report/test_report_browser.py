@@ -1,0 +1,157 @@
+"""The report in a real headless Chromium: no console errors, no network requests, charts drawn, usable at
+1280×800 without horizontal scrolling.
+
+Needs Debian's `chromium` and `chromium-driver` and the `selenium` package; skipped without them unless
+SOAK_REQUIRE_ALL=1, when their absence is a failure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import struct
+import zlib
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.timeout(180)]
+
+VIEWPORT = {"width": 1280, "height": 800}
+BLOCKED_URLS = ["http://*", "https://*", "ws://*", "wss://*", "ftp://*"]
+LOAD_TIMEOUT_S = 60
+
+
+def _find(*candidates: str | None) -> str | None:
+    return next((path for path in candidates if path and os.access(path, os.X_OK)), None)
+
+
+def _browser_or_skip() -> tuple[str, str]:
+    """Paths of chromium and chromedriver, having checked selenium imports; skip (or fail) otherwise."""
+    chromium = _find(os.environ.get("SOAK_CHROMIUM"), "/usr/bin/chromium", shutil.which("chromium"),
+                     shutil.which("chromium-browser"))
+    driver = _find(os.environ.get("SOAK_CHROMEDRIVER"), "/usr/bin/chromedriver", shutil.which("chromedriver"))
+    missing = [name for name, path in (("chromium", chromium), ("chromium-driver", driver)) if not path]
+    try:
+        import selenium  # noqa: F401
+    except ImportError:
+        missing.append("selenium (pip)")
+    if missing:
+        message = f"browser test needs {', '.join(missing)}"
+        if os.environ.get("SOAK_REQUIRE_ALL") == "1":
+            pytest.fail(message + " (SOAK_REQUIRE_ALL=1)")
+        pytest.skip(message)
+    return chromium, driver
+
+
+def _start_browser(chromium: str, driver_path: str):  # noqa: ANN202 - selenium WebDriver
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = chromium
+    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-extensions",
+                     "--window-size=1280,800", "--no-first-run", "--disable-background-networking",
+                     "--disable-component-update", "--host-resolver-rules=MAP * ~NOTFOUND"):
+        options.add_argument(argument)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL", "performance": "ALL"})
+    driver = webdriver.Chrome(service=Service(executable_path=driver_path), options=options)
+    driver.set_page_load_timeout(LOAD_TIMEOUT_S)
+    driver.execute_cdp_cmd("Network.enable", {})
+    driver.execute_cdp_cmd("Network.setBlockedURLs", {"urls": BLOCKED_URLS})
+    driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
+                           {**VIEWPORT, "deviceScaleFactor": 1, "mobile": False})
+    return driver
+
+
+def png_distinct_bytes(png: bytes) -> int:
+    """How many distinct byte values the decompressed image data holds (a blank image has a handful)."""
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    position, data = 8, b""
+    while position < len(png):
+        (length,) = struct.unpack(">I", png[position:position + 4])
+        kind = png[position + 4:position + 8]
+        if kind == b"IDAT":
+            data += png[position + 8:position + 8 + length]
+        position += 12 + length
+    return len(set(zlib.decompress(data)))
+
+
+def _network_requests(driver, page_url: str) -> list[str]:  # noqa: ANN001
+    """URLs the page asked for, other than itself and inline data."""
+    urls = []
+    for entry in driver.get_log("performance"):
+        message = json.loads(entry["message"])["message"]
+        if message["method"] == "Network.requestWillBeSent":
+            url = message["params"]["request"]["url"]
+            if url != page_url and not url.startswith(("data:", "blob:")):
+                urls.append(url)
+    return urls
+
+
+@pytest.fixture(scope="module")
+def browser():
+    chromium, driver_path = _browser_or_skip()
+    driver = _start_browser(chromium, driver_path)
+    yield driver
+    driver.quit()
+
+
+def _load(driver, path: Path) -> str:  # noqa: ANN001
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    url = path.resolve().as_uri()
+    driver.get(url)
+    WebDriverWait(driver, LOAD_TIMEOUT_S).until(
+        lambda d: d.execute_script("return document.body.getAttribute('data-charts-rendered')") is not None)
+    return url
+
+
+def test_report_loads_offline_with_charts_and_no_errors(browser, rendered, tmp_path):
+    url = _load(browser, rendered["path"])
+    expected = browser.execute_script("return Object.keys(JSON.parse("
+                                      "document.getElementById('soak-chart-data').textContent)).length")
+    assert expected >= 10
+    assert browser.execute_script("return document.body.getAttribute('data-charts-rendered')") == str(expected)
+    counts = browser.execute_script("""return {
+        plots: document.querySelectorAll('div.plot').length,
+        plotly: document.querySelectorAll('div.plot.js-plotly-plot').length,
+        svgs: document.querySelectorAll('div.plot .main-svg').length,
+        traces: Array.from(document.querySelectorAll('div.plot')).map(
+            p => p.querySelectorAll('.scatterlayer .trace, .barlayer .trace').length)};""")
+    assert counts["plots"] == counts["plotly"] == expected
+    assert counts["svgs"] >= expected
+    assert all(n > 0 for n in counts["traces"]), counts["traces"]
+
+    errors = [entry for entry in browser.get_log("browser") if entry["level"] in ("SEVERE", "ERROR")]
+    assert errors == []
+    assert _network_requests(browser, url) == []
+
+
+def test_report_fits_1280x800_and_charts_are_drawn(browser, rendered, tmp_path):
+    _load(browser, rendered["path"])
+    widths = browser.execute_script("return [document.documentElement.scrollWidth, "
+                                    "document.documentElement.clientWidth, window.innerWidth];")
+    assert widths[2] == VIEWPORT["width"]
+    assert widths[0] <= widths[1] <= VIEWPORT["width"], f"horizontal scroll: {widths}"
+
+    page = browser.get_screenshot_as_png()
+    (tmp_path / "page.png").write_bytes(page)
+    assert png_distinct_bytes(page) > 64
+    chart = browser.find_element("id", "chart-memory")
+    browser.execute_script("arguments[0].scrollIntoView();", chart)
+    shot = chart.screenshot_as_png
+    (tmp_path / "chart-memory.png").write_bytes(shot)
+    assert png_distinct_bytes(shot) > 64
+    plot_box = browser.execute_script(
+        "const r = document.getElementById('chart-memory-plot').getBoundingClientRect(); return [r.width, r.height];")
+    assert 900 <= plot_box[0] <= VIEWPORT["width"] and plot_box[1] >= 300
+
+
+def test_gate_links_scroll_to_their_chart(browser, rendered):
+    _load(browser, rendered["path"])
+    link = browser.find_element("css selector", 'tr[data-check="creep.ttft_p99"] a')
+    link.click()
+    top = browser.execute_script("return document.getElementById('chart-ttft').getBoundingClientRect().top;")
+    assert 0 <= top < VIEWPORT["height"] / 2
