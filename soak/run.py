@@ -142,7 +142,7 @@ class Conductor:
         state.recorder = Recorder(state.writer, state.run_id, state.t0)
         state.writer.insert(Run, self._run_row())
         state.recorder.event("server_start", f"{state.info.kind} server at {state.info.base_url}",
-                             pid=state.info.pgid, cmd=state.info.cmd, model=state.info.model)
+                             {"pid": state.info.pgid, "cmd": state.info.cmd, "model": state.info.model})
 
     def _run_row(self) -> dict[str, Any]:
         state, config, info = self.state, self.config, self.state.info
@@ -213,7 +213,7 @@ class Conductor:
         if code is None:
             return False
         tail = state.target.log_tail()
-        state.recorder.event("crash", f"server exited with code {code}", exit_code=code, log_tail=tail[-4000:])
+        state.recorder.event("crash", f"server exited with code {code}", {"exit_code": code, "log_tail": tail[-4000:]})
         state.status, state.end_reason = "crashed", f"server exited with code {code}"
         return True
 

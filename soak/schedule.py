@@ -33,7 +33,7 @@ from sqlalchemy import Engine, select, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
-from soak.errors import ConfigError, SoakError, StorageError
+from soak.errors import EXIT_USAGE, ConfigError, SoakError, StorageError
 from soak.locking import daemon_lock_path, hold_daemon_lock, lock_holder, run_lock_holder, run_lock_path
 from soak.store.schedule_models import (
     EVENT_FAILED, EVENT_FINISHED, EVENT_MISSED, EVENT_NOTIFIED, EVENT_NOTIFY_FAILED, EVENT_SKIPPED,
@@ -61,7 +61,7 @@ ENV_NAME_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 class UnknownScheduleError(SoakError):
     """A schedule name the job store does not hold."""
 
-    exit_code = 2
+    exit_code = EXIT_USAGE
 
 
 def utc_now() -> datetime:
@@ -138,7 +138,9 @@ def host_timezone_name() -> str:
     try:
         from tzlocal import get_localzone_name
 
-        return get_localzone_name() or "UTC"
+        name = get_localzone_name() or "UTC"
+        ZoneInfo(name)
+        return name
     except Exception:  # noqa: BLE001 - tzlocal raises assorted errors on hosts without a zone; UTC is cron's fallback
         return "UTC"
 
@@ -703,7 +705,7 @@ class Daemon:
                 continue
             thread = threading.Thread(target=self.fire, args=(_spec_of(job), TRIGGER_RUN_NOW),
                                       name=f"run-now-{name}", daemon=True)
-            self._threads.append(thread)
+            self._threads = [t for t in self._threads if t.is_alive()] + [thread]
             thread.start()
 
     @staticmethod
@@ -747,10 +749,23 @@ class Daemon:
             return None
         return self._run_child(spec, trigger)
 
+    def _db_has_password(self) -> bool:
+        from sqlalchemy.engine import make_url
+
+        return bool(make_url(self.settings.db_url).password)
+
     def start_argv(self, spec: ScheduleSpec) -> list[str]:
         """The child's command line: soak start with the schedule's arguments, in this daemon's folder and DB."""
-        return [*self.settings.soak_command, "start", *spec.start_args,
-                "--out", str(self.settings.out_dir), "--db", self.settings.db_url]
+        # A database password would show in `ps`; such a URL goes through SOAK_DB instead (see start_env).
+        db = [] if self._db_has_password() else ["--db", self.settings.db_url]
+        return [*self.settings.soak_command, "start", *spec.start_args, "--out", str(self.settings.out_dir), *db]
+
+    def start_env(self, spec: ScheduleSpec) -> dict[str, str]:
+        """The daemon's environment plus the schedule's name (and the database URL when it holds a password)."""
+        env = {**os.environ, SCHEDULE_ENV: spec.name}
+        if self._db_has_password():
+            env["SOAK_DB"] = self.settings.db_url
+        return env
 
     def _log_path(self, spec: ScheduleSpec) -> Path:
         folder = self.settings.out_dir / "schedule-logs" / spec.name
@@ -759,7 +774,7 @@ class Daemon:
 
     def _spawn(self, spec: ScheduleSpec, log_path: Path) -> subprocess.Popen:
         workdir = spec.workdir if spec.workdir and Path(spec.workdir).is_dir() else None
-        env = {**os.environ, SCHEDULE_ENV: spec.name}
+        env = self.start_env(spec)
         with open(log_path, "ab") as log_file:
             # A session of its own: a Ctrl-C meant for the daemon reaches the run only as the daemon decides.
             return subprocess.Popen(self.start_argv(spec), stdin=subprocess.DEVNULL, stdout=log_file,

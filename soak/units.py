@@ -34,7 +34,7 @@ def parse_duration(text: str | float | int) -> float:
 def format_duration(seconds: float) -> str:
     """Render seconds compactly, e.g. 5400 → `1h30m`, 42.5 → `42.5s`."""
     if seconds < 60:
-        return f"{seconds:g}s"
+        return f"{round(seconds, 1):g}s"
     whole = int(round(seconds))
     hours, rest = divmod(whole, 3600)
     minutes, secs = divmod(rest, 60)

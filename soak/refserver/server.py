@@ -2,7 +2,7 @@
 
 The socket is bound here (port 0 → a free port from the OS) and handed to uvicorn, so the port in
 the READY line is exactly the one served. Exit codes: 0 after SIGTERM/SIGINT, 2 for bad flags or
-faults, 1 if the address cannot be bound, 70 when the crash-after fault fires.
+faults or an address that cannot be bound, 70 when the crash-after fault fires.
 """
 
 import argparse
@@ -30,7 +30,7 @@ from soak.refserver.units import parse_duration
 
 READY_PREFIX = "SOAK_REFSERVER_READY"
 DEFAULT_MODEL_NAME = "soak-reference"
-EXIT_OK, EXIT_RUNTIME, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_USAGE = 0, 2
 GRACEFUL_SHUTDOWN_S = 2
 
 
@@ -125,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
         sock = bind_socket(settings.host, settings.port)
     except OSError as exc:
         print(f"soak refserver: error: cannot bind {settings.host}:{settings.port}: {exc}", file=sys.stderr)
-        return EXIT_RUNTIME
+        return EXIT_USAGE
     serve(settings, sock)
     return EXIT_OK
 

@@ -16,7 +16,7 @@ from soak.report import charts, sections
 from soak.report.charts import GIB, MIB, Frame
 from soak.report.latency import latency_tables
 from soak.report.markers import build_markers, legend_items, marker_shapes, marker_trace
-from soak.report.reading import Columns, read_columns
+from soak.report.reading import Columns, read_columns, read_dicts
 from soak.store.models import (
     ALL_SCENARIOS,
     ERROR_CLASSES,
@@ -27,7 +27,7 @@ from soak.store.models import (
     RequestWindow,
     ServerSample,
 )
-from soak.store.queries import get_run, read_events, read_rows
+from soak.store.queries import get_run, read_events
 
 LATENCY_CHART_METRICS = ("ttft", "itl", "e2e")
 
@@ -68,8 +68,8 @@ def read_data(engine: Engine, run_id: str) -> dict[str, Any]:
         "gpus": read_columns(engine, GpuSample, run_id, ("t_s", "gpu_index", "mem_used_bytes", "mem_total_bytes")),
         "gpu_procs": read_columns(engine, GpuProcessSample, run_id, ("t_s", "gpu_index", "pid", "used_bytes")),
         "server": read_columns(engine, ServerSample, run_id, ("t_s", "source", "kv_usage", "running", "waiting")),
-        "latency_windows": read_rows(engine, LatencyWindow, run_id),
-        "request_windows": read_rows(engine, RequestWindow, run_id),
+        "latency_windows": read_dicts(engine, LatencyWindow, run_id),
+        "request_windows": read_dicts(engine, RequestWindow, run_id),
     }
 
 

@@ -105,3 +105,14 @@ def group_indices(*keys: np.ndarray) -> list[tuple[tuple, np.ndarray]]:
     order = np.argsort(codes, kind="stable")  # rows grouped, each group still in time order
     splits = np.split(order, np.cumsum(np.bincount(codes, minlength=count))[:-1])
     return [(tuple(key[index[0]] for key in keys), index) for index in splits]
+
+
+def read_dicts(engine: Engine, model: type[Base], run_id: str) -> list[dict[str, object]]:
+    """All of a run's rows of a small table (the windows) as plain dicts, without ORM objects."""
+    table = model.__table__
+    order = table.c.t_s if "t_s" in table.c else table.c.get("window_index")
+    query = select(table).where(table.c.run_id == run_id)
+    if order is not None:
+        query = query.order_by(order)
+    names = [column.name for column in table.columns]
+    return [dict(zip(names, row)) for row in _fetch(engine, query)]

@@ -31,8 +31,8 @@ class Recorder:
         """Seconds since the run started, by the wall clock (what analysis windows use)."""
         return time.time() - self.t0_epoch_s
 
-    def event(self, kind: str, message: str = "", **data: Any) -> None:
-        """Record an event now."""
+    def event(self, kind: str, message: str = "", data: dict[str, Any] | None = None) -> None:
+        """Record an event now, with optional structured data."""
         log.info("event %s: %s", kind, message)
         self.writer.insert(Event, {
             "run_id": self.run_id, "t_s": self.elapsed_s(), "at": utc_now_iso(), "kind": kind,

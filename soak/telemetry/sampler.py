@@ -169,7 +169,7 @@ class Telemetry:
             "gpu_process_bytes": snapshot.gpu_process_bytes,
         }
         self.recorder.event("probe_reading", f"idle probe {index}: kv={data['kv_usage']} running={data['running']}",
-                            **data)
+                            data)
         return data
 
 
