@@ -10,5 +10,5 @@ from loadtools import start_mock
 def mock_server():
     server = start_mock()
     yield server
-    server.process.terminate()
+    server.process.kill()  # hanging test requests would hold up a graceful shutdown
     server.process.wait(timeout=10)

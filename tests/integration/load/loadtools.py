@@ -114,3 +114,42 @@ def wait_for(condition, timeout_s: float, poll_s: float = 0.05) -> bool:
             return True
         gevent.sleep(poll_s)
     return condition()
+
+
+def scenario_instances(url: str, name: str, model: str, records: list, **settings: Any) -> list[Any]:
+    """One started instance of each class of a scenario, recording into `records`, without a runner."""
+    from locust.env import Environment
+
+    from soak.config import ScenarioSpec
+    from soak.load.scenarios import load_scenarios
+    from soak.load.user import ClientSettings
+
+    [scenario] = load_scenarios([ScenarioSpec(name=name)])
+    environment = Environment(host=url)
+    settings.setdefault("request_timeout_s", 10.0)
+    environment.soak_settings = ClientSettings(model=model, **settings)
+    instances = []
+    for cls in scenario.user_classes:
+        instance = cls(environment)
+        instance.record_sink = records.append
+        instance.on_start()
+        instances.append(instance)
+    return instances
+
+
+def run_tasks(url: str, name: str, model: str, per_task: int = 3, **settings: Any) -> list[RequestRecord]:
+    """Run every task of a scenario `per_task` times, one after another, as the dispatcher would."""
+    import random
+
+    from soak.load.client import Arrival, set_arrival
+
+    records: list[RequestRecord] = []
+    for instance in scenario_instances(url, name, model, records, **settings):
+        for task in dict.fromkeys(type(instance).tasks):
+            for index in range(per_task):
+                set_arrival(Arrival(name, time.time(), random.Random(index)))
+                try:
+                    task(instance)
+                finally:
+                    set_arrival(None)
+    return records

@@ -11,7 +11,7 @@ prompt bytes as tokens, like the byte-level reference server.
 Modes: normal, truncated (connection dropped mid-stream), no_done (clean end without [DONE]), invalid_json,
 error_event (an error object mid-stream), wrong_ct (SSE as text/plain), error_body (200 with a JSON error),
 trickle (events dribbled a few bytes at a time), never_end (keep-alive comments forever), hang (no
-response), http500, http400. `stall_until=EPOCH` holds every request until that wall time.
+response), http500, http400, reject500 (invalid requests get a 500 instead of a 4xx). `stall_until=EPOCH` holds every request until that wall time.
 
 GET /_mock/stats?tag=T → {"requests", "arrivals", "completed", "disconnects", "active", "max_active", "kinds",
 "models", "bodies" (the first 200), "auth" (Authorization headers seen)}.
@@ -190,6 +190,9 @@ async def completion(request: Request, kind: str) -> Response:
         return error(400, "malformed JSON in request body")
     rejected = validate(kind, body, request.app.state.max_model_len)
     if rejected is not None:
+        behaviour = parse_model(body.get("model")) if isinstance(body, dict) else None
+        if behaviour is not None and behaviour.mode == "reject500":
+            rejected.status_code = 500
         return rejected
     b = parse_model(body["model"])
     STATS.arrival(b.tag, kind, body["model"], body, request.headers.get("authorization"))

@@ -1,0 +1,74 @@
+"""The SSE reader and chunk handling of the OpenAI client, on canned byte streams."""
+
+from __future__ import annotations
+
+import pytest
+
+from soak.load.client import StreamError, _apply_chunk, _Exchange, _parse_chunk, iter_sse_data, short_error
+
+
+class CannedResponse:
+    """Just enough of geventhttpclient's response: readline(sep) and read()."""
+
+    def __init__(self, body: bytes) -> None:
+        self.buffer = body
+
+    def readline(self, sep: bytes = b"\r\n") -> bytes:
+        index = self.buffer.find(sep)
+        if index < 0:
+            return b""
+        line, self.buffer = self.buffer[:index + len(sep)], self.buffer[index + len(sep):]
+        return line
+
+    def read(self, length: int | None = None) -> bytes:
+        data, self.buffer = self.buffer, b""
+        return data
+
+
+def events(body: bytes) -> list[bytes]:
+    return list(iter_sse_data(CannedResponse(body)))
+
+
+def test_sse_events_end_at_blank_lines_and_comments_are_skipped():
+    body = b': keep-alive\n\ndata: {"a": 1}\n\ndata:{"b": 2}\r\n\r\nevent: x\nid: 3\ndata: [DONE]\n\n'
+    assert events(body) == [b'{"a": 1}', b'{"b": 2}', b"[DONE]"]
+
+
+def test_multi_line_data_joins_and_a_last_event_without_newline_is_kept():
+    assert events(b"data: {\"a\":\ndata: 1}\n\ndata: [DONE]") == [b'{"a":\n1}', b"[DONE]"]
+
+
+def test_chat_deltas_completion_text_and_usage():
+    exchange = _Exchange("s", "chat", intended_t=0.0, queue_ms=0.0)
+    _apply_chunk(exchange, _parse_chunk(b'{"choices":[{"delta":{"role":"assistant"}}]}'))
+    assert exchange.first_token_t is None  # a role-only delta is not a token
+    _apply_chunk(exchange, _parse_chunk(b'{"choices":[{"delta":{"content":"Hel"}}]}'))
+    _apply_chunk(exchange, _parse_chunk(b'{"choices":[{"text":"lo","finish_reason":"length"}]}'))
+    _apply_chunk(exchange, _parse_chunk(b'{"choices":[],"usage":{"prompt_tokens":7,"completion_tokens":2}}'))
+    record = exchange.record()
+    assert "".join(exchange.parts) == "Hello" and exchange.finish_reason == "length"
+    assert record.output_tokens == 2 and record.prompt_tokens == 7 and len(record.itl_ms) == 1
+
+
+@pytest.mark.parametrize("data, message", [
+    (b'{"choices": [', "invalid JSON chunk"),
+    (b'[1, 2]', "not an object"),
+    (b'{"error": {"message": "engine died"}}', "engine died"),
+])
+def test_hostile_chunks_raise_stream_errors(data, message):
+    with pytest.raises(StreamError, match=message):
+        _parse_chunk(data)
+
+
+def test_times_are_measured_from_the_intended_send_and_lag_excludes_the_queue():
+    exchange = _Exchange("s", "chat", intended_t=100.0, queue_ms=300.0)
+    exchange.sent_t, exchange.first_token_t, exchange.finish_t = 100.302, 100.5, 101.0
+    record = exchange.record()
+    assert record.ttft_ms == pytest.approx(500) and record.e2e_ms == pytest.approx(1000)
+    assert record.lag_ms == pytest.approx(2.0) and record.output_tokens == 0 and record.prompt_tokens is None
+
+
+def test_error_messages_are_short_and_from_the_body():
+    assert short_error(b'{"error": {"message": "bad   request", "code": 400}}') == "bad request"
+    assert short_error(b'{"detail": "x"}') == "{'detail': 'x'}"
+    assert short_error(b"<html>" + b"x" * 1000) == ("<html>" + "x" * 1000)[:200]
