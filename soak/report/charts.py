@@ -35,14 +35,20 @@ class Frame:
     time_unit_s: float
     time_label: str
     end_s: float
+    time_short: str = "h"
     shapes: list[dict[str, Any]] = field(default_factory=list)
     marker_trace: dict[str, Any] | None = None
     max_points: int = MAX_POINTS
 
 
-def time_unit(end_s: float) -> tuple[float, str]:
-    """Minutes for runs under 2 h, hours beyond: the x axis then reads in round numbers."""
-    return (60.0, "minutes since start") if end_s < 2 * 3600 else (3600.0, "hours since start")
+def time_unit(end_s: float) -> tuple[float, str, str]:
+    """Minutes for runs under 2 h, hours beyond: the x axis then reads in round numbers. (seconds, label, short)"""
+    return (60.0, "minutes since start", "min") if end_s < 2 * 3600 else (3600.0, "hours since start", "h")
+
+
+def hover(name: str, frame: Frame) -> str:
+    """Hover text of a trace: value, time since start, and the (escaped) series name."""
+    return "%{y:,.4~g} at %{x:.3~f} " + frame.time_short + "<extra>" + plotly_text(name) + "</extra>"
 
 
 def _plain_list(values: np.ndarray, decimals: int) -> list[float | None]:
@@ -60,7 +66,7 @@ def line(name: str, t_s: np.ndarray, values: np.ndarray, frame: Frame, scale: fl
     return {
         "type": "scatter", "mode": "lines", "name": plotly_text(name),
         "x": _plain_list(t_s / frame.time_unit_s, 5), "y": _plain_list(values * scale, decimals),
-        "hovertemplate": "%{y}<extra>" + plotly_text(name) + "</extra>", **style,
+        "hovertemplate": hover(name, frame), **style,
     }
 
 
@@ -137,7 +143,7 @@ def trend_trace(finding: dict[str, Any], frame: Frame, scale: float, default_sta
         "type": "scatter", "mode": "lines", "name": plotly_text(name), "yaxis": yaxis,
         "x": _plain_list(t_s / frame.time_unit_s, 5), "y": _plain_list(values * scale, 4),
         "line": {"color": "#111827", "dash": "dash", "width": 2},
-        "hovertemplate": "%{y}<extra>" + plotly_text(name) + "</extra>",
+        "hovertemplate": hover(name, frame),
     }
 
 

@@ -157,8 +157,8 @@ def build_charts(data: dict[str, Any], frame: Frame, trends: dict[str, list[dict
 
 def make_frame(end_s: float, markers: list[dict[str, Any]]) -> Frame:
     """The shared x axis (minutes or hours) and event markers of every chart."""
-    unit_s, label = charts.time_unit(end_s)
-    return Frame(time_unit_s=unit_s, time_label=label, end_s=end_s,
+    unit_s, label, short = charts.time_unit(end_s)
+    return Frame(time_unit_s=unit_s, time_label=label, end_s=end_s, time_short=short,
                  shapes=marker_shapes(markers, unit_s), marker_trace=marker_trace(markers, unit_s))
 
 

@@ -32,6 +32,8 @@ def format_number(value: Any) -> str:
     magnitude = abs(value)
     if magnitude == 0:
         return "0"
+    if isinstance(value, int):  # counts stay whole: "1 crashes", not "1.00 crashes"
+        return f"{value:,}"
     if magnitude >= 100:
         return f"{value:,.0f}"
     if magnitude >= 10:
