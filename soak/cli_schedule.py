@@ -63,13 +63,15 @@ def add(name: str, cron: str, timezone: str | None, notify_env: str | None, misf
         start_args: tuple[str, ...]) -> None:
     """Add schedule NAME running `soak start START_ARGS…` (put them after --).
 
-    Example: soak schedule add weekend --cron "0 20 * * FRI" -- --hours 48 --model my/model
+    \b
+    Example:
+      soak schedule add weekend --cron "0 20 * * FRI" -- --hours 48 --model my/model
     """
     from soak.schedule import ScheduleSpec, add_schedule, first_fire_at, host_timezone_name
 
     spec = ScheduleSpec(name=name, cron=cron, timezone=timezone or host_timezone_name(),
                         start_args=tuple(start_args), notify_env=notify_env, workdir=os.getcwd())
-    out_dir, db_url = resolve_locations(out, db)
+    out_dir, _ = resolve_locations(out, db)
     added = add_schedule(open_store(out, db), spec, misfire_grace_s=_duration_s(misfire_grace),
                          first_fire_at=first_fire_at(_duration_s(first_fire_in)))
     _echo_schedule(added, "added")

@@ -305,3 +305,14 @@ def test_a_fire_due_while_stopping_is_left_for_the_next_daemon(engine, out, fake
     assert not running.thread.is_alive()
     assert JobTable(engine).get("nightly").next_run_time == due
     assert kinds(engine) == []
+
+
+def test_a_database_password_never_reaches_the_command_line(out, fake_start):
+    daemon = Daemon(None, DaemonSettings(out_dir=out, db_url="postgresql+psycopg://soak:s3cret@db/soak",
+                                         soak_command=(sys.executable, str(fake_start))))
+    argv = daemon.start_argv(spec("finish"))
+    assert "s3cret" not in " ".join(argv) and argv[-2:] == ["--out", str(out)]
+    env = daemon.start_env(spec("finish"))
+    assert env["SOAK_DB"].endswith("s3cret@db/soak") and env["SOAK_SCHEDULE_NAME"] == "nightly"
+    plain = Daemon(None, settings(out, fake_start)).start_argv(spec("finish"))
+    assert plain[-4:] == ["--out", str(out), "--db", f"sqlite:///{out / 'soak.db'}"]
