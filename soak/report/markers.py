@@ -22,6 +22,9 @@ STYLES: dict[str, dict[str, str]] = {
     "burst": {"color": "#db2777", "dash": "dot", "label": "error burst"},
 }
 PROBE_FILL_OPACITY = 0.10
+# Beyond this many markers a chart is a wall of lines (and slow): the least telling classes go first.
+MAX_MARKERS = 300
+DROP_ORDER = ("burst", "server_start", "probe", "probe_timeout", "phase", "restart", "outage", "crash", "warmup")
 
 
 def event_class(kind: str) -> str:
@@ -85,7 +88,16 @@ def build_markers(events: list[dict[str, Any]], warmup_s: float | None, end_s: f
             continue  # probes and outages are spans (below); warmup_end duplicates the line above
         markers.append(_line(event["t_s"], kind, _event_label(event)))
     markers.extend(spans(events, "probe", end_s) + spans(events, "outage", end_s))
-    return sorted(markers, key=lambda marker: marker["t_s"])
+    return sorted(cap_markers(markers), key=lambda marker: marker["t_s"])
+
+
+def cap_markers(markers: list[dict[str, Any]], limit: int = MAX_MARKERS) -> list[dict[str, Any]]:
+    """At most `limit` markers, dropping whole classes in DROP_ORDER (then the latest) until they fit."""
+    for dropped in DROP_ORDER:
+        if len(markers) <= limit:
+            break
+        markers = [marker for marker in markers if marker["class"] != dropped]
+    return markers[:limit]
 
 
 def marker_shapes(markers: list[dict[str, Any]], time_unit_s: float) -> list[dict[str, Any]]:

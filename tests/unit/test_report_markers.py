@@ -46,3 +46,9 @@ def test_hover_labels_are_literal_text_for_plotly():
     assert trace["hovertext"] == ["crash: &lt;b&gt;x&lt;/b&gt; &amp; &lt;a href=x&gt;y&lt;/a&gt;"]
     assert plotly_text("<script>") == "&lt;script&gt;"
     assert marker_trace([], 1.0) is None
+
+
+def test_too_many_markers_drop_the_least_telling_classes_first():
+    many = events(*[(float(i), "error_burst", "") for i in range(500)], (600.0, "crash", ""), (700.0, "phase", ""))
+    markers = build_markers(many, 100.0, 1000.0)
+    assert [m["class"] for m in markers] == ["warmup", "crash", "phase"]
