@@ -52,7 +52,7 @@ DEFAULT_POLL_S = 5.0
 # soak start stops load and writes its report within 30 s of SIGTERM; the rest is the server's shutdown.
 DEFAULT_STOP_TIMEOUT_S = 90.0
 TRIGGER_CRON, TRIGGER_RUN_NOW = "cron", "run-now"
-SOAK_COMMAND = (sys.executable, "-c", "from soak.cli import main; main(prog_name='soak')")
+SOAK_COMMAND = (sys.executable, "-m", "soak")  # the daemon's own interpreter and installation
 LOCATION_FLAGS = ("--out", "--db")
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 ENV_NAME_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
