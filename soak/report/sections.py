@@ -236,12 +236,19 @@ def events_table(events: list[dict[str, Any]]) -> dict[str, Any]:
     return {"rows": rows, "left_out": max(len(events) - MAX_EVENT_ROWS, 0)}
 
 
+def _item_text(item: Any) -> str:
+    """One list item of the environment: a dict as `key: value` pairs (byte sizes in binary units)."""
+    if isinstance(item, dict):
+        return ", ".join(f"{key}: {_field_text(str(key), value)}" for key, value in item.items())
+    return format_value(item)
+
+
 def value_lines(value: Any) -> list[str]:
     """A stored environment value as lines: one per list item or dict entry, "—" when missing."""
     if isinstance(value, dict) and value:
-        return [f"{key}: {format_value(item)}" for key, item in value.items()]
+        return [f"{key}: {_field_text(str(key), item)}" for key, item in value.items()]
     if isinstance(value, (list, tuple)) and value:
-        return [format_value(item) for item in value]
+        return [_item_text(item) for item in value]
     return [format_value(value)]
 
 
