@@ -46,6 +46,8 @@ def main() -> None:
 # -- commands ---------------------------------------------------------------------------------------
 from soak.cli_start import start  # noqa: E402 - registered after the group exists
 from soak.cli_runs import close, compare, report, runs, status  # noqa: E402
+from soak.cli_schedule import daemon, schedule  # noqa: E402
+from soak.cli_doctor import doctor  # noqa: E402
 
 main.add_command(start)
 main.add_command(runs)
@@ -53,6 +55,9 @@ main.add_command(status)
 main.add_command(report)
 main.add_command(close)
 main.add_command(compare)
+main.add_command(schedule)
+main.add_command(daemon)
+main.add_command(doctor)
 
 
 @main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True,

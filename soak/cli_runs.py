@@ -37,7 +37,7 @@ def runs(out: str | None, db: str | None, limit: int, json_output: bool) -> None
     found = list_runs(open_store(out, db), limit=limit)
     if json_output:
         print_json([{k: r[k] for k in ("id", "status", "verdict", "started_at", "ended_at", "duration_s",
-                                       "target_kind", "model", "out_dir")} for r in found])
+                                       "target_kind", "model", "schedule_name", "out_dir")} for r in found])
         return
     _table("soak runs", ["run", "status", "verdict", "started (UTC)", "duration", "target", "model"], [
         [r["id"], r["status"], r["verdict"], r["started_at"][:19], format_duration(r["duration_s"] or 0),

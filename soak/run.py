@@ -6,6 +6,7 @@ the database (`runs`, `report`, `close`) do not import it.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import secrets
@@ -23,6 +24,7 @@ from soak.errors import EXIT_FORCED, StorageError
 from soak.finalise import finalise_run
 from soak.load import LoadHooks, start_load
 from soak.load.scenarios import scenario_sources
+from soak.locking import hold_run_lock
 from soak.store import StoreWriter, open_database
 from soak.store.models import RequestRow, Run
 from soak.store.recorder import Recorder, utc_now_iso
@@ -34,6 +36,7 @@ log = logging.getLogger(__name__)
 
 STOP_DRAIN_S = 10.0  # in-flight requests get this long at the end; the whole stop must fit in 30 s
 TICK_S = 0.5
+SCHEDULE_NAME_ENV = "SOAK_SCHEDULE_NAME"  # set by `soak daemon` for the runs it starts
 
 
 def new_run_id(now: datetime | None = None) -> str:
@@ -115,20 +118,28 @@ class Conductor:
     def execute(self) -> dict[str, Any]:
         """Run the soak end to end; SoakError on failures before load starts."""
         state = self.state
-        state.run_dir.mkdir(parents=True, exist_ok=True)
-        handler = setup_run_logging(state.run_dir)
-        try:
-            self.engine = open_database(self.config.db_url)
-            install_signal_handlers(self.stop)
-            self._start_target()
-            self._open_run()
-            self._start_measuring()
-            self._drive()
-            return self._finish()
-        finally:
-            self._cleanup()
-            logging.getLogger().removeHandler(handler)
-            handler.close()
+        with self._gpu_lock():
+            state.run_dir.mkdir(parents=True, exist_ok=True)
+            handler = setup_run_logging(state.run_dir)
+            try:
+                self.engine = open_database(self.config.db_url)
+                install_signal_handlers(self.stop)
+                self._start_target()
+                self._open_run()
+                self._start_measuring()
+                self._drive()
+                return self._finish()
+            finally:
+                self._cleanup()
+                logging.getLogger().removeHandler(handler)
+                handler.close()
+
+    def _gpu_lock(self) -> contextlib.AbstractContextManager:
+        """A run that starts its own server holds `<out>/.soak.lock`, so two soaks never share a GPU."""
+        if self.state.target.kind == "external":
+            return contextlib.nullcontext()
+        self.config.out_dir.mkdir(parents=True, exist_ok=True)
+        return hold_run_lock(self.config.out_dir)
 
     def _start_target(self) -> None:
         self.on_progress({"stage": "starting", "target": self.state.target.kind})
@@ -157,6 +168,7 @@ class Conductor:
             "server_cmd": dumps(info.cmd) if info.cmd else None, "out_dir": str(state.run_dir),
             "target_kind": info.kind, "target_url": info.base_url, "model": info.model,
             "config_json": config_json, "environment_json": dumps(environment),
+            "schedule_name": os.environ.get(SCHEDULE_NAME_ENV) or None,
         }
 
     def _start_measuring(self) -> None:
@@ -202,19 +214,41 @@ class Conductor:
             if self.stop.requested:
                 state.end_reason = f"stopped by {self.stop.reason}"
                 return
-            if self._server_died() or state.writer.failed:
+            if self._server_lost() or state.writer.failed:
                 return
             self.on_progress(self._progress(elapsed_s))
             time.sleep(TICK_S)
 
-    def _server_died(self) -> bool:
+    def _server_lost(self) -> bool:
+        """True when the server died and policy does not (or cannot) bring it back."""
         state = self.state
         code = state.target.exit_code()
         if code is None:
             return False
         tail = state.target.log_tail()
         state.recorder.event("crash", f"server exited with code {code}", {"exit_code": code, "log_tail": tail[-4000:]})
+        if state.target.may_restart() and self._restart():
+            return False
         state.status, state.end_reason = "crashed", f"server exited with code {code}"
+        return True
+
+    def _restart(self) -> bool:
+        """Pause arrivals, restart the server, resume; the outage is recorded so its windows are left out."""
+        from soak.errors import TargetError
+
+        state = self.state
+        state.recorder.event("outage_start", "server down; arrivals paused")
+        state.load.pause()
+        try:
+            info = state.target.restart()
+        except TargetError as exc:
+            state.recorder.event("restart_failed", str(exc).splitlines()[0])
+            return False
+        state.info = info
+        state.recorder.event("restart", f"server restarted at {info.base_url}", {"pid": info.pgid})
+        state.recorder.update_run(server_pgid=info.pgid)
+        state.load.resume()
+        state.recorder.event("outage_end", "server back; arrivals resumed")
         return True
 
     def _progress(self, elapsed_s: float) -> dict[str, Any]:
