@@ -187,14 +187,14 @@ class ManagedTarget(Target):
         target = self.config.target
         return target.restart == "on-crash" and self.restarts < target.max_restarts
 
-    def restart(self, grace_s: float = 15.0) -> ServerInfo:
+    def restart(self, grace_s: float | None = None) -> ServerInfo:
         """Stop what is left of the old process group, then start again on the same port when it is free.
 
         The base URL stays valid unless another program took the port meanwhile; then a new port is used and
         the returned ServerInfo (also `self.info`) says so. A failed start raises TargetError, as `start()` does.
         """
         old_port = url_port(self.info.base_url) if self.info else None
-        self.stop(grace_s)
+        self.stop() if grace_s is None else self.stop(grace_s)  # each target knows its own default grace
         self.restart_port = old_port if old_port and wait_port_free(old_port, PORT_REUSE_WAIT_S) else None
         if old_port and self.restart_port is None:
             log.warning("port %s is still taken after the stop; the restarted server gets a new one", old_port)
