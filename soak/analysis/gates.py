@@ -92,7 +92,7 @@ class CreepGates(_Strict):
 class ErrorGates(_Strict):
     budget: Fraction = 0.01
     rise_abs: Annotated[float, Field(gt=0, le=1)] = 0.005
-    burst_p_value: Annotated[float, Field(gt=0, lt=1)] = 1e-6
+    burst_p_value: Annotated[float, Field(gt=0, lt=1)] = 3e-6
     burst_factor: Annotated[float, Field(ge=1)] = 3.0
     burst_min_errors: Annotated[int, Field(ge=1)] = 5
     fail_on_bursts: bool = False
