@@ -21,7 +21,7 @@ from typing import Any
 import psutil
 
 from soak.config import RunConfig
-from soak.errors import TargetError
+from soak.errors import ConfigError, TargetError
 from soak.target.base import ManagedTarget, ServerInfo, auth_headers, free_port, probe_up
 from soak.target.openai import list_models
 from soak.target.process import ServerProcess, log_tail
@@ -270,7 +270,8 @@ class VllmTarget(ManagedTarget):
     def start(self) -> ServerInfo:
         """Run `vllm serve` and wait until it is ready; TargetError (with the log tail) when it is not."""
         target = self.config.target
-        assert target.model is not None, "the vLLM target needs --model"
+        if not target.model:
+            raise ConfigError("the vLLM target needs --model NAME")
         executable = find_vllm(target.vllm_bin)
         port = requested_port(target.serve_args) or self.restart_port or free_port()
         base_url = f"http://{probe_host(target.serve_args)}:{port}"
