@@ -9,11 +9,14 @@ import signal
 from pathlib import Path
 from typing import Any
 
+from datetime import datetime
+
 import psutil
-from sqlalchemy import Engine
+from sqlalchemy import Engine, update
 
 from soak.errors import ConfigError
 from soak.finalise import finalise_run
+from soak.store.models import Run
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +38,14 @@ def end_left_server(run: dict[str, Any]) -> str | None:
     return f"sent SIGTERM to the left-behind server group {pgid}"
 
 
+def mark_ended_at_last_heartbeat(engine: Engine, run: dict[str, Any]) -> None:
+    """A killed soak never wrote its end: take its last heartbeat as the end of what was collected."""
+    ended_at = run.get("heartbeat_at") or run["started_at"]
+    duration_s = (datetime.fromisoformat(ended_at) - datetime.fromisoformat(run["started_at"])).total_seconds()
+    with engine.begin() as connection:
+        connection.execute(update(Run).where(Run.id == run["id"]).values(ended_at=ended_at, duration_s=duration_s))
+
+
 def close_run(engine: Engine, run: dict[str, Any], gates_file: Path | None) -> dict[str, Any]:
     """Finalise an aborted (or already finished) run; a run whose soak is alive is refused."""
     if run["status"] == "running":
@@ -43,4 +54,6 @@ def close_run(engine: Engine, run: dict[str, Any], gates_file: Path | None) -> d
     if note:
         log.warning(note)
     status = "aborted" if run["status"] in ("running", "aborted") else run["status"]
+    if not run.get("ended_at"):
+        mark_ended_at_last_heartbeat(engine, run)
     return finalise_run(engine, run["id"], stopped_early=status != "completed", gates_file=gates_file, status=status)

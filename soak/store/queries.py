@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 from datetime import UTC, datetime
 from typing import Any
 
@@ -33,16 +34,27 @@ def _pid_alive(pid: int | None) -> bool:
     return True
 
 
+def _ran_here(run: dict[str, Any]) -> bool:
+    try:
+        return json.loads(run.get("environment_json") or "{}").get("host") == socket.gethostname()
+    except ValueError:
+        return False
+
+
 def effective_status(run: dict[str, Any], now: datetime | None = None) -> str:
-    """The stored status, except that a "running" run with a stale heartbeat and a dead PID reads as aborted."""
+    """The stored status, except that a "running" run whose soak is gone reads as aborted.
+
+    Gone = its soak PID is dead on this host, or (for a run started on another host sharing the database)
+    its heartbeat is older than STALE_HEARTBEAT_S.
+    """
     if run["status"] != "running":
         return run["status"]
+    if _ran_here(run):
+        return "running" if _pid_alive(run.get("soak_pid")) else "aborted"
     now = now or datetime.now(UTC)
     beat = run.get("heartbeat_at") or run["started_at"]
     age_s = (now - datetime.fromisoformat(beat)).total_seconds()
-    if age_s > STALE_HEARTBEAT_S and not _pid_alive(run.get("soak_pid")):
-        return "aborted"
-    return "running"
+    return "aborted" if age_s > STALE_HEARTBEAT_S else "running"
 
 
 def list_runs(engine: Engine, limit: int | None = None) -> list[dict[str, Any]]:
