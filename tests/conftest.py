@@ -20,7 +20,7 @@ def run_soak(*args: str, timeout_s: float = 240, env: dict[str, str] | None = No
                           timeout=timeout_s, env=full_env, cwd=cwd or REPO)
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def soak_cli():
     """The `run_soak` helper as a fixture."""
     return run_soak

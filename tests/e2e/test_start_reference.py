@@ -7,7 +7,6 @@ import re
 import sqlite3
 
 import pytest
-from conftest import run_soak
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
@@ -19,9 +18,9 @@ VERDICT_EXIT = {"PASS": 0, "FAIL": 1, "INCONCLUSIVE": 3, "INVALID": 3}
 
 
 @pytest.fixture(scope="module")
-def finished_run(tmp_path_factory):
+def finished_run(tmp_path_factory, soak_cli):
     out = tmp_path_factory.mktemp("runs")
-    result = run_soak("start", "--duration", "45s", "--warmup", "10s", "--window", "5s", "--sample-every", "1s",
+    result = soak_cli("start", "--duration", "45s", "--warmup", "10s", "--window", "5s", "--sample-every", "1s",
                       "--rate", "3", "--idle-probe-every", "20s", "--idle-probe-for", "2s", "--out", str(out),
                       "--json", timeout_s=240)
     return out, result
