@@ -1,0 +1,82 @@
+"""Memory and fd faults, measured from outside the server process (RSS, open fds)."""
+
+import time
+
+import pytest
+
+from conftest import wait_until
+
+pytestmark = pytest.mark.timeout(120)
+MiB = 2**20
+
+
+def _requests(server, count: int) -> None:
+    with server.client() as client:
+        for _ in range(count):
+            body = {"messages": [{"role": "user", "content": "x"}], "max_tokens": 4}
+            assert client.post("/v1/chat/completions", json=body).status_code == 200
+
+
+def _sample_rss(server, duration_s: float, interval_s: float = 0.02) -> list[int]:
+    samples, deadline = [], time.monotonic() + duration_s
+    while time.monotonic() < deadline:
+        samples.append(server.rss_bytes())
+        time.sleep(interval_s)  # the sampling period, not a wait for a condition
+    return samples
+
+
+def test_rss_leak_grows_by_planted_bytes(start_refserver):
+    server = start_refserver("--fault", "rss-leak=2MiB")
+    _requests(server, 5)  # warm-up: allocator pools, first-request caches
+    before = server.rss_bytes()
+    _requests(server, 20)
+    grown = server.rss_bytes() - before
+    assert 0.7 * 40 * MiB <= grown <= 1.3 * 40 * MiB, grown / MiB
+    assert server.debug()["retained_bytes"] == 25 * 2 * MiB
+
+
+def test_no_fault_no_growth(start_refserver):
+    server = start_refserver()
+    _requests(server, 5)
+    before = server.rss_bytes()
+    _requests(server, 20)
+    assert abs(server.rss_bytes() - before) < 8 * MiB
+
+
+def test_fd_leak_opens_n_per_request(start_refserver):
+    server = start_refserver("--fault", "fd-leak=3")
+    with server.client() as client:  # one kept-alive connection, so sockets do not move the count
+        body = {"messages": [{"role": "user", "content": "x"}], "max_tokens": 2}
+        client.post("/v1/chat/completions", json=body)
+        before = server.open_fds()
+        for _ in range(10):
+            assert client.post("/v1/chat/completions", json=body).status_code == 200
+        assert server.open_fds() - before == 30
+    assert server.debug()["leaked_fds"] == 33
+
+
+def test_warmup_ratchet_climbs_then_holds(start_refserver):
+    # 5 steps of 16 MiB over 10 model minutes = 2 s of wall time at x300.
+    server = start_refserver("--fault", "warmup-ratchet=16MiB:10m", "--time-scale", "300")
+    _requests(server, 5)  # the server's own first-request warm-up, before measuring
+    held_at_start = server.debug()["ratchet_bytes"]
+    rss_at_start = server.rss_bytes()
+    wait_until(lambda: server.debug()["ratchet_bytes"] == 80 * MiB, 10, what="the ratchet's last step")
+    plateau = server.rss_bytes()
+    assert plateau - rss_at_start >= 0.7 * (80 * MiB - held_at_start)
+    _requests(server, 30)  # traffic on the plateau
+    samples = _sample_rss(server, 1.5)
+    assert max(samples) - plateau < 8 * MiB and plateau - min(samples) < 8 * MiB
+    assert server.debug()["ratchet_bytes"] == 80 * MiB
+
+
+def test_gc_sawtooth_returns_to_floor(start_refserver):
+    # One 64 MiB cycle per model minute = 2 s of wall time at x30.
+    server = start_refserver("--fault", "gc-sawtooth=64MiB:1m", "--time-scale", "30")
+    samples = _sample_rss(server, 5.0)
+    floor, peak = min(samples), max(samples)
+    assert peak - floor >= 45 * MiB
+    drops = [a - b for a, b in zip(samples, samples[1:]) if a - b > 30 * MiB]
+    assert len(drops) >= 2  # two cycles ended with everything handed back at once
+    last_cycle = samples[-len(samples) * 2 // 5:]  # the last 2 s hold a full cycle's low point
+    assert min(last_cycle) - floor < 8 * MiB
