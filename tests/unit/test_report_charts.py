@@ -85,3 +85,18 @@ def test_many_processes_are_capped_with_a_note():
     names = {trace["name"] for trace in chart["figure"]["data"]}
     assert "p0 (0) RSS" not in names and f"p{n - 1} ({n - 1}) RSS" in names
     assert chart["notes"] and "3 smaller processes" in chart["notes"][0]
+
+
+def test_baseline_rows_in_analysis_shape_and_in_the_brief_shape():
+    from soak.report.sections import baseline_table
+
+    table = baseline_table({"run_id": "b", "note": "", "rows": [
+        {"name": "error_rate", "unit": "fraction", "current": 0.012, "baseline": 0.010, "delta_pct": 20.0,
+         "tolerance": 0.005, "tolerance_text": "0.5 pp", "status": "within noise"},
+        {"metric": "ttft_p99_ms", "current": 640.0, "baseline": 520.0, "delta_pct": 23.1, "tolerance_pct": 10.0,
+         "status": "regressed"}]})
+    first, second = table["rows"]
+    assert (first["metric"], first["current"], first["baseline"], first["tolerance"]) == (
+        "error_rate", "1.20 %", "1.00 %", "± 0.5 pp")
+    assert first["status_class"] == "b-within-noise"
+    assert (second["metric"], second["delta"], second["tolerance"]) == ("ttft_p99_ms", "+23.1 %", "± 10.0 %")
