@@ -23,9 +23,9 @@ def main(argv: list[str] | None = None) -> int:
     in_main_thread = threading.current_thread() is threading.main_thread()
     previous = {s: signal.signal(s, _stop_before_ready) for s in _STOP_SIGNALS} if in_main_thread else {}
     try:
-        from soak.refserver.server import main as server_main  # torch loads only when the server runs
+        from soak.refserver.cli import main as cli_main
 
-        return server_main(argv)
+        return cli_main(argv)
     except _StopBeforeReady:
         return 0  # asked to stop while importing torch or building the model: still a clean stop
     finally:

@@ -23,7 +23,7 @@ from soak.refserver.injector import FaultInjector
 from soak.refserver.kvcache import BlockTable, KVCacheManager
 from soak.refserver.metrics import EngineSnapshot, ServerMetrics
 from soak.refserver.model import Chunk, PagedKVCache, TinyTransformer
-from soak.refserver.sampling import SamplingParams, sample_token
+from soak.refserver.sampling import DEFAULT_EOS_PROBABILITY, SamplingParams, sample_token
 from soak.refserver.tokenizer import EOS_ID
 
 IDLE_WAIT_S = 0.05  # how often an idle engine looks at the clock (hang, stalls)
@@ -64,7 +64,7 @@ class Sequence:
 class EngineConfig:
     max_num_seqs: int = 32
     seed: int = 0
-    eos_probability: float = 1e-4
+    eos_probability: float = DEFAULT_EOS_PROBABILITY
 
 
 Publish = Callable[[list[tuple[object, TokenEvent]]], None]

@@ -5,12 +5,17 @@ A random model would emit EOS whenever its logits happen to favour it; the load 
 instead of whatever the model says, and none at all before `min_tokens` or with `ignore_eos`.
 """
 
+from __future__ import annotations
+
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
 from soak.refserver.tokenizer import EOS_ID
+
+if TYPE_CHECKING:  # the command line imports this module before torch is loaded
+    import torch
 
 DEFAULT_EOS_PROBABILITY = 1e-4
 

@@ -1,0 +1,131 @@
+"""Command line: flags → checked `Settings`, the bound socket, then the server.
+
+The socket is bound here (port 0 → a free port from the OS) and handed to uvicorn, so the port in
+the READY line is exactly the one served. Exit codes: 0 after SIGTERM/SIGINT; 2 for bad flags or
+faults, a missing CUDA device, or an address that cannot be bound (one `soak refserver: error:`
+line on stderr); 70 when the crash-after fault fires.
+"""
+
+import argparse
+import socket
+import sys
+from dataclasses import dataclass
+
+from soak.refserver.faults import FAULT_NAMES, FaultSet, FaultSpecError, parse_faults
+from soak.refserver.sampling import DEFAULT_EOS_PROBABILITY
+from soak.refserver.units import parse_duration
+
+DEFAULT_MODEL_NAME = "soak-reference"
+EXIT_OK, EXIT_USAGE = 0, 2
+
+
+@dataclass(frozen=True)
+class Settings:
+    host: str
+    port: int
+    model_name: str
+    seed: int
+    device: str
+    max_num_seqs: int
+    num_blocks: int
+    block_size: int
+    max_model_len: int
+    enable_prefix_caching: bool
+    eos_probability: float
+    faults: FaultSet
+    time_scale: float
+    fault_horizon_s: float
+    log_level: str
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="soak refserver",
+        description="CPU reference inference server (OpenAI-compatible, vLLM metric names) with fault injection.")
+    add = parser.add_argument
+    add("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    add("--port", type=int, default=0, help="port to bind; 0 = a free port chosen by the OS (default)")
+    add("--served-model-name", default=DEFAULT_MODEL_NAME, help=f"model id to serve (default {DEFAULT_MODEL_NAME})")
+    add("--seed", type=int, default=0, help="seed of the weights, of sampling without a request seed, of faults")
+    add("--device", choices=["cpu", "cuda"], default="cpu", help="where the model and KV cache live")
+    add("--max-num-seqs", type=int, default=32, help="most sequences in one batch (default 32)")
+    add("--num-blocks", type=int, default=1024, help="KV-cache blocks in the pool (default 1024)")
+    add("--block-size", type=int, default=16, help="tokens per KV-cache block (default 16)")
+    add("--max-model-len", type=int, default=2048, help="longest prompt + completion in tokens (default 2048)")
+    add("--enable-prefix-caching", action="store_true", help="reuse cached full blocks of shared prefixes")
+    add("--eos-probability", type=float, default=DEFAULT_EOS_PROBABILITY,
+        help=f"chance per generated token of EOS (default {DEFAULT_EOS_PROBABILITY:g})")
+    add("--fault", action="append", default=[], metavar="NAME[=VALUE]",
+        help=f"inject a fault (repeatable): {', '.join(FAULT_NAMES)}")
+    add("--time-scale", type=float, default=1.0, help="model time = uptime x this (default 1)")
+    add("--fault-horizon", default="1h", help="model time over which FROM:TO faults move (default 1h)")
+    add("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"],
+        help="uvicorn log level (default warning); logs go to stderr")
+    return parser
+
+
+def settings_from_args(args: argparse.Namespace) -> Settings:
+    """Typed, checked settings; ValueError (or FaultSpecError) names what is wrong."""
+    settings = Settings(
+        host=args.host, port=args.port, model_name=args.served_model_name, seed=args.seed, device=args.device,
+        max_num_seqs=args.max_num_seqs, num_blocks=args.num_blocks, block_size=args.block_size,
+        max_model_len=args.max_model_len, enable_prefix_caching=args.enable_prefix_caching,
+        eos_probability=args.eos_probability, faults=parse_faults(args.fault), time_scale=args.time_scale,
+        fault_horizon_s=parse_duration(args.fault_horizon), log_level=args.log_level)
+    check_settings(settings)
+    return settings
+
+
+def check_settings(s: Settings) -> None:
+    positive = {"--max-num-seqs": s.max_num_seqs, "--num-blocks": s.num_blocks, "--block-size": s.block_size,
+                "--max-model-len": s.max_model_len, "--time-scale": s.time_scale}
+    for flag, value in positive.items():
+        if value <= 0:
+            raise ValueError(f"{flag} must be > 0, got {value}")
+    if not 0 <= s.port <= 65535:
+        raise ValueError(f"--port must be in 0..65535, got {s.port}")
+    if not 0.0 <= s.eos_probability <= 1.0:
+        raise ValueError(f"--eos-probability must be in [0, 1], got {s.eos_probability}")
+    if s.num_blocks * s.block_size < s.max_model_len:
+        raise ValueError(f"the KV cache ({s.num_blocks} blocks x {s.block_size} tokens) cannot hold one sequence "
+                         f"of --max-model-len {s.max_model_len}: add blocks or lower --max-model-len")
+    if s.faults.vram_leak_bytes and s.device != "cuda":
+        raise ValueError("fault vram-leak needs --device cuda")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the server until SIGTERM/SIGINT; return the process exit code."""
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exc:  # --help, or argparse's own usage error (already printed)
+        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    try:
+        settings = settings_from_args(args)
+    except (FaultSpecError, ValueError) as exc:
+        return _usage_error(str(exc))
+    from soak.refserver import server  # torch loads only once the flags are known to be good
+
+    try:
+        server.check_device(settings.device)
+        sock = bind_socket(settings.host, settings.port)
+    except ValueError as exc:
+        return _usage_error(str(exc))
+    except OSError as exc:
+        return _usage_error(f"cannot bind {settings.host}:{settings.port}: {exc}")
+    server.serve(settings, sock)
+    return EXIT_OK
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
+
+
+def _usage_error(message: str) -> int:
+    print(f"soak refserver: error: {message}", file=sys.stderr)
+    return EXIT_USAGE
