@@ -202,8 +202,22 @@ def _leak_finding(run: RunData, gates: Gates, kind: LeakKind, source: str, total
         trend=total_result.line("linear"),
         details={"source": source, "points": total_result.n, "mk_p": total_result.mk_p,
                  "gates": total_result.gates, "half_slope_per_h": _h(total_result.half_slope_per_s),
-                 "judged_by": worst_row.label, "gpu_seen": run.gpu_seen},
+                 "judged_by": worst_row.label, "gpu_seen": run.gpu_seen,
+                 "largest_step": largest_step(total)},
     )
+
+
+def largest_step(series: Series) -> dict | None:
+    """Where the single most likely level shift sits (ruptures, diagnostic only): a ramp puts it
+    mid-run with half the rise; an allocator step shows as a sharp shift with flat sides."""
+    import ruptures  # imported here: it is slow to import and only this diagnostic needs it
+
+    finite = np.isfinite(series.values)
+    t_s, values = series.t_s[finite], series.values[finite]
+    if values.size < 8 or np.ptp(values) == 0:
+        return None
+    split = ruptures.Binseg(model="l2", min_size=3).fit(values).predict(n_bkps=1)[0]
+    return {"t_s": float(t_s[split]), "size": float(values[split:].mean() - values[:split].mean())}
 
 
 def _leak_evidence(kind: LeakKind, row: Series, result: TrendResult, rate_per_s: float | None,

@@ -120,3 +120,12 @@ def test_tree_total_skips_points_where_a_process_is_missing():
     b = Series("b", 2, "b", t_s, np.array([2.0, 2, np.nan, 2, 2]))
     total = tree_total([a, b])
     assert np.isnan(total.values[2]) and total.values[0] == 3.0
+
+
+def test_largest_step_locates_a_step():
+    from soak.analysis.memory import largest_step
+    t_s = np.arange(48.0)
+    values = np.where(t_s < 30, 100.0, 150.0) + np.random.default_rng(0).normal(0, 1, 48)
+    step = largest_step(Series("x", 1, "x", t_s, values))
+    assert step["t_s"] == 30.0 and step["size"] == pytest.approx(50, abs=2)
+    assert largest_step(Series("x", 1, "x", t_s, np.full(48, 3.0))) is None
