@@ -103,3 +103,14 @@ def test_analysis_imports_no_other_stage():
             "print(bad); sys.exit(1 if bad else 0)")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_to_dict_makes_numpy_and_nan_json_safe():
+    import numpy as np
+    finding = Finding("leak.rss", PASS, value=np.float64("nan"), ci=(np.float64(1.0), float("inf")),
+                      threshold=np.int64(3), details={"arr": np.arange(3), "flag": np.bool_(True),
+                                                      "nested": {"x": (np.float32(0.5), None)}})
+    data = finding.to_dict()
+    assert data["value"] is None and data["ci"] == [1.0, None] and data["threshold"] == 3
+    assert data["details"] == {"arr": [0, 1, 2], "flag": True, "nested": {"x": [0.5, None]}}
+    json.dumps(data, allow_nan=False)
