@@ -36,6 +36,7 @@ log = logging.getLogger(__name__)
 
 STOP_DRAIN_S = 10.0  # in-flight requests get this long at the end; the whole stop must fit in 30 s
 TICK_S = 0.5
+HEALTH_EVERY_S, DOWN_CHECKS = 2.0, 3
 SCHEDULE_NAME_ENV = "SOAK_SCHEDULE_NAME"  # set by `soak daemon` for the runs it starts
 
 
@@ -224,6 +225,7 @@ class Conductor:
         state = self.state
         code = state.target.exit_code()
         if code is None:
+            self._watch_health()
             return False
         tail = state.target.log_tail()
         state.recorder.event("crash", f"server exited with code {code}", {"exit_code": code, "log_tail": tail[-4000:]})
@@ -231,6 +233,24 @@ class Conductor:
             return False
         state.status, state.end_reason = "crashed", f"server exited with code {code}"
         return True
+
+    def _watch_health(self) -> None:
+        """Pause arrivals while /health says down (3 checks in a row, so one slow answer is not an outage)."""
+        state, now = self.state, time.monotonic()
+        if now - state.extra.get("health_checked", 0.0) < HEALTH_EVERY_S:
+            return
+        state.extra["health_checked"] = now
+        down = state.target.health() == "down"
+        state.extra["down_streak"] = state.extra.get("down_streak", 0) + 1 if down else 0
+        in_outage = state.extra.get("in_outage", False)
+        if state.extra["down_streak"] >= DOWN_CHECKS and not in_outage:
+            state.recorder.event("outage_start", "server /health down; arrivals paused")
+            state.load.pause()
+            state.extra["in_outage"] = True
+        elif not down and in_outage:
+            state.load.resume()
+            state.recorder.event("outage_end", "server /health up again; arrivals resumed")
+            state.extra["in_outage"] = False
 
     def _restart(self) -> bool:
         """Pause arrivals, restart the server, resume; the outage is recorded so its windows are left out."""
@@ -246,8 +266,9 @@ class Conductor:
             return False
         state.info = info
         state.recorder.event("restart", f"server restarted at {info.base_url}", {"pid": info.pgid})
-        state.recorder.update_run(server_pgid=info.pgid)
+        state.recorder.update_run(server_pgid=info.pgid, server_cmd=dumps(info.cmd) if info.cmd else None)
         state.load.resume()
+        state.extra["in_outage"] = False
         state.recorder.event("outage_end", "server back; arrivals resumed")
         return True
 
