@@ -110,7 +110,8 @@ def closed_loop(url: str, rate: float, duration_s: float, stall: bool) -> dict:
     lags = sorted(r.lag_ms for r in ClosedLoop.records)
     return {"mode": "constant_throughput", "rate": rate, "stall": stall, "achieved": len(sent) / duration_s,
             "cv": cv(sent), "lag_p99_ms": lags[int(0.99 * (len(lags) - 1))] if lags else None,
-            "late_1s": sum(1 for lag in lags if lag > 1000), "cpu": cpu_s / duration_s, "server": server_count(url, tag)}
+            "late_1s": sum(1 for lag in lags if lag > 1000), "cpu": cpu_s / duration_s,
+            "server": server_count(url, tag)}
 
 
 def print_rows(rows: list[dict]) -> None:
@@ -132,7 +133,8 @@ def main() -> None:
         rows = []
         for rate in args.rates:
             rows += [open_loop(url, rate, args.duration, False), closed_loop(url, rate, args.duration, False)]
-        rows += [open_loop(url, args.rates[0], args.duration, True), closed_loop(url, args.rates[0], args.duration, True)]
+        rate = args.rates[0]
+        rows += [open_loop(url, rate, args.duration, True), closed_loop(url, rate, args.duration, True)]
         print(f"server: {SERVER_DELAY['ttft_ms']} ms to the first token, 2 s per request; {args.duration:g} s per row")
         print_rows(rows)
     finally:

@@ -106,7 +106,8 @@ def user_classes_in(module: ModuleType, path: Path) -> tuple[type, ...]:
         raise ConfigError(f"scenario file {path} defines no OpenAIUser subclass (see docs/load.md)")
     for cls in found:
         if not cls.tasks or not all(callable(t) and not inspect.isclass(t) for t in cls.tasks):
-            raise ConfigError(f"scenario class {cls.__name__} in {path} needs @task methods (TaskSets are not supported)")
+            raise ConfigError(f"scenario class {cls.__name__} in {path} needs @task methods "
+                              "(TaskSets are not supported)")
     return found
 
 

@@ -136,7 +136,8 @@ def build_phases(config: RunConfig, t0: float) -> list[Phase]:
     for index, spec in enumerate(specs):
         last = index == len(specs) - 1
         if not last and spec.duration_s is None:
-            raise ConfigError(f"phase {index + 1} ({spec.kind}) needs a duration: only the last phase may run to the end")
+            raise ConfigError(f"phase {index + 1} ({spec.kind}) needs a duration: "
+                              "only the last phase may run to the end")
         end_t = run_end_t if last else min(start_t + spec.duration_s, run_end_t)
         if start_t < run_end_t:
             phases.append(_phase_from_spec(index, spec, start_t, end_t, load.rate_rps))

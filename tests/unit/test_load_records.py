@@ -50,7 +50,8 @@ def test_lag_percentiles_late_sends_and_merging():
 
 def test_hooks_take_data_positionally_or_as_keywords_and_failures_are_contained(caplog):
     seen = []
-    HookCaller(LoadHooks(on_event=lambda kind, message, data: seen.append((kind, data)))).event("phase", "m", {"kind": "x"})
+    positional = HookCaller(LoadHooks(on_event=lambda kind, message, data: seen.append((kind, data))))
+    positional.event("phase", "m", {"kind": "x"})
 
     def keyword_style(kind, message="", **data):
         seen.append((kind, data))

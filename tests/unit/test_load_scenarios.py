@@ -35,7 +35,8 @@ def test_an_unknown_name_is_a_config_error_naming_the_builtins():
 def test_a_users_file_is_loaded_by_path(tmp_path):
     path = tmp_path / "mine.py"
     path.write_text("from soak.load import OpenAIUser, task\n\n"
-                    "class A(OpenAIUser):\n    weight = 3\n    @task(2)\n    def x(self): pass\n    @task\n    def y(self): pass\n\n"
+                    "class A(OpenAIUser):\n    weight = 3\n"
+                    "    @task(2)\n    def x(self): pass\n    @task\n    def y(self): pass\n\n"
                     "class B(OpenAIUser):\n    @task\n    def z(self): pass\n")
     [scenario] = load_scenarios([ScenarioSpec(name=str(path), weight=2)])
     assert scenario.name == "mine" and {c.__name__ for c in scenario.user_classes} == {"A", "B"}

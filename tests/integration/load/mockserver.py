@@ -11,7 +11,8 @@ prompt bytes as tokens, like the byte-level reference server.
 Modes: normal, truncated (connection dropped mid-stream), no_done (clean end without [DONE]), invalid_json,
 error_event (an error object mid-stream), wrong_ct (SSE as text/plain), error_body (200 with a JSON error),
 trickle (events dribbled a few bytes at a time), never_end (keep-alive comments forever), hang (no
-response), http500, http400, reject500 (invalid requests get a 500 instead of a 4xx). `stall_until=EPOCH` holds every request until that wall time.
+response), http500, http400, reject500 (invalid requests get a 500 instead of a 4xx).
+`stall_until=EPOCH` holds every request until that wall time.
 
 GET /_mock/stats?tag=T → {"requests", "arrivals", "completed", "disconnects", "active", "max_active", "kinds",
 "models", "bodies" (the first 200), "auth" (Authorization headers seen)}.
@@ -224,7 +225,8 @@ async def respond(kind: str, body: dict, b: Behaviour, start_t: float) -> Respon
 async def whole(kind: str, b: Behaviour, n_tokens: int, used: int, start_t: float) -> JSONResponse:
     await sleep_until(max(start_t, b.stall_until) + (b.ttft_ms + (n_tokens - 1) * b.itl_ms) / 1000.0)
     text = "".join(f"tok{i} " for i in range(n_tokens))
-    choice = {"index": 0, "message": {"role": "assistant", "content": text}} if kind == "chat" else {"index": 0, "text": text}
+    message = {"message": {"role": "assistant", "content": text}} if kind == "chat" else {"text": text}
+    choice = {"index": 0, **message}
     STATS.by_tag[b.tag]["completed"] += 1
     return JSONResponse({"id": "c1", "model": MODEL, "choices": [{**choice, "finish_reason": "length"}],
                          "usage": {"prompt_tokens": used, "completion_tokens": n_tokens,

@@ -87,7 +87,8 @@ def test_phases_change_the_rate_exactly_and_emit_events(mock_server):
 
     assert sorted(r.intended_t for r in run.records) == pytest.approx(planned_times(run, seed=11), abs=1e-6)
     phase_events = run.events_of("phase")
-    assert [(e["name"], e["index"]) for e in phase_events] == [("warmup", None), ("steady", 0), ("ramp", 1), ("burst", 2)]
+    assert [(e["name"], e["index"]) for e in phase_events] == [
+        ("warmup", None), ("steady", 0), ("ramp", 1), ("burst", 2)]
     assert [e["start_t"] - run.t0 for e in phase_events] == pytest.approx([0, 1, 3, 5])
     assert [e["t"] - run.t0 for e in run.events_of("warmup_end")] == pytest.approx([1])
     times = [r.intended_t - run.t0 for r in run.records]
