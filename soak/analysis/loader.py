@@ -131,13 +131,18 @@ def load_request_windows(engine: Engine, run_id: str, lag_p99: dict[int, float])
         for row in read_rows(engine, RequestWindowRow, run_id, scenario=ALL_SCENARIOS))
 
 
-def load_client(engine: Engine, run_id: str) -> ClientSeries | None:
-    """soak's own CPU and RSS, and the run's schedule-lag figures from the merged lag histograms."""
+def load_client(engine: Engine, run_id: str, outage_indices: set[int]) -> ClientSeries | None:
+    """soak's own CPU and RSS, and the run's schedule-lag figures from the merged lag histograms.
+
+    Outage windows are left out: there soak itself was restarting the server, not keeping to its schedule.
+    """
     from soak.summary import merged_percentiles
 
     rows = read_rows(engine, ProcessSample, run_id, role="client")
-    lag_rows = [r for r in read_rows(engine, LatencyWindowRow, run_id, scenario=ALL_SCENARIOS, metric="lag")]
-    requests = read_rows(engine, RequestWindowRow, run_id, scenario=ALL_SCENARIOS)
+    lag_rows = [r for r in read_rows(engine, LatencyWindowRow, run_id, scenario=ALL_SCENARIOS, metric="lag")
+                if r["window_index"] not in outage_indices]
+    requests = [r for r in read_rows(engine, RequestWindowRow, run_id, scenario=ALL_SCENARIOS)
+                if r["window_index"] not in outage_indices]
     if not rows and not lag_rows:
         return None
     lag = merged_percentiles(lag_rows)
@@ -170,13 +175,15 @@ def load_run_data(engine: Engine, run: dict[str, Any], stopped_early: bool) -> R
     latency, lag_p99 = load_latency(engine, run_id)
     request_windows = load_request_windows(engine, run_id, lag_p99)
     probes = load_probes(events)
+    windows = build_windows(run, actual_s, events)
+    outage_indices = {w.index for w in windows if w.excluded == "outage"}
     return RunData(
         planned_duration_s=run["planned_duration_s"], actual_duration_s=actual_s, warmup_s=run["warmup_s"],
-        window_s=run["window_s"], windows=build_windows(run, actual_s, events), stopped_early=stopped_early,
+        window_s=run["window_s"], windows=windows, stopped_early=stopped_early,
         gpu_seen=bool(read_rows(engine, GpuSample, run_id)), probes_ran=bool(probes),
         server_managed=run["target_kind"] != "external", processes=load_processes(engine, run_id),
         gpu_processes=load_gpu_processes(engine, run_id), probes=probes, latency_windows=latency,
-        request_windows=request_windows, server=load_server(engine, run_id), client=load_client(engine, run_id),
+        request_windows=request_windows, server=load_server(engine, run_id), client=load_client(engine, run_id, outage_indices),
         events=tuple(Event(t_s=e["t_s"], kind=e["kind"], message=e["message"] or "", data=e["data"]) for e in events),
         total_requests=sum(w.requests for w in request_windows),
     )
