@@ -10,9 +10,12 @@ once per step, which the API turns into one hop onto its event loop.
 """
 
 import itertools
+import os
 import queue
+import sys
 import threading
 import time
+import traceback
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -27,6 +30,7 @@ from soak.refserver.sampling import DEFAULT_EOS_PROBABILITY, SamplingParams, sam
 from soak.refserver.tokenizer import EOS_ID
 
 IDLE_WAIT_S = 0.05  # how often an idle engine looks at the clock (hang, stalls)
+ENGINE_FAILURE_EXIT_CODE = 1
 
 
 @dataclass(frozen=True)
@@ -97,7 +101,8 @@ class Engine:
     def submit(self, prompt: list[int], params: SamplingParams, sink: object, request_id: str) -> None:
         """Queue a request; its tokens will be published to `sink`."""
         number = next(self._counter)
-        seed = params.seed if params.seed is not None else [self.config.seed, number]
+        # A request seed may be negative (64-bit signed); numpy wants it unsigned.
+        seed = params.seed % 2**64 if params.seed is not None else [self.config.seed, number]
         self._inbox.put(Sequence(request_id, list(prompt), len(prompt), params, sink, np.random.default_rng(seed)))
         self._wake.set()
 
@@ -123,6 +128,14 @@ class Engine:
     # -- the loop --------------------------------------------------------------------------------
 
     def _loop(self) -> None:
+        try:
+            self._serve_steps()
+        except BaseException:  # a bug: die loudly like an engine death, never hang with /health still 200
+            traceback.print_exc()
+            sys.stderr.flush()
+            os._exit(ENGINE_FAILURE_EXIT_CODE)
+
+    def _serve_steps(self) -> None:
         while not self._stop.is_set():
             if self.injector.engine_hung():
                 self._stop.wait()  # requests still queue up, nothing is ever produced again

@@ -6,6 +6,7 @@ otherwise ignored, as vLLM does.
 """
 
 import json
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -159,9 +160,11 @@ def _sampling(body: dict, max_tokens: int) -> SamplingParams:
     min_tokens = _optional(body, "min_tokens", int, 0)
     if min_tokens < 0:
         raise RequestError(400, "'min_tokens' must be >= 0", "min_tokens")
-    return SamplingParams(max_tokens=max_tokens, temperature=float(temperature), top_p=float(top_p),
-                          seed=_optional(body, "seed", int, None), ignore_eos=_optional(body, "ignore_eos", bool, False),
-                          min_tokens=min_tokens)
+    seed = _optional(body, "seed", int, None)
+    if seed is not None and not -2**63 <= seed < 2**64:
+        raise RequestError(400, "'seed' must fit in 64 bits", "seed")
+    return SamplingParams(max_tokens=max_tokens, temperature=float(temperature), top_p=float(top_p), seed=seed,
+                          ignore_eos=_optional(body, "ignore_eos", bool, False), min_tokens=min_tokens)
 
 
 def _include_usage(body: dict, stream: bool) -> bool:
@@ -203,7 +206,7 @@ def _is_int(value: Any) -> bool:
 
 _TYPE_CHECKS = {
     int: _is_int,
-    float: lambda value: _is_int(value) or isinstance(value, float),
+    float: lambda value: _is_int(value) or (isinstance(value, float) and math.isfinite(value)),  # no NaN
     bool: lambda value: isinstance(value, bool),
     str: lambda value: isinstance(value, str),
 }

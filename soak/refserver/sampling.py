@@ -18,6 +18,7 @@ if TYPE_CHECKING:  # the command line imports this module before torch is loaded
     import torch
 
 DEFAULT_EOS_PROBABILITY = 1e-4
+GREEDY_BELOW_TEMPERATURE = 1e-5  # as vLLM: dividing by a smaller temperature overflows the softmax
 
 
 @dataclass(frozen=True)
@@ -39,7 +40,7 @@ def sample_token(logits: torch.Tensor, params: SamplingParams, rng: np.random.Ge
         return EOS_ID
     scores = logits.double().numpy().copy()
     scores[EOS_ID] = -np.inf
-    if params.temperature == 0:
+    if params.temperature < GREEDY_BELOW_TEMPERATURE:
         return int(np.argmax(scores))
     return _draw(_softmax(scores / params.temperature), params.top_p, rng)
 

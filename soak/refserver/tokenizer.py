@@ -8,8 +8,8 @@ VOCAB_SIZE = 260  # 256 bytes, BOS, EOS and two unused specials
 
 
 def encode(text: str) -> list[int]:
-    """BOS followed by the UTF-8 bytes of `text`."""
-    return [BOS_ID, *text.encode("utf-8")]
+    """BOS followed by the UTF-8 bytes of `text` (a lone surrogate, valid in JSON, becomes `?`)."""
+    return [BOS_ID, *text.encode("utf-8", errors="replace")]
 
 
 class IncrementalDecoder:

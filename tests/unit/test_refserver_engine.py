@@ -149,3 +149,11 @@ def test_leaks_are_planted_per_finished_request():
     harness.run()
     state = harness.engine.injector.describe()
     assert state["retained_bytes"] == 3 * 4096 and state["leaked_fds"] == 6
+
+
+def test_negative_request_seed_is_a_valid_seed():
+    harness = Harness()
+    harness.submit("a", seed=-1)
+    harness.submit("b", seed=-1)
+    harness.run()
+    assert harness.tokens("a") == harness.tokens("b") and len(harness.tokens("a")) == 8

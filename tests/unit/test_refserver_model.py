@@ -76,6 +76,10 @@ def test_temperature_zero_is_argmax():
     assert {_sample(SamplingParams(8, temperature=0), seed=s) for s in range(5)} == {int(torch.argmax(logits))}
 
 
+def test_tiny_temperature_is_greedy():
+    assert _sample(SamplingParams(8, temperature=1e-300)) == _sample(SamplingParams(8, temperature=0))
+
+
 def test_same_seed_same_draw():
     draws = {seed: {_sample(SamplingParams(8, temperature=1.5), seed=seed) for _ in range(3)} for seed in range(20)}
     assert all(len(d) == 1 for d in draws.values()) and len(set().union(*draws.values())) > 1

@@ -45,6 +45,9 @@ def test_completion_prompts():
     ({"messages": USER, "temperature": -0.5}, "temperature"),
     ({"messages": USER, "top_p": 0}, "top_p"),
     ({"messages": USER, "seed": "1"}, "seed"),
+    ({"messages": USER, "seed": 2**64}, "seed"),
+    ({"messages": USER, "temperature": float("nan")}, "temperature"),
+    ({"messages": USER, "top_p": float("inf")}, "top_p"),
     ({"messages": USER, "ignore_eos": 1}, "ignore_eos"),
     ({"messages": USER, "stream": "yes"}, "stream"),
     ({"messages": USER, "stream": True, "stream_options": []}, "stream_options"),
@@ -84,3 +87,10 @@ def test_error_body_shape():
     assert error_body(400, "bad", "max_tokens") == {
         "error": {"message": "bad", "type": "BadRequestError", "param": "max_tokens", "code": 400}}
     assert error_body(500, "boom")["error"]["type"] == "InternalServerError"
+
+
+def test_odd_but_valid_values_are_accepted():
+    request = parse_chat({"messages": [{"role": "user", "content": "\ud800 lone surrogate"}], "seed": -5,
+                          "temperature": 1e-300}, LIMITS)
+    assert request.params.seed == -5
+    assert request.prompt_tokens == encode("<|user|>\n? lone surrogate\n<|assistant|>\n")
