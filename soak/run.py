@@ -37,6 +37,7 @@ log = logging.getLogger(__name__)
 STOP_DRAIN_S = 10.0  # in-flight requests get this long at the end; the whole stop must fit in 30 s
 TICK_S = 0.5
 HEALTH_EVERY_S, DOWN_CHECKS = 2.0, 3
+STORAGE_RETRY_S = 15.0  # how long the end of a run waits for a failing database to take its last rows
 SCHEDULE_NAME_ENV = "SOAK_SCHEDULE_NAME"  # set by `soak daemon` for the runs it starts
 
 
@@ -215,7 +216,10 @@ class Conductor:
             if self.stop.requested:
                 state.end_reason = f"stopped by {self.stop.reason}"
                 return
-            if self._server_lost() or state.writer.failed:
+            if state.writer.failed:
+                state.end_reason = "storage failure"
+                return
+            if self._server_lost():
                 return
             self.on_progress(self._progress(elapsed_s))
             time.sleep(TICK_S)
@@ -292,18 +296,28 @@ class Conductor:
         self.on_progress({"stage": "finalising", "run_id": state.run_id})
         state.load.stop(drain_timeout_s=STOP_DRAIN_S)
         state.telemetry.stop()
-        if state.writer.failed:
-            raise StorageError(f"{state.writer.stats.failure}; load stopped, run {state.run_id} kept what was "
-                               "written (finalise it later with `soak close`)")
         stopped_early = state.end_reason != "completed"
         if state.status == "running":
             state.status = "completed" if not stopped_early else "aborted"
         state.recorder.event("run_end", state.end_reason or state.status)
         state.recorder.update_run(status=state.status, ended_at=utc_now_iso(), duration_s=time.time() - state.t0)
-        if not state.writer.flush(30.0):
-            raise StorageError(f"the database did not take the run's last rows: {state.writer.stats.failure}")
-        return finalise_run(self.engine, state.run_id, stopped_early=stopped_early, gates_file=self.config.gates_file,
-                            baseline=self.config.baseline)
+        self._flush_or_give_up()
+        summary = finalise_run(self.engine, state.run_id, stopped_early=stopped_early,
+                               gates_file=self.config.gates_file, baseline=self.config.baseline)
+        if state.end_reason == "storage failure":
+            raise StorageError(f"the database failed during the run ({state.writer.stats.failure}); load was "
+                               f"stopped; report of what was collected: {summary['report_html']}")
+        return summary
+
+    def _flush_or_give_up(self) -> None:
+        """Wait for the writer to commit everything (it retries a failing database); else a StorageError."""
+        state = self.state
+        if state.writer.flush(STORAGE_RETRY_S):
+            return
+        collected = state.windows.progress()["counts"].get("requests", 0)
+        raise StorageError(f"{state.writer.stats.failure}; load stopped after {collected} measured requests; "
+                           f"run {state.run_id} keeps what was committed (`soak close {state.run_id}` reports on it "
+                           "once the database is writable)")
 
     def _cleanup(self) -> None:
         state = self.state

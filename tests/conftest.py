@@ -24,3 +24,4 @@ def run_soak(*args: str, timeout_s: float = 240, env: dict[str, str] | None = No
 def soak_cli():
     """The `run_soak` helper as a fixture."""
     return run_soak
+

@@ -12,6 +12,7 @@ import time
 
 import psutil
 import pytest
+from e2e_helpers import wait_for_server_samples
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 
@@ -24,28 +25,11 @@ def _spawn(out):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def _wait_for_samples(out, minimum: int, timeout_s: float = 90) -> tuple[str, float]:
-    """Poll the database until the run has `minimum` server samples; returns (run id, t0)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            db = sqlite3.connect(out / "soak.db")
-            row = db.execute("select r.id, r.t0_epoch_s, count(s.id) from runs r join process_samples s "
-                             "on s.run_id = r.id where s.role = 'server' group by r.id").fetchone()
-            db.close()
-            if row and row[2] >= minimum:
-                return row[0], row[1]
-        except sqlite3.OperationalError:
-            pass  # the schema is not there yet
-        time.sleep(0.25)
-    raise AssertionError("the run never stored enough samples")
-
-
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_a_signal_stops_the_load_and_finalises_the_run(tmp_path, signum):
     process = _spawn(tmp_path)
     try:
-        run_id, _ = _wait_for_samples(tmp_path, minimum=12)
+        run_id, _ = wait_for_server_samples(tmp_path, minimum=12)
         process.send_signal(signum)
         stdout, stderr = process.communicate(timeout=60)
     finally:
@@ -63,7 +47,7 @@ def test_a_signal_stops_the_load_and_finalises_the_run(tmp_path, signum):
 def test_sigkill_loses_little_and_close_finalises_and_ends_the_server(tmp_path, soak_cli):
     process = _spawn(tmp_path)
     try:
-        run_id, t0 = _wait_for_samples(tmp_path, minimum=15)
+        run_id, t0 = wait_for_server_samples(tmp_path, minimum=15)
         server_pgid = sqlite3.connect(tmp_path / "soak.db").execute(
             "select server_pgid from runs where id=?", (run_id,)).fetchone()[0]
         killed_at = time.time()
