@@ -373,7 +373,8 @@ class OpenAIClient:
     def _report(self, record: RequestRecord, payload_bytes: int, name: str | None) -> None:
         failure = None
         if record.error_class not in (None, CANCELLED) and not record.expected_error:
-            failure = Exception(f"{record.error_class}: {record.error_message}")
+            # Locust keeps one entry per distinct message for the whole run: keep them few.
+            failure = Exception(f"{record.error_class} {record.status_code or ''}".strip())
         self.user.environment.events.request.fire(
             request_type=record.kind, name=name or record.scenario, response_time=record.e2e_ms,
             response_length=payload_bytes, exception=failure, start_time=record.intended_t, url=None,

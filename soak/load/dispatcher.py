@@ -25,7 +25,7 @@ from locust.exception import RescheduleTask, StopUser
 
 from soak.load.client import Arrival, set_arrival
 from soak.load.health import ClientHealth
-from soak.load.plan import ArrivalClock, GapSampler, RatePlan, Segment, arrival_rng
+from soak.load.plan import ArrivalClock, DealtClock, GapSampler, RatePlan, Segment, arrival_rng
 from soak.load.records import CANCELLED, RequestRecord
 from soak.load.scenarios import LoadedScenario, weighted_tasks
 
@@ -43,6 +43,7 @@ class PlanBoard:
     def __init__(self, share: float = 1.0) -> None:
         self.share = share
         self.plan = RatePlan()
+        self.dealt = DealtClock()
         self.closed: list[tuple[float, float | None]] = []
         self._changed = Event()
 
@@ -57,6 +58,7 @@ class PlanBoard:
         self.plan.extend(segments)
         if "closed" in message:
             self.closed = [(float(s), None if e is None else float(e)) for s, e in message["closed"]]
+        self.dealt.add([float(t) for t in message.get("times", ())])
         self.poke()
 
     def poke(self) -> None:
@@ -76,6 +78,7 @@ class DispatchSettings:
     worker_index: int = 0
     burstiness: float | None = None
     max_concurrency: int | None = None
+    dealt: bool = False  # take intended times from the master instead of running a clock
 
 
 class Dispatcher:
@@ -87,7 +90,7 @@ class Dispatcher:
         self.board = board
         self.sink = sink
         gaps = GapSampler(arrival_rng(settings.seed, settings.worker_index, 0), settings.burstiness)
-        self.clock = ArrivalClock(board.plan, gaps)
+        self.clock = board.dealt if settings.dealt else ArrivalClock(board.plan, gaps)
         self._choice_rng = random.Random(int(arrival_rng(settings.seed, settings.worker_index, 1).integers(2**63)))
         self.group = Group()
         self.semaphore = BoundedSemaphore(settings.max_concurrency) if settings.max_concurrency else None

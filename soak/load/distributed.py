@@ -1,8 +1,10 @@
 """Master + N local worker processes (`load.workers = N`).
 
 The master (this process) runs the shape and the timeline; each worker runs one dispatcher at rate/N with
-its own seed (worker index), which for Poisson arrivals adds up exactly to the planned process. Messages:
-  master → workers  soak_plan {segments, closed}     soak_stop {drain_timeout_s}
+its own seed (worker index), which for Poisson arrivals adds up exactly to the planned process. Gamma
+arrivals (burstiness ≠ 1) do not add up that way: then the master runs the one clock and deals its
+intended times round-robin to the workers, 1.5 s ahead. Messages:
+  master → workers  soak_plan {segments, closed} or {times}    soak_stop {drain_timeout_s}
   workers → master  soak_status {in_flight, schedule_t, health}  (every 0.2 s)
                     soak_stopped {records, health}   (after the drain at stop)
 Records travel in Locust's periodic worker report (`report_to_master` → `worker_report`) as `soak_records`;
@@ -32,7 +34,8 @@ from soak.load.health import ClientHealth
 from soak.load.hooks import HookCaller
 from soak.load.records import RequestRecord
 from soak.load.runner import PLAN_MESSAGE, QueueSink, dispatcher_user_class
-from soak.load.shape import LoadController, SoakShape
+from soak.load.plan import ArrivalClock, GapSampler, RatePlan, arrival_rng
+from soak.load.shape import LOOKAHEAD_S, LoadController, Schedule, SoakShape
 from soak.load.user import ClientSettings
 
 log = logging.getLogger(__name__)
@@ -74,6 +77,37 @@ class WorkerStatuses:
         for status in {**self.latest, **self.stopped}.values():
             total.merge(ClientHealth.from_wire(status["health"]))
         return total
+
+
+def deals_times(config: RunConfig) -> bool:
+    """Whether the master deals intended times to the workers (non-Poisson arrivals over several workers)."""
+    return config.load.workers > 0 and config.load.burstiness not in (None, 1.0)
+
+
+class Dealer:
+    """One arrival clock for all workers; its intended times go round-robin, in worker-index order."""
+
+    def __init__(self, schedule: Schedule, seed: int, burstiness: float | None) -> None:
+        self.schedule = schedule
+        self.plan = RatePlan()
+        self.clock = ArrivalClock(self.plan, GapSampler(arrival_rng(seed, 0, 0), burstiness))
+        self.dealt = 0
+
+    def deal(self, runner: Any) -> None:
+        """Send every intended time up to the look-ahead horizon (the plan is final that far)."""
+        now = time.time()
+        horizon_t = now + LOOKAHEAD_S
+        self.plan.extend(self.schedule.segments(now, horizon_t))
+        workers = sorted(runner.clients.all, key=lambda node: runner.get_worker_index(node.id))
+        if not workers:
+            return
+        slices: dict[str, list[float]] = {node.id: [] for node in workers}
+        while self.clock.peek() <= horizon_t:
+            slices[workers[self.dealt % len(workers)].id].append(self.clock.take())
+            self.dealt += 1
+        for client_id, times in slices.items():
+            if times:
+                runner.send_message(PLAN_MESSAGE, {"times": times}, client_id=client_id)
 
 
 def _write_spec(config: RunConfig, settings: ClientSettings, base_url: str, t0: float, port: int) -> Path:
@@ -179,9 +213,17 @@ def start_distributed(config: RunConfig, base_url: str, t0: float, settings: Cli
     spec_path = _write_spec(config, settings, base_url, t0, port)
     procs = _spawn_workers(count, spec_path)
     _wait_for_workers(runner, procs, count)
-    controller = LoadController(config, t0, time.time() + START_DELAY_S, callers,
-                                send=lambda message: runner.send_message(PLAN_MESSAGE, message),
+    dealer: list[Dealer] = []
+
+    def publish(message: dict[str, Any]) -> None:
+        runner.send_message(PLAN_MESSAGE, message)
+        if dealer:
+            dealer[0].deal(runner)
+
+    controller = LoadController(config, t0, time.time() + START_DELAY_S, callers, send=publish,
                                 drain_state=statuses.drain_state)
+    if deals_times(config):
+        dealer.append(Dealer(controller.schedule, config.load.seed, config.load.burstiness))
     environment.shape_class = SoakShape(controller, users=count)
     environment.shape_class.runner = runner
     controller.publish()

@@ -11,6 +11,7 @@ and its lateness is measured rather than hidden.
 from __future__ import annotations
 
 import bisect
+import collections
 import math
 from dataclasses import dataclass
 
@@ -142,6 +143,22 @@ class ArrivalClock:
         self._expected, self._pending = self._pending, None
         self.plan.prune_before(self._expected)
         return intended_t
+
+
+class DealtClock:
+    """Intended times handed out by someone else's clock (the master's, for gamma arrivals over workers)."""
+
+    def __init__(self) -> None:
+        self._times: collections.deque[float] = collections.deque()
+
+    def add(self, times: list[float]) -> None:
+        self._times.extend(times)
+
+    def peek(self) -> float:
+        return self._times[0] if self._times else math.inf
+
+    def take(self) -> float:
+        return self._times.popleft()
 
 
 def arrival_rng(seed: int, worker_index: int, stream: int) -> np.random.Generator:

@@ -24,7 +24,7 @@ from soak.load.dispatcher import DispatchSettings, Dispatcher, PlanBoard
 from soak.load.hooks import HookCaller, LoadHooks
 from soak.load.records import RequestRecord
 from soak.load.scenarios import LoadedScenario, check_dataset, effective_specs, load_scenarios
-from soak.load.shape import LoadController, Schedule, SoakShape
+from soak.load.shape import LoadController, Schedule, SoakShape, build_phases
 from soak.load.user import ClientSettings, fetch_model_cards, max_model_len_of
 
 log = logging.getLogger(__name__)
@@ -190,6 +190,7 @@ def start_load(config: RunConfig, base_url: str, model: str, t0: float, hooks: L
     specs = effective_specs(config.load)
     scenarios = load_scenarios(specs)
     check_dataset(specs, config.load.dataset)
+    build_phases(config, t0)  # a bad phase is a ConfigError before anything starts
     settings = client_settings(config, base_url, model)
     raise_fd_limit()
     callers = HookCaller(hooks)

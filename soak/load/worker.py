@@ -19,7 +19,8 @@ from locust.env import Environment
 
 from soak.config import RunConfig
 from soak.load.dispatcher import Dispatcher, PlanBoard
-from soak.load.distributed import RECORDS_KEY, STATUS_EVERY_S, STATUS_MESSAGE, STOP_MESSAGE, STOPPED_MESSAGE
+from soak.load.distributed import (RECORDS_KEY, STATUS_EVERY_S, STATUS_MESSAGE, STOP_MESSAGE, STOPPED_MESSAGE,
+                                   deals_times)
 from soak.load.runner import PLAN_MESSAGE, api_key_from, dispatch_settings, dispatcher_user_class, raise_fd_limit
 from soak.load.scenarios import effective_specs, load_scenarios
 from soak.load.user import ClientSettings
@@ -50,6 +51,7 @@ class WorkerProcess:
     def get_dispatcher(self, environment: Any) -> Dispatcher:
         if self.dispatcher is None:
             settings = dispatch_settings(self.config, worker_index=max(self.runner.worker_index, 0))
+            settings.dealt = deals_times(self.config)
             self.dispatcher = Dispatcher(environment, self.scenarios, self.board, settings,
                                          lambda record: self.outbox.append(record.to_wire()))
         return self.dispatcher

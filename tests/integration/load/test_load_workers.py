@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 from loadtools import make_config, run_load
 
+from soak.load.plan import RatePlan, plan_arrivals
+
 
 @pytest.mark.slow
 @pytest.mark.timeout(120)
@@ -23,3 +25,17 @@ def test_two_workers_share_the_rate_and_report_to_the_master(mock_server):
     assert final["workers"] == 2 and final["lag_p99_ms"] < 50 and final["in_flight"] == 0
     assert run.probes and run.probes[0][:3] == (0, True, 0)  # the probe drained both workers
     assert all(r.error_class is None for r in run.records)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_bursty_arrivals_over_workers_are_dealt_from_the_masters_one_clock(mock_server):
+    model = mock_server.model(ttft_ms=20, itl_ms=5, tokens=5)
+    config = make_config(duration_s=6, rate_rps=20, seed=17, workers=2, burstiness=2.0)
+    run = run_load(config, mock_server.url, model)
+
+    schedule = run.handle.schedule
+    plan = RatePlan(schedule.segments(run.t0 - 1.0, schedule.end_t + 1.0))
+    planned = plan_arrivals(plan, seed=17, until_t=schedule.end_t, burstiness=2.0)
+    assert sorted(r.intended_t for r in run.records) == pytest.approx(planned, abs=1e-6)
+    assert mock_server.stats(model)["requests"] == len(planned)
