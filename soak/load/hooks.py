@@ -58,7 +58,9 @@ class HookCaller:
         if self._event_positional:
             self._safely(self.hooks.on_event, kind, message, data)
         else:
-            self._safely(self.hooks.on_event, kind, message, **data)
+            clashing = {"kind", "message"} & data.keys()
+            keywords = {("data_" + k if k in clashing else k): v for k, v in data.items()}
+            self._safely(self.hooks.on_event, kind, message, **keywords)
 
     def idle_probe(self, index: int, drained: bool) -> None:
         if self.hooks.on_idle_probe is not None:

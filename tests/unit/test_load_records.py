@@ -56,8 +56,8 @@ def test_hooks_take_data_positionally_or_as_keywords_and_failures_are_contained(
     def keyword_style(kind, message="", **data):
         seen.append((kind, data))
 
-    HookCaller(LoadHooks(on_event=keyword_style)).event("probe_start", "m", {"index": 0})
-    assert seen == [("phase", {"kind": "x"}), ("probe_start", {"index": 0})]
+    HookCaller(LoadHooks(on_event=keyword_style)).event("probe_start", "m", {"index": 0, "kind": "y"})
+    assert seen == [("phase", {"kind": "x"}), ("probe_start", {"index": 0, "data_kind": "y"})]
 
     def broken(_record):
         raise RuntimeError("consumer down")

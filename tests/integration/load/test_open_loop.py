@@ -9,6 +9,8 @@ import gevent
 import pytest
 
 from soak.config import PhaseSpec
+from soak.errors import ConfigError
+from soak.load import start_load
 from soak.load.plan import RatePlan, plan_arrivals
 
 from loadtools import make_config, run_load, wait_for
@@ -178,3 +180,16 @@ def test_hostile_responses_never_stop_the_dispatcher(mock_server):
     run = run_load(make_config(duration_s=2, rate_rps=20, seed=12), mock_server.url, model)
     assert run.records and {r.error_class for r in run.records} == {"bad_stream"}
     assert mock_server.stats(model)["requests"] == run.counters["sends"] == len(run.records)
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("load, message", [
+    ({"scenarios": ["nope"]}, "unknown scenario 'nope': built-in scenarios are .*chat_short"),
+    ({"phases": [PhaseSpec(kind="wave", rate_rps=2)]}, "needs period_s"),
+    ({"scenarios": ["dataset"]}, "needs --dataset"),
+])
+def test_start_load_refuses_bad_settings_before_any_request(mock_server, load, message):
+    model = mock_server.model()
+    with pytest.raises(ConfigError, match=message):
+        start_load(make_config(duration_s=2, **load), base_url=mock_server.url, model=model, t0=time.time())
+    assert mock_server.stats(model)["requests"] == 0
