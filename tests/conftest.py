@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import uuid
+
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
@@ -25,3 +27,29 @@ def soak_cli():
     """The `run_soak` helper as a fixture."""
     return run_soak
 
+
+
+def require_all() -> bool:
+    """SOAK_REQUIRE_ALL=1 (set by CI) turns "missing service" skips into failures."""
+    return os.environ.get("SOAK_REQUIRE_ALL") == "1"
+
+
+@pytest.fixture
+def postgres_url():
+    """A fresh PostgreSQL database (from SOAK_TEST_PG_URL's server), dropped afterwards."""
+    base = os.environ.get("SOAK_TEST_PG_URL")
+    if not base:
+        if require_all():
+            pytest.fail("SOAK_TEST_PG_URL is not set but SOAK_REQUIRE_ALL=1")
+        pytest.skip("no PostgreSQL server (set SOAK_TEST_PG_URL)")
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.engine import make_url
+
+    name = "soak_test_" + uuid.uuid4().hex[:8]
+    admin = create_engine(base, isolation_level="AUTOCOMMIT")
+    with admin.connect() as connection:
+        connection.execute(text(f'CREATE DATABASE "{name}"'))
+    yield make_url(base).set(database=name).render_as_string(hide_password=False)
+    with admin.connect() as connection:
+        connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    admin.dispose()
