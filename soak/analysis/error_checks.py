@@ -158,8 +158,7 @@ def check_bursts(run: RunData, gates: Gates) -> Finding:
         return skipped("errors.bursts", "No finished requests in the judged windows.")
     bursts, baseline = find_bursts(rows, gates) if rows else ([], ErrorBaseline(0.0, 0.0))
     if not bursts and not burst_events:
-        return Finding(check="errors.bursts", verdict=PASS, value=0, unit="windows",
-                       evidence=f"No window's error rate stands out from the {pct_text(baseline.rate, 3)} baseline.",
+        return Finding(check="errors.bursts", verdict=PASS, value=0, unit="windows", evidence=_calm_text(rows),
                        details={"baseline_rate": baseline.rate, "overdispersion": baseline.alpha})
     verdict = FAIL if gates.errors.fail_on_bursts else SUSPECT
     return Finding(check="errors.bursts", verdict=verdict, value=len(bursts), unit="windows",
@@ -168,6 +167,13 @@ def check_bursts(run: RunData, gates: Gates) -> Finding:
                    details={"baseline_rate": baseline.rate, "overdispersion": baseline.alpha,
                             "bursts": [_burst_dict(w, p) for w, p in bursts],
                             "events": [{"t_s": e.t_s, "message": e.message} for e in burst_events]})
+
+
+def _calm_text(rows: list[RequestWindow]) -> str:
+    errors, requests = sum(w.error_count for w in rows), sum(w.requests for w in rows)
+    if not errors:
+        return f"No errors in {requests} requests."
+    return f"No window's error rate stands out from the run's {pct_text(errors / requests, 3)}."
 
 
 def _bursts_text(bursts: list, burst_events: list, baseline: float) -> str:

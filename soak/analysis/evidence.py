@@ -10,7 +10,7 @@ def trend_caveats(result: TrendResult, threshold_text: str) -> str:
     """Why a trend fell short of FAIL, e.g. "below the practical threshold 16.0 MiB/h"."""
     phrases = {
         "significant": "not significant at the gate",
-        "ci_above_zero": "CI includes 0",
+        "ci_above_zero": "CI not above 0",
         "practical": f"below the practical threshold {threshold_text}",
         "persistent": "does not persist in the 2nd half",
     }
