@@ -10,6 +10,7 @@ class LongContext(OpenAIUser):
         max_tokens = self.rng.randint(16, 64)
         room_tokens, max_tokens = self.fit(self.max_model_len, max_tokens)
         prompt_tokens = int(room_tokens * self.rng.uniform(0.80, 0.95))
-        document = text_of_bytes(self.rng, self.prompt_bytes(prompt_tokens))
-        messages = [{"role": "user", "content": document + "\n\nWhat is this text about?"}]
+        ask = "\n\nWhat is this text about?"
+        document = text_of_bytes(self.rng, self.prompt_bytes(prompt_tokens) - len(ask))
+        messages = [{"role": "user", "content": document + ask}]
         self.client.chat(messages, max_tokens=max_tokens)

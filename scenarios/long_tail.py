@@ -21,6 +21,7 @@ class LongTail(OpenAIUser):
 
     def _ask(self, prompt_tokens, max_tokens):
         prompt_tokens, max_tokens = self.fit(prompt_tokens, max_tokens)
-        document = text_of_bytes(self.rng, self.prompt_bytes(prompt_tokens))
-        messages = [{"role": "user", "content": document + "\n\nContinue this text."}]
+        ask = "\n\nContinue this text."
+        document = text_of_bytes(self.rng, self.prompt_bytes(prompt_tokens) - len(ask))
+        messages = [{"role": "user", "content": document + ask}]
         self.client.chat(messages, max_tokens=max_tokens)

@@ -4,7 +4,7 @@ Lengths are drawn per arrival from `self.rng` (seeded by `--seed`) and capped to
 """
 
 from soak.load import OpenAIUser, task
-from soak.load.prompts import lognormal_int, question, text_of_bytes
+from soak.load.prompts import lognormal_int, question, text_of_bytes, utf8_len
 
 
 class Mixed(OpenAIUser):
@@ -17,8 +17,9 @@ class Mixed(OpenAIUser):
     def long_tail_chat(self):
         prompt_tokens, max_tokens = self.fit(lognormal_int(self.rng, 300, 1.0, 16, 1 << 20),
                                              lognormal_int(self.rng, 128, 1.0, 8, 1 << 20))
-        document = text_of_bytes(self.rng, self.prompt_bytes(prompt_tokens))
-        messages = [{"role": "user", "content": document + "\n\n" + question(self.rng)}]
+        ask = "\n\n" + question(self.rng)
+        document = text_of_bytes(self.rng, self.prompt_bytes(prompt_tokens) - utf8_len(ask))
+        messages = [{"role": "user", "content": document + ask}]
         self.client.chat(messages, max_tokens=max_tokens)
 
     @task(1)
