@@ -133,7 +133,7 @@ class Telemetry:
         health_ok = probe_health(self.sources.health_url) if self.sources.health_url else None
         keep_extra = t_s - self._last_extra_s >= EXTRA_METRICS_EVERY_S
         for url in self.sources.metrics_urls:
-            reading = scrape(url, self.sources.headers)
+            reading = scrape(url, self.sources.headers, with_extra=keep_extra)
             extra = reading.pop("extra", [])
             reading.pop("error", None)
             row = {"source": url, "health_ok": health_ok, **reading}

@@ -43,3 +43,12 @@ def test_other_series_are_kept_without_buckets():
 def test_v0_kv_name_is_read_as_kv_usage():
     known, _ = parse_metrics("# TYPE vllm:gpu_cache_usage_perc gauge\nvllm:gpu_cache_usage_perc 0.5\n")
     assert known["kv_usage"] == 0.5
+
+
+def test_the_cheap_path_keeps_exactly_the_known_fields():
+    from soak.telemetry.prometheus import known_lines_only
+
+    full, _ = parse_metrics(VLLM_TEXT)
+    cheap, extra = parse_metrics(known_lines_only(VLLM_TEXT))
+    assert cheap == full
+    assert extra == []

@@ -1,0 +1,156 @@
+"""Is soak's own memory flat, and is its sampler cheap?
+
+1. Pushes 1 M finished requests through the client → window → store pipeline (RequestRecord objects, the
+   per-window HDR histograms, upserts through the single writer into SQLite), as a 24 h run would see them,
+   and prints RSS growth after warm-up. Goal: ≤ 5 MB. Baseline in the same run: the same records built and
+   dropped without the pipeline.
+2. Runs the telemetry sampler at 1 Hz against a live reference server and prints its CPU cost. Goal: ≤ 1 % of
+   one core. Baseline in the same run: an idle 1 Hz loop.
+
+Usage: python bench/harness_memory.py [--requests 1000000] [--sample-seconds 30]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import random
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+
+from soak.load.records import RequestRecord
+from soak.store import StoreWriter, open_database
+from soak.store.models import LatencyWindow, RequestWindow, Run
+from soak.store.recorder import Recorder
+from soak.telemetry.latency import LatencyWindows
+from soak.telemetry.sampler import Telemetry, TelemetrySources
+
+RUN_S = 24 * 3600.0
+WARMUP_REQUESTS = 100_000
+FLUSH_EVERY_REQUESTS = 5_000  # ≈ 5 s of traffic at ~1 k req/s
+
+
+def rss_mib() -> float:
+    return psutil.Process().memory_info().rss / 2**20
+
+
+def make_record(rng: random.Random, i: int, total: int) -> RequestRecord:
+    intended_t = 1_000_000.0 + RUN_S * i / total
+    ttft_ms = rng.lognormvariate(4.0, 0.5)
+    itl_ms = tuple(rng.lognormvariate(2.0, 0.3) for _ in range(8))
+    e2e_ms = ttft_ms + sum(itl_ms)
+    return RequestRecord(
+        scenario=("chat_short", "long_tail")[i % 2], kind="chat", intended_t=intended_t, sent_t=intended_t,
+        first_token_t=intended_t + ttft_ms / 1000, finish_t=intended_t + e2e_ms / 1000, ttft_ms=ttft_ms,
+        e2e_ms=e2e_ms, itl_ms=itl_ms, queue_ms=0.0, lag_ms=rng.random(), output_tokens=9, prompt_tokens=40,
+        error_class=None, expected_error=False, status_code=200, error_message=None)
+
+
+def baseline_growth_mib(total: int) -> float:
+    """RSS growth of building the same records without keeping them anywhere."""
+    rng = random.Random(1)
+    for i in range(WARMUP_REQUESTS):
+        make_record(rng, i, total)
+    gc.collect()
+    before = rss_mib()
+    for i in range(WARMUP_REQUESTS, total):
+        make_record(rng, i, total)
+    gc.collect()
+    return rss_mib() - before
+
+
+def pipeline_growth_mib(total: int, db_path: Path) -> tuple[float, float, int]:
+    """(RSS growth after warm-up, seconds, rows committed) of the full pipeline."""
+    engine = open_database(f"sqlite:///{db_path}")
+    writer = StoreWriter(engine).start()
+    writer.insert(Run, {"id": "bench", "status": "running", "started_at": "2026-01-01T00:00:00+00:00",
+                        "t0_epoch_s": 1_000_000.0, "planned_duration_s": RUN_S, "warmup_s": 3600.0,
+                        "window_s": 1725.0, "out_dir": str(db_path.parent), "target_kind": "reference",
+                        "config_json": "{}", "environment_json": "{}"})
+    windows = LatencyWindows("bench", 1_000_000.0, warmup_s=3600.0, window_s=1725.0, keep_open_s=60.0)
+    rng = random.Random(1)
+    started, before = time.perf_counter(), 0.0
+    for i in range(total):
+        windows.add(make_record(rng, i, total))
+        if i % FLUSH_EVERY_REQUESTS == FLUSH_EVERY_REQUESTS - 1:
+            latency_rows, request_rows = windows.flush_rows(now_s=RUN_S * i / total)
+            for row in latency_rows:
+                writer.upsert(LatencyWindow, row)
+            for row in request_rows:
+                writer.upsert(RequestWindow, row)
+            writer.flush(60)
+        if i == WARMUP_REQUESTS:
+            gc.collect()
+            before = rss_mib()
+    writer.close(60)
+    gc.collect()
+    return rss_mib() - before, time.perf_counter() - started, writer.stats.committed
+
+
+def start_reference() -> tuple[subprocess.Popen, str]:
+    process = subprocess.Popen([sys.executable, "-m", "soak.refserver", "--port", "0"], stdout=subprocess.PIPE,
+                               text=True)
+    line = process.stdout.readline()
+    match = re.search(r"(http://\S+)", line)
+    if not match:
+        process.kill()
+        raise SystemExit(f"reference server did not start: {line!r}")
+    return process, match.group(1)
+
+
+def sampler_cost(seconds: int, db_path: Path) -> tuple[float, float]:
+    """(% of one core spent sampling at 1 Hz, % of an idle 1 Hz loop)."""
+    process, url = start_reference()
+    try:
+        engine = open_database(f"sqlite:///{db_path}")
+        writer = StoreWriter(engine).start()
+        writer.insert(Run, {"id": "s", "status": "running", "started_at": "2026-01-01T00:00:00+00:00",
+                            "t0_epoch_s": time.time(), "planned_duration_s": seconds, "warmup_s": 0.0,
+                            "window_s": 5.0, "out_dir": str(db_path.parent), "target_kind": "reference",
+                            "config_json": "{}", "environment_json": "{}"})
+        recorder = Recorder(writer, "s", time.time())
+        telemetry = Telemetry(recorder, TelemetrySources(lambda: [process.pid], [url + "/metrics"], url),
+                              LatencyWindows("s", time.time(), 0.0, 5.0), sample_every_s=1.0, flush_every_s=5.0)
+        sampling = _cpu_share(seconds, telemetry.sample)
+        idle = _cpu_share(seconds, lambda: None)
+        writer.close(10)
+        return sampling, idle
+    finally:
+        process.terminate()
+        process.wait(10)
+
+
+def _cpu_share(seconds: int, job) -> float:  # noqa: ANN001
+    me = psutil.Process()
+    cpu_before, wall_before = sum(me.cpu_times()[:2]), time.monotonic()
+    for _ in range(seconds):
+        job()
+        time.sleep(1.0)
+    return 100.0 * (sum(me.cpu_times()[:2]) - cpu_before) / (time.monotonic() - wall_before)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--requests", type=int, default=1_000_000)
+    parser.add_argument("--sample-seconds", type=int, default=30)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as folder:
+        baseline = baseline_growth_mib(args.requests)
+        growth, elapsed, rows = pipeline_growth_mib(args.requests, Path(folder) / "pipeline.db")
+        print(f"pipeline: {args.requests:,} requests in {elapsed:.0f}s ({args.requests / elapsed:,.0f} req/s), "
+              f"{rows:,} rows committed")
+        print(f"RSS growth after warm-up: pipeline {growth:+.1f} MiB, baseline (records only) {baseline:+.1f} MiB; "
+              f"pipeline − baseline {growth - baseline:+.1f} MiB (goal ≤ 5 MB)")
+        sampling, idle = sampler_cost(args.sample_seconds, Path(folder) / "sampler.db")
+        print(f"sampler at 1 Hz: {sampling:.2f} % of one core; idle 1 Hz loop {idle:.2f} %; "
+              f"ratio {sampling / max(idle, 1e-6):.1f}× (goal ≤ 1 %)")
+
+
+if __name__ == "__main__":
+    main()
