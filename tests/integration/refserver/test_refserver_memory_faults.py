@@ -4,7 +4,7 @@ import time
 
 import pytest
 
-from conftest import wait_until
+from refserver_helpers import wait_until
 
 pytestmark = pytest.mark.timeout(120)
 MiB = 2**20

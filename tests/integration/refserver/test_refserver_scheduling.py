@@ -5,7 +5,7 @@ import concurrent.futures
 import httpx
 import pytest
 
-from conftest import wait_until
+from refserver_helpers import wait_until
 
 pytestmark = pytest.mark.timeout(120)
 

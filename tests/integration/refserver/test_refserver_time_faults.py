@@ -6,7 +6,7 @@ import time
 import httpx
 import pytest
 
-from conftest import wait_until
+from refserver_helpers import wait_until
 
 pytestmark = pytest.mark.timeout(120)
 TINY = {"messages": [{"role": "user", "content": "x"}], "max_tokens": 1}
@@ -15,10 +15,14 @@ TINY = {"messages": [{"role": "user", "content": "x"}], "max_tokens": 1}
 class ServerClock:
     """Maps local perf_counter readings to the server's wall uptime (from /debug/faults)."""
 
-    def __init__(self, server) -> None:
-        before = time.perf_counter()
-        uptime_s = server.debug()["uptime_s"]
-        self.offset_s = (before + time.perf_counter()) / 2 - uptime_s
+    def __init__(self, server, samples: int = 5) -> None:
+        readings = []
+        for _ in range(samples):  # keep the reading with the shortest round trip: the least uncertain
+            before = time.perf_counter()
+            uptime_s = server.debug()["uptime_s"]
+            after = time.perf_counter()
+            readings.append((after - before, (before + after) / 2 - uptime_s))
+        self.offset_s = min(readings)[1]
 
     def uptime(self, local_s: float | None = None) -> float:
         return (time.perf_counter() if local_s is None else local_s) - self.offset_s
@@ -95,9 +99,8 @@ def test_error_bursts_come_in_bursts(start_refserver):
 
     assert all(status == 500 for sent, answered, status in results if inside(sent, answered))
     assert all(status == 200 for sent, answered, status in results if outside(sent, answered))
-    for start, end in watched:
-        in_burst = [status for sent, answered, status in results if start <= sent and answered <= end]
-        assert len(in_burst) >= 3 and all(status == 500 for status in in_burst)
+    for start, end in watched:  # each burst was seen: a run of 500s
+        assert sum(1 for sent, answered, _ in results if start + margin_s <= sent and answered <= end - margin_s) >= 3
 
 
 def test_latency_creep_slows_later_requests(start_refserver):

@@ -7,7 +7,7 @@ import sys
 import pytest
 import torch
 
-from conftest import REPO_ROOT
+from refserver_helpers import REPO_ROOT
 
 pytestmark = pytest.mark.timeout(120)
 
