@@ -255,11 +255,13 @@ class OpenAIClient:
             exchange.headers_seen = True
             exchange.status_code = response.get_code()
             self._read(exchange, response, stream, cancel_after)
-        except gevent.GreenletExit:
-            exchange.fail(CANCELLED, "cancelled at stop")
+        except (gevent.GreenletExit, gevent.Timeout) as exc:
+            # Killed at stop, or cut by a timeout the scenario put around the call: recorded, then passed on.
+            why = "cancelled at stop" if isinstance(exc, gevent.GreenletExit) else "cut by the scenario's timeout"
+            exchange.fail(CANCELLED, why)
             self._finish(exchange, response, payload, name, expect_error, prompt_bytes)
             raise
-        except BaseException as exc:  # noqa: BLE001 - every failure becomes a classified record
+        except Exception as exc:  # noqa: BLE001 - every failure becomes a classified record
             self._classify(exchange, exc)
         finally:
             deadline.close()
