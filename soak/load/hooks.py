@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -17,7 +16,7 @@ log = logging.getLogger(__name__)
 class LoadHooks:
     """All optional; all called in the main (master) process.
 
-    on_request(record): once per finished request. on_event(kind, message, data): phase, warmup_end, probe_*,
+    on_request(record): once per finished request. on_event(kind, message, data: dict): phase, warmup_end, probe_*,
     load_paused/load_resumed. on_idle_probe(index, drained): at the end of each probe's hold, before arrivals
     resume, so the idle floor can be sampled.
     """
@@ -27,24 +26,11 @@ class LoadHooks:
     on_idle_probe: Callable[[int, bool], Any] | None = None
 
 
-def _takes_data_positionally(function: Callable[..., Any]) -> bool:
-    """True for on_event(kind, message, data); False for a keyword-style on_event(kind, message, **data)."""
-    try:
-        inspect.signature(function).bind("kind", "message", {})
-    except TypeError:
-        return False
-    except ValueError:  # builtins without a signature
-        return True
-    return True
-
-
 class HookCaller:
     """Calls hooks, logging (never raising) what they raise: a failing consumer must not stop the load."""
 
     def __init__(self, hooks: LoadHooks | None) -> None:
         self.hooks = hooks or LoadHooks()
-        on_event = self.hooks.on_event
-        self._event_positional = on_event is None or _takes_data_positionally(on_event)
 
     def request(self, record: RequestRecord) -> None:
         if self.hooks.on_request is not None:
@@ -55,12 +41,7 @@ class HookCaller:
         data = data or {}
         if self.hooks.on_event is None:
             return
-        if self._event_positional:
-            self._safely(self.hooks.on_event, kind, message, data)
-        else:
-            clashing = {"kind", "message"} & data.keys()
-            keywords = {("data_" + k if k in clashing else k): v for k, v in data.items()}
-            self._safely(self.hooks.on_event, kind, message, **keywords)
+        self._safely(self.hooks.on_event, kind, message, data)
 
     def idle_probe(self, index: int, drained: bool) -> None:
         if self.hooks.on_idle_probe is not None:

@@ -96,7 +96,7 @@ class Phase:
     def describe(self) -> dict[str, Any]:
         """The data of this phase's `phase` event."""
         data = asdict(self)
-        data["phase_kind"] = data.pop("kind")  # `kind` is the event's own name in keyword-style hooks
+        data["phase_kind"] = data.pop("kind")  # `kind` already names the event itself
         data["end_t"] = None if math.isinf(self.end_t) else self.end_t
         return data
 
