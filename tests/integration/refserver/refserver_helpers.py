@@ -138,7 +138,8 @@ class RefServer:
 def launch(*args: str, timeout_s: float = STARTUP_TIMEOUT_S) -> RefServer:
     """Start `python -m soak.refserver --port 0 ARGS` and wait for its READY line."""
     stderr_file = tempfile.NamedTemporaryFile(prefix="refserver-", suffix=".err", delete=False)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")])}
+    pythonpath = [str(REPO_ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(pythonpath)}
     process = subprocess.Popen([sys.executable, "-m", "soak.refserver", "--port", "0", *args],
                                stdout=subprocess.PIPE, stderr=stderr_file, text=True, env=env, cwd=REPO_ROOT)
     server = RefServer(process, "", Path(stderr_file.name))
