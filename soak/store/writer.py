@@ -171,8 +171,7 @@ class StoreWriter:
                 if kind == "insert":
                     connection.execute(insert(model), rows)
                 elif kind == "upsert":
-                    for row in rows:
-                        connection.execute(_upsert_statement(connection.dialect.name, model, row))
+                    connection.execute(_upsert_statement(connection.dialect.name, model, list(rows[0])), rows)
                 else:
                     for row in rows:
                         fields = {k: v for k, v in row.items() if k != "id"}
@@ -180,18 +179,24 @@ class StoreWriter:
 
 
 def _group(batch: list[_Op]) -> list[tuple[str, type[Base], list[dict[str, Any]]]]:
-    """Consecutive ops of the same kind and table, in order, so inserts go out as executemany."""
+    """Consecutive ops of the same kind, table and columns, in order, so they go out as one executemany."""
     groups: list[tuple[str, type[Base], list[dict[str, Any]]]] = []
     for op in batch:
-        if groups and groups[-1][0] == op.kind and groups[-1][1] is op.model and op.kind == "insert":
-            groups[-1][2].append(op.row)
+        last = groups[-1] if groups else None
+        if (last and last[0] == op.kind != "update_run" and last[1] is op.model
+                and last[2][0].keys() == op.row.keys()):
+            last[2].append(op.row)
         else:
             groups.append((op.kind, op.model, [op.row]))
     return groups
 
 
-def _upsert_statement(dialect: str, model: type[Base], row: dict[str, Any]):  # noqa: ANN202
-    """INSERT … ON CONFLICT (primary key) DO UPDATE, for SQLite and PostgreSQL."""
+def _upsert_statement(dialect: str, model: type[Base], columns: list[str]):  # noqa: ANN202
+    """INSERT … ON CONFLICT (primary key) DO UPDATE of `columns`, for SQLite and PostgreSQL.
+
+    Values go in as executemany parameters, never into the statement: a statement built around each row's
+    values would be cached by SQLAlchemy once per shape, holding those values (large histograms) alive.
+    """
     if dialect == "postgresql":
         from sqlalchemy.dialects.postgresql import insert as dialect_insert
     elif dialect == "sqlite":
@@ -199,6 +204,6 @@ def _upsert_statement(dialect: str, model: type[Base], row: dict[str, Any]):  # 
     else:
         raise StorageError(f"database dialect {dialect!r} is not supported for window upserts")
     keys = [column.name for column in model.__table__.primary_key.columns]
-    statement = dialect_insert(model).values(**row)
-    changes = {name: statement.excluded[name] for name in row if name not in keys}
+    statement = dialect_insert(model)
+    changes = {name: statement.excluded[name] for name in columns if name not in keys}
     return statement.on_conflict_do_update(index_elements=keys, set_=changes)

@@ -16,9 +16,10 @@ REFERENCE_STARTUP_TIMEOUT_S = 120.0
 def reference_command(config) -> list[str]:  # noqa: ANN001 - RunConfig
     """The refserver command line for this run's faults, seed, time scale and device."""
     target = config.target
+    # The horizon is model time: the run's wall length × the time scale, so FROM:TO spans the whole run.
     cmd = [sys.executable, "-m", "soak.refserver", "--host", "127.0.0.1", "--port", "0",
            "--seed", str(target.reference_seed), "--time-scale", f"{target.time_scale:g}",
-           "--device", target.device, "--fault-horizon", format_duration(config.duration_s)]
+           "--device", target.device, "--fault-horizon", format_duration(config.duration_s * target.time_scale)]
     for fault in target.reference_faults:
         cmd += ["--fault", fault]
     return cmd + list(target.reference_args)

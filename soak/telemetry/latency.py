@@ -20,6 +20,8 @@ from soak.store.models import ALL_SCENARIOS, ERROR_CLASSES, LATENCY_METRICS
 
 LOWEST_US, HIGHEST_US, SIGNIFICANT_DIGITS = 1, 3_600_000_000, 3
 LATE_SEND_MS = 1000.0
+COUNT_KEYS = ("requests", "ok", "cancelled", "expected_errors", *("err_" + name for name in ERROR_CLASSES),
+              "output_tokens", "prompt_tokens", "late_sends_1s")
 
 
 class RequestLike(Protocol):
@@ -226,7 +228,7 @@ class LatencyWindows:
         ]
 
     def _request_row(self, index: int, scenario: str, cell: _Cell) -> dict[str, Any]:
-        return {**self._bounds(index), "scenario": scenario, **cell.counts}
+        return {**self._bounds(index), "scenario": scenario, **dict.fromkeys(COUNT_KEYS, 0), **cell.counts}
 
     def _forget_before(self, now_s: float) -> None:
         closed = [k for k in self._cells if window_bounds(k[0], self.warmup_s, self.window_s)[1] < now_s - self.keep_open_s]
