@@ -277,9 +277,8 @@ class Engine:
             self._running.remove(seq)
         else:
             self._waiting.remove(seq)
-        if not self.injector.kv_leak_on_abort:
-            self.kv.release(seq.table)
-        # Under kv-leak-on-abort the blocks keep their references forever: nobody will free them.
+        leak = self.injector.kv_leak_on_abort  # the planted bug: some or all blocks are never freed
+        self.kv.release(seq.table, leak_last=leak.blocks_kept(len(seq.table.blocks)) if leak else 0)
         self._retire(seq, "abort")
 
     def _retire(self, seq: Sequence, reason: str) -> None:

@@ -30,6 +30,17 @@ class EventFault:
 
 
 @dataclass(frozen=True)
+class KVLeak:
+    """kv-leak-on-abort: an aborted request keeps its last `max_blocks` blocks for good (None: all of them)."""
+
+    max_blocks: int | None = None
+
+    def blocks_kept(self, held: int) -> int:
+        """How many of the `held` blocks of an aborted request leak."""
+        return held if self.max_blocks is None else min(self.max_blocks, held)
+
+
+@dataclass(frozen=True)
 class MemoryShape:
     """Healthy memory noise: `size_bytes` per ratchet step / sawtooth peak, over `span_s` model seconds."""
 
@@ -43,7 +54,7 @@ class FaultSet:
 
     texts: tuple[str, ...] = ()
     rss_leak_bytes: int = 0
-    kv_leak_on_abort: bool = False
+    kv_leak_on_abort: KVLeak | None = None
     latency_creep_pct: float = 0.0
     error_rise: tuple[float, float] | None = None
     error_bursts: EventFault | None = None
@@ -63,10 +74,8 @@ def _require(value: str | None, form: str) -> str:
     return value.strip()
 
 
-def _flag(value: str | None) -> bool:
-    if value is not None:
-        raise ValueError("takes no value")
-    return True
+def _kv_leak(value: str | None) -> KVLeak:
+    return KVLeak(None if value is None else _count(value))
 
 
 def _positive_bytes(value: str | None) -> int:
@@ -145,7 +154,7 @@ def _number(text: str, what: str) -> float:
 # fault name → (FaultSet field, value parser)
 _PARSERS: dict[str, tuple[str, Callable[[str | None], object]]] = {
     "rss-leak": ("rss_leak_bytes", _positive_bytes),
-    "kv-leak-on-abort": ("kv_leak_on_abort", _flag),
+    "kv-leak-on-abort": ("kv_leak_on_abort", _kv_leak),
     "latency-creep": ("latency_creep_pct", _percent),
     "error-rise": ("error_rise", _probability_pair),
     "error-bursts": ("error_bursts", _event_fault(DEFAULT_BURST_LENGTH_S)),

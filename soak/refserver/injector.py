@@ -10,7 +10,7 @@ import sys
 import threading
 
 from soak.refserver.clock import SECONDS_PER_HOUR, EventSchedule, ModelClock, ramp
-from soak.refserver.faults import EventFault, FaultSet
+from soak.refserver.faults import EventFault, FaultSet, KVLeak
 from soak.refserver.memnoise import MemoryNoise
 
 CRASH_EXIT_CODE = 70  # EX_SOFTWARE: what an engine death looks like to the supervisor
@@ -92,7 +92,7 @@ class FaultInjector:
     # -- engine hooks ----------------------------------------------------------------------------
 
     @property
-    def kv_leak_on_abort(self) -> bool:
+    def kv_leak_on_abort(self) -> KVLeak | None:
         return self.faults.kv_leak_on_abort
 
     def hang_reached(self) -> bool:

@@ -172,8 +172,12 @@ class KVCacheManager:
             self.pool.register(table.blocks[index], table.hashes[index])
         table.num_registered = max(table.num_registered, full)
 
-    def release(self, table: BlockTable) -> None:
-        """Return the table's blocks to the pool and empty it (hashes stay: the tokens did not change)."""
-        self.pool.free(table.blocks)
+    def release(self, table: BlockTable, leak_last: int = 0) -> None:
+        """Return the table's blocks to the pool and empty it (hashes stay: the tokens did not change).
+
+        `leak_last` > 0 plants the kv-leak-on-abort bug: that many tail blocks keep their reference
+        and are simply forgotten, so nobody will ever free them.
+        """
+        self.pool.free(table.blocks[:len(table.blocks) - leak_last])
         table.blocks = []
         table.num_registered = 0

@@ -115,6 +115,16 @@ def test_abort_frees_blocks_unless_the_leak_fault_is_set():
         assert (harness.usage > 0) == leaks
 
 
+def test_kv_leak_limited_to_one_block_per_abort():
+    harness = Harness(faults=("kv-leak-on-abort=1",), block_size=4)
+    harness.submit("gone", "a prompt of many tokens", max_tokens=100)
+    for _ in range(3):
+        harness.engine.step()
+    harness.engine.abort("gone")
+    harness.run()
+    assert harness.engine.kv.pool.num_used == 1
+
+
 def test_abort_of_a_waiting_or_finished_request():
     harness = Harness(max_num_seqs=1)
     harness.submit("first", max_tokens=2)

@@ -2,7 +2,7 @@
 
 import pytest
 
-from soak.refserver.faults import EventFault, FaultSet, FaultSpecError, MemoryShape, parse_faults
+from soak.refserver.faults import EventFault, FaultSet, FaultSpecError, KVLeak, MemoryShape, parse_faults
 from soak.refserver.units import parse_bytes, parse_duration
 
 
@@ -30,7 +30,7 @@ def test_every_fault_parses():
         "fd-leak=3", "crash-after=1h30m", "hang-after=90s", "vram-leak=1MiB", "warmup-ratchet",
         "gc-sawtooth=32MiB:30s", "stalls=2:1500ms"])
     assert faults == FaultSet(
-        texts=faults.texts, names=faults.names, rss_leak_bytes=2 * 2**20, kv_leak_on_abort=True,
+        texts=faults.texts, names=faults.names, rss_leak_bytes=2 * 2**20, kv_leak_on_abort=KVLeak(None),
         latency_creep_pct=20.0, error_rise=(0.0, 0.2), error_bursts=EventFault(4.0, 3.0), fd_leak=3,
         crash_after_s=5400.0, hang_after_s=90.0, vram_leak_bytes=2**20, warmup_ratchet=MemoryShape(16 * 2**20, 300.0),
         gc_sawtooth=MemoryShape(32 * 2**20, 30.0), stalls=EventFault(2.0, 1.5))
@@ -42,6 +42,12 @@ def test_no_faults_is_all_off():
     assert faults == FaultSet() and faults.stalls is None and not faults.kv_leak_on_abort
 
 
+def test_kv_leak_can_be_limited_to_a_few_blocks_per_abort():
+    leak = parse_faults(["kv-leak-on-abort=1"]).kv_leak_on_abort
+    assert leak == KVLeak(1) and leak.blocks_kept(5) == 1 and leak.blocks_kept(0) == 0
+    assert KVLeak().blocks_kept(5) == 5
+
+
 def test_stall_length_defaults_to_random():
     assert parse_faults(["stalls=3"]).stalls == EventFault(3.0, None)
 
@@ -51,7 +57,8 @@ def test_stall_length_defaults_to_random():
     ("rss-leak", "needs a value"),
     ("rss-leak=lots", "malformed byte size"),
     ("rss-leak=0", "> 0"),
-    ("kv-leak-on-abort=yes", "takes no value"),
+    ("kv-leak-on-abort=yes", "whole number"),
+    ("kv-leak-on-abort=0", "whole number"),
     ("latency-creep=-5", ">= 0"),
     ("error-rise=0.5", "FROM:TO"),
     ("error-rise=0:2", "[0, 1]"),

@@ -101,3 +101,12 @@ def test_without_prefix_caching_nothing_is_reused():
     table, _ = _served(manager, list(range(9)))
     manager.release(table)
     assert _served(manager, list(range(9)))[1] == 0
+
+
+def test_release_can_leak_tail_blocks():
+    manager = KVCacheManager(BlockPool(8), block_size=4)
+    table = BlockTable()
+    manager.admit(table, list(range(12)))
+    tail = table.blocks[-1]
+    manager.release(table, leak_last=1)
+    assert manager.pool.num_used == 1 and manager.pool.refcount(tail) == 1 and table.blocks == []
