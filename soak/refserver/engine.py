@@ -138,7 +138,7 @@ class Engine:
     def _serve_steps(self) -> None:
         while not self._stop.is_set():
             if self.injector.engine_hung():
-                self._stop.wait()  # requests still queue up, nothing is ever produced again
+                self._hang()
                 return
             stall_s = self.injector.stall_due_s()
             if stall_s > 0:
@@ -152,9 +152,19 @@ class Engine:
             if delay_s > 0:
                 self._stop.wait(delay_s)
 
+    def _hang(self) -> None:
+        """Stuck for good in the model step (vLLM #43941): requests still join the running batch, but
+        nothing is computed, finished or freed — aborts included. Running stays > 0, tokens stay flat."""
+        while not self._stop.is_set():
+            self._take_new_requests()
+            self._admit_waiting()
+            self._wake.wait(IDLE_WAIT_S)
+            self._wake.clear()
+
     def step(self) -> bool:
         """Run one scheduling step; False when there was nothing to compute."""
-        self._take_inbox()
+        self._take_new_requests()
+        self._take_aborts()
         self._preempted_in_step = False
         decodes = self._reserve_decode_slots()
         # Like vLLM: a step that had to preempt admits nobody, or the victim would bounce straight back.
@@ -169,11 +179,13 @@ class Engine:
 
     # -- admission and preemption ----------------------------------------------------------------
 
-    def _take_inbox(self) -> None:
+    def _take_new_requests(self) -> None:
         while not self._inbox.empty():
             seq = self._inbox.get_nowait()
             self._live[seq.request_id] = seq
             self._waiting.append(seq)
+
+    def _take_aborts(self) -> None:
         while not self._aborts.empty():
             self._abort(self._aborts.get_nowait())
 
