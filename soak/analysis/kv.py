@@ -1,8 +1,10 @@
 """`leak.kv`: the idle floor. After an idle probe's drain nothing may stay in the KV cache.
 
 No statistics: KV blocks or running requests left after every client request has finished are a
-leak by definition (vLLM #54947, #29906, #46502), so one residual reading is a FAIL. Readings of a
-probe whose drain timed out are not judged here (requests were still in flight); `hang` reports them.
+leak by definition (vLLM #54947, #29906, #46502), so one residual reading is a FAIL. A probe whose drain
+timed out is judged only when the engine ran nothing at the reading: waiting requests hold no KV blocks
+(vLLM allocates at scheduling, and a preempted request gives its blocks back), so KV still in use then
+belongs to no request — the very leak that starves the queue. Other timed-out probes are left to `hang`.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ def check_kv(run: RunData, gates: Gates) -> Finding:
     if not run.probes_ran or not run.probes:
         return skipped(CHECK, "No idle probes ran, so the idle KV floor was not measured.",
                        probes_ran=run.probes_ran)
-    drained = [p for p in run.probes if p.drained]
+    drained = [p for p in run.probes if p.drained or _engine_idle(p)]
     readable = [p for p in drained if p.kv_usage is not None or p.running is not None]
     if not readable:
         why = ("every idle probe's drain timed out" if not drained
@@ -30,6 +32,11 @@ def check_kv(run: RunData, gates: Gates) -> Finding:
     if residues:
         return _residue_finding(residues, readable, gates.leak.kv)
     return _clean_finding(readable, len(run.probes), gates.leak.kv)
+
+
+def _engine_idle(probe: ProbeReading) -> bool:
+    """Nothing running at the reading, so KV usage then is not held by any request."""
+    return probe.running is not None and probe.running == 0 and probe.kv_usage is not None
 
 
 def _residue(probe: ProbeReading, gate: KvGate) -> bool:
@@ -55,7 +62,8 @@ def _residue_finding(residues: list[ProbeReading], readable: list[ProbeReading],
         check=CHECK, verdict=FAIL, value=_max_kv(residues), unit="fraction of KV cache",
         threshold=gate.max_kv_usage,
         evidence=(f"After the idle-probe drain the server still held {_reading_text(first)} "
-                  f"({len(residues)} of {len(readable)} drained probes left a residue)."),
+                  f"({len(residues)} of {len(readable)} judged probes left a residue"
+                  f"{'; requests queued behind the held blocks' if any(not p.drained for p in residues) else ''})."),
         details={"probes_ran": True, "residues": [_reading_dict(p) for p in residues],
                  "probes": [_reading_dict(p) for p in readable]})
 

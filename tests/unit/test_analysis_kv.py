@@ -34,9 +34,15 @@ def test_running_residue_fails_without_kv_gauge():
     assert finding.verdict == FAIL and "running 2" in finding.evidence
 
 
-def test_undrained_probes_are_not_judged_here():
+def test_undrained_probes_with_requests_running_are_not_judged_here():
     finding = check_kv(run_with(ProbeReading(600, 0.5, 3, 0, drained=False)), Gates())
     assert finding.verdict == INCONCLUSIVE and "timed out" in finding.evidence
+
+
+def test_kv_held_while_nothing_runs_fails_even_when_the_queue_never_drained():
+    # Leaked blocks starve the pool: requests wait forever, so the drain times out with nothing running.
+    finding = check_kv(run_with(ProbeReading(600, 0.99, 0, 26, drained=False)), Gates())
+    assert finding.verdict == FAIL and "queued behind the held blocks" in finding.evidence
 
 
 def test_server_without_gauges_is_inconclusive():
