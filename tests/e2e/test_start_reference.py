@@ -96,3 +96,17 @@ def test_runs_and_report_commands_read_the_run_back(finished_run, soak_cli):
     assert (out / "junit.xml").read_text().count("<testcase") >= len(CHECKS)
     status = soak_cli("status", run_id, "--out", str(out), "--json")
     assert json.loads(status.stdout)["status"] == "completed"
+
+
+def test_compare_and_baseline_report(finished_run, soak_cli):
+    out, result = finished_run
+    run_id = json.loads(result.stdout)["run_id"]
+    compared = soak_cli("compare", run_id, run_id, "--out", str(out), "--json")
+    assert compared.returncode == 0, compared.stderr
+    rows = json.loads(compared.stdout)["rows"]
+    assert rows and all(row["status"] == "within noise" for row in rows)
+    rebuilt = soak_cli("report", run_id, "--baseline", run_id, "--out", str(out), "--json")
+    assert rebuilt.returncode == 0, rebuilt.stderr
+    checks = {f["check"]: f for f in json.loads(rebuilt.stdout)["findings"]}
+    assert checks["baseline.regression"]["verdict"] == "PASS"
+    assert "Baseline" in (out / run_id / "report.html").read_text()
