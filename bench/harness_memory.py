@@ -13,9 +13,9 @@ Usage: python bench/harness_memory.py [--requests 1000000] [--sample-seconds 30]
 from __future__ import annotations
 
 import argparse
-import gc
 import random
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -53,20 +53,24 @@ def make_record(rng: random.Random, i: int, total: int) -> RequestRecord:
 
 
 def baseline_growth_mib(total: int) -> float:
-    """RSS growth of building the same records without keeping them anywhere."""
+    """RSS growth of building the same records without keeping them anywhere (same measure as the pipeline)."""
     rng = random.Random(1)
-    for i in range(WARMUP_REQUESTS):
+    readings = []
+    for i in range(total):
         make_record(rng, i, total)
-    gc.collect()
-    before = rss_mib()
-    for i in range(WARMUP_REQUESTS, total):
-        make_record(rng, i, total)
-    gc.collect()
-    return rss_mib() - before
+        if i >= WARMUP_REQUESTS and i % FLUSH_EVERY_REQUESTS == FLUSH_EVERY_REQUESTS - 1:
+            readings.append(rss_mib())
+    tenth = max(len(readings) // 10, 1)
+    return statistics.median(readings[-tenth:]) - statistics.median(readings[:tenth])
 
 
 def pipeline_growth_mib(total: int, db_path: Path) -> tuple[float, float, int]:
-    """(RSS growth after warm-up, seconds, rows committed) of the full pipeline."""
+    """(RSS growth after warm-up, seconds, rows committed) of the full pipeline.
+
+    RSS swings by tens of MiB between flushes (the allocator keeping or trimming freed histogram buffers), so a
+    single reading proves nothing: growth is the median RSS over the last tenth of the run minus the median
+    over the tenth right after warm-up, with RSS read after every flush.
+    """
     engine = open_database(f"sqlite:///{db_path}")
     writer = StoreWriter(engine).start()
     writer.insert(Run, {"id": "bench", "status": "running", "started_at": "2026-01-01T00:00:00+00:00",
@@ -75,7 +79,7 @@ def pipeline_growth_mib(total: int, db_path: Path) -> tuple[float, float, int]:
                         "config_json": "{}", "environment_json": "{}"})
     windows = LatencyWindows("bench", 1_000_000.0, warmup_s=3600.0, window_s=1725.0, keep_open_s=60.0)
     rng = random.Random(1)
-    started, before = time.perf_counter(), 0.0
+    started, readings = time.perf_counter(), []
     for i in range(total):
         windows.add(make_record(rng, i, total))
         if i % FLUSH_EVERY_REQUESTS == FLUSH_EVERY_REQUESTS - 1:
@@ -85,12 +89,13 @@ def pipeline_growth_mib(total: int, db_path: Path) -> tuple[float, float, int]:
             for row in request_rows:
                 writer.upsert(RequestWindow, row)
             writer.flush(60)
-        if i == WARMUP_REQUESTS:
-            gc.collect()
-            before = rss_mib()
+            if i >= WARMUP_REQUESTS:
+                readings.append(rss_mib())
     writer.close(60)
-    gc.collect()
-    return rss_mib() - before, time.perf_counter() - started, writer.stats.committed
+    tenth = max(len(readings) // 10, 1)
+    growth = statistics.median(readings[-tenth:]) - statistics.median(readings[:tenth])
+    print(f"RSS after warm-up: min {min(readings):.1f} MiB, max {max(readings):.1f} MiB over {len(readings)} flushes")
+    return growth, time.perf_counter() - started, writer.stats.committed
 
 
 def start_reference() -> tuple[subprocess.Popen, str]:

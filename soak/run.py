@@ -327,6 +327,9 @@ class Conductor:
         finally:
             state.target.stop()
             if state.writer is not None:
+                if getattr(state.target, "vram_released", None) is False and state.recorder is not None:
+                    state.recorder.event("vram_not_released", "NVML still showed the server's VRAM held after "
+                                         "the stop")
                 state.writer.close()
 
     # -- failures ---------------------------------------------------------------------------------

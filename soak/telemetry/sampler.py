@@ -128,6 +128,8 @@ class Telemetry:
         snapshot.gpu_process_bytes = sum(row["used_bytes"] or 0 for row in process_rows)
         self.recorder.rows(GpuSample, gpu_rows, t_s)
         self.recorder.rows(GpuProcessSample, process_rows, t_s)
+        for xid in self.gpus.drain_xid_events():
+            self.recorder.event("gpu_xid", f"XID error on GPU {xid.get('gpu_index')}", xid)
 
     def _sample_servers(self, snapshot: Snapshot, t_s: float) -> None:
         health_ok = probe_health(self.sources.health_url) if self.sources.health_url else None
