@@ -5,9 +5,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from pathlib import Path
-
 import uuid
+from pathlib import Path
 
 import pytest
 
