@@ -48,6 +48,14 @@ def baseline_comparison(engine: Engine, summary: dict[str, Any], baseline_id: st
     return {"run_id": baseline_id, "rows": rows}
 
 
+def apply_baseline_verdict(summary: dict[str, Any]) -> None:
+    """A regression the gates fail on (`fail_on_regression`) fails the run, unless it is already INVALID."""
+    regression = next((f for f in summary["findings"] if f["check"] == "baseline.regression"), None)
+    if regression and regression["verdict"] == "FAIL" and summary["verdict"] != "INVALID":
+        summary["verdict"] = "FAIL"
+        summary["verdict_reason"] = f"baseline.regression FAIL: {regression['evidence']}"
+
+
 def write_outputs(engine: Engine, run: dict[str, Any], summary: dict[str, Any],
                   baseline: dict[str, Any] | None) -> dict[str, Any]:
     """report.html and summary.json in the run's folder; the summary is also stored with the run."""
@@ -83,8 +91,7 @@ def finalise_run(engine: Engine, run_id: str, stopped_early: bool, gates_file: P
     findings, verdict, reason = analyse_stored_run(engine, run, stopped_early, gates_file)
     summary = build_summary(run, engine, findings, verdict, reason, report_html=None)
     comparison = baseline_comparison(engine, summary, baseline, gates_file)
-    if comparison and any(f["check"] == "baseline.regression" and f["verdict"] == "FAIL" for f in findings):
-        summary["verdict"] = "FAIL"
+    apply_baseline_verdict(summary)
     summary = write_outputs(engine, run, summary, comparison)
     store_verdict(engine, run_id, summary, status)
     return summary
