@@ -13,7 +13,7 @@ import secrets
 import signal
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -101,7 +101,9 @@ class RunState:
     t0: float = 0.0
     status: str = "running"
     end_reason: str = ""
-    extra: dict[str, Any] = field(default_factory=dict)
+    health_checked_at: float = 0.0
+    down_streak: int = 0
+    in_outage: bool = False
 
 
 class Conductor:
@@ -149,7 +151,7 @@ class Conductor:
 
     def _open_run(self) -> None:
         """Insert the run row (status running) once the server is up: a failed start leaves no run behind."""
-        state, config = self.state, self.config
+        state = self.state
         state.writer = StoreWriter(self.engine, on_failure=self._storage_failed).start()
         state.t0 = time.time()
         state.recorder = Recorder(state.writer, state.run_id, state.t0)
@@ -241,20 +243,19 @@ class Conductor:
     def _watch_health(self) -> None:
         """Pause arrivals while /health says down (3 checks in a row, so one slow answer is not an outage)."""
         state, now = self.state, time.monotonic()
-        if now - state.extra.get("health_checked", 0.0) < HEALTH_EVERY_S:
+        if now - state.health_checked_at < HEALTH_EVERY_S:
             return
-        state.extra["health_checked"] = now
+        state.health_checked_at = now
         down = state.target.health() == "down"
-        state.extra["down_streak"] = state.extra.get("down_streak", 0) + 1 if down else 0
-        in_outage = state.extra.get("in_outage", False)
-        if state.extra["down_streak"] >= DOWN_CHECKS and not in_outage:
+        state.down_streak = state.down_streak + 1 if down else 0
+        if state.down_streak >= DOWN_CHECKS and not state.in_outage:
             state.recorder.event("outage_start", "server /health down; arrivals paused")
             state.load.pause()
-            state.extra["in_outage"] = True
-        elif not down and in_outage:
+            state.in_outage = True
+        elif not down and state.in_outage:
             state.load.resume()
             state.recorder.event("outage_end", "server /health up again; arrivals resumed")
-            state.extra["in_outage"] = False
+            state.in_outage = False
 
     def _restart(self) -> bool:
         """Pause arrivals, restart the server, resume; the outage is recorded so its windows are left out."""
@@ -272,7 +273,7 @@ class Conductor:
         state.recorder.event("restart", f"server restarted at {info.base_url}", {"pid": info.pgid})
         state.recorder.update_run(server_pgid=info.pgid, server_cmd=dumps(info.cmd) if info.cmd else None)
         state.load.resume()
-        state.extra["in_outage"] = False
+        state.in_outage = False
         state.recorder.event("outage_end", "server back; arrivals resumed")
         return True
 

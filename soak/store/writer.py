@@ -12,7 +12,7 @@ import sys
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Engine, insert, update
@@ -58,7 +58,6 @@ class WriterStats:
     batches: int = 0
     failure: str | None = None
     failures: int = 0
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 class StoreWriter:

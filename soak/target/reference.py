@@ -61,6 +61,3 @@ class ReferenceTarget(ManagedTarget):
             return None
         match = READY_LINE.search(text)
         return match.group(1) if match else None
-
-    def _expected_model(self) -> str | None:
-        return None

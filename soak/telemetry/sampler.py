@@ -140,7 +140,8 @@ class Telemetry:
             reading.pop("error", None)
             row = {"source": url, "health_ok": health_ok, **reading}
             self.recorder.rows(ServerSample, [row], t_s)
-            snapshot.server = row if not snapshot.server else snapshot.server
+            if not snapshot.server:  # the first source is the server's own /metrics
+                snapshot.server = row
             if keep_extra and extra:
                 self.recorder.rows(MetricSample, [
                     {"name": name[:200], "labels_json": json.dumps(labels, sort_keys=True), "value": value}
