@@ -13,6 +13,8 @@ from typing import Any
 
 from hdrh.histogram import HdrHistogram
 
+from soak.telemetry.latency import decode_histogram
+
 log = logging.getLogger(__name__)
 
 US_PER_MS = 1000.0
@@ -26,7 +28,7 @@ def decode(text: str | bytes | None) -> HdrHistogram | None:
     if not text:
         return None
     try:
-        return HdrHistogram.decode(text)
+        return decode_histogram(text if isinstance(text, str) else text.decode("ascii"))
     except Exception as exc:  # noqa: BLE001 - hdrh raises assorted errors on corrupt input
         log.warning("cannot decode a latency histogram: %s", exc)
         return None
