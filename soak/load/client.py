@@ -373,18 +373,23 @@ class OpenAIClient:
         return Reply("".join(exchange.parts), record, exchange.finish_reason)
 
     def _report(self, record: RequestRecord, payload_bytes: int, name: str | None) -> None:
-        failure = None
-        if record.error_class not in (None, CANCELLED) and not record.expected_error:
-            # Locust keeps one entry per distinct message for the whole run: keep them few.
-            failure = Exception(f"{record.error_class} {record.status_code or ''}".strip())
-        self.user.environment.events.request.fire(
-            request_type=record.kind, name=name or record.scenario, response_time=record.e2e_ms,
-            response_length=payload_bytes, exception=failure, start_time=record.intended_t, url=None,
-            response=None, context={"intended_t": record.intended_t, "sent_t": record.sent_t,
-                                    "first_token_t": record.first_token_t, "finish_t": record.finish_t,
-                                    "ttft_ms": record.ttft_ms, "error_class": record.error_class,
-                                    "queue_ms": record.queue_ms, "lag_ms": record.lag_ms})
+        fire_request_event(self.user.environment.events, record, payload_bytes, name)
         self.user.emit_record(record)
+
+
+def fire_request_event(events: Any, record: RequestRecord, payload_bytes: int, name: str | None) -> None:
+    """Locust's request event for a finished request: timed from the intended send, our times in `context`."""
+    failure = None
+    if record.error_class not in (None, CANCELLED) and not record.expected_error:
+        # Locust keeps one entry per distinct message for the whole run: keep them few.
+        failure = Exception(f"{record.error_class} {record.status_code or ''}".strip())
+    events.request.fire(
+        request_type=record.kind, name=name or record.scenario, response_time=record.e2e_ms,
+        response_length=payload_bytes, exception=failure, start_time=record.intended_t, url=None,
+        response=None, context={"intended_t": record.intended_t, "sent_t": record.sent_t,
+                                "first_token_t": record.first_token_t, "finish_t": record.finish_t,
+                                "ttft_ms": record.ttft_ms, "error_class": record.error_class,
+                                "queue_ms": record.queue_ms, "lag_ms": record.lag_ms})
 
 
 def _generation(max_tokens: int | None, stream: bool) -> dict[str, Any]:

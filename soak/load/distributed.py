@@ -32,6 +32,7 @@ from soak.config import RunConfig
 from soak.errors import TargetError
 from soak.load.health import ClientHealth
 from soak.load.hooks import HookCaller
+from soak.load.locust_stats import keep_stats_bounded
 from soak.load.records import RequestRecord
 from soak.load.runner import PLAN_MESSAGE, QueueSink, dispatcher_user_class
 from soak.load.plan import ArrivalClock, GapSampler, RatePlan, arrival_rng
@@ -167,6 +168,7 @@ class DistributedBackend:
     procs: list[subprocess.Popen]
     sink: QueueSink
     spec_path: Path
+    stats_trimmer: gevent.Greenlet
 
     def in_flight(self) -> int:
         return self.statuses.drain_state()[0]
@@ -181,6 +183,7 @@ class DistributedBackend:
         while len(self.statuses.stopped) < runner.worker_count and time.monotonic() < deadline:
             gevent.sleep(0.05)
         runner.quit()
+        self.stats_trimmer.kill(block=False)
         self.sink.flush()
         self._reap()
 
@@ -229,7 +232,8 @@ def start_distributed(config: RunConfig, base_url: str, t0: float, settings: Cli
     controller.publish()
     runner.start_shape()
     controller.start()
-    return DistributedBackend(environment, controller, statuses, procs, sink, spec_path)
+    return DistributedBackend(environment, controller, statuses, procs, sink, spec_path,
+                              keep_stats_bounded(environment))
 
 
 def _on_stopped(statuses: WorkerStatuses, sink: QueueSink, msg: Any) -> None:

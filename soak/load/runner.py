@@ -22,6 +22,7 @@ from locust.exception import StopUser
 from soak.config import RunConfig
 from soak.load.dispatcher import DispatchSettings, Dispatcher, PlanBoard
 from soak.load.hooks import HookCaller, LoadHooks
+from soak.load.locust_stats import keep_stats_bounded
 from soak.load.records import RequestRecord
 from soak.load.scenarios import LoadedScenario, check_dataset, effective_specs, load_scenarios
 from soak.load.shape import LoadController, Schedule, SoakShape, build_phases
@@ -166,6 +167,7 @@ class LocalBackend:
     controller: LoadController
     dispatcher: Dispatcher
     sink: QueueSink
+    stats_trimmer: gevent.Greenlet
 
     def in_flight(self) -> int:
         return self.dispatcher.in_flight
@@ -178,6 +180,7 @@ class LocalBackend:
         cancelled = self.dispatcher.drain(drain_timeout_s)
         self.sink.flush()
         self.environment.runner.quit()
+        self.stats_trimmer.kill(block=False)
         self.dispatcher.close()
         log.info("load stopped: %s (%d cancelled at stop)", self.dispatcher.counters(), cancelled)
 
@@ -220,4 +223,4 @@ def _start_local(config: RunConfig, base_url: str, t0: float, settings: ClientSe
     controller.publish()
     runner.start_shape()
     controller.start()
-    return LocalBackend(environment, controller, dispatcher, sink)
+    return LocalBackend(environment, controller, dispatcher, sink, keep_stats_bounded(environment))

@@ -43,28 +43,56 @@ def _optional_readings(process: psutil.Process, with_pss: bool) -> dict[str, Any
     return found
 
 
-class ProcessTreeSampler:
-    """Samples every process under the given root PIDs; the tree is re-read each time, so new children count."""
+def _alive(process: psutil.Process) -> bool:
+    """Running and not a zombie (an exited child nobody has reaped yet still "runs" for psutil)."""
+    try:
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
-    def __init__(self, root_pids: list[int] | tuple[int, ...] = (), pss_every_s: float = 10.0):
+
+class ProcessTreeSampler:
+    """Samples every process under the given root PIDs.
+
+    Finding descendants means reading every process of the machine (psutil builds a parent map from all of
+    /proc), which on a busy host costs more than the readings themselves, so the tree is re-read every
+    `tree_every_s`, and at once when the roots change or a known process has gone: a new child is counted
+    within `tree_every_s`.
+    """
+
+    def __init__(self, root_pids: list[int] | tuple[int, ...] = (), pss_every_s: float = 10.0,
+                 tree_every_s: float = 10.0):
         self.root_pids = list(root_pids)
         self.pss_every_s = pss_every_s
+        self.tree_every_s = tree_every_s
         self._known: dict[int, psutil.Process] = {}
         self._last_pss = float("-inf")
+        self._tree_read_at = float("-inf")
 
     def set_roots(self, root_pids: list[int]) -> None:
         """Follow a new tree (e.g. after a server restart)."""
-        self.root_pids = list(root_pids)
+        if list(root_pids) != self.root_pids:
+            self.root_pids = list(root_pids)
+            self._tree_read_at = float("-inf")
 
     def tree_pids(self) -> list[int]:
         """PIDs of the roots and all their descendants that exist now."""
         return [process.pid for process in self._tree()]
 
     def _tree(self) -> list[psutil.Process]:
+        now = time.monotonic()
+        if now - self._tree_read_at < self.tree_every_s:
+            known = list(self._known.values())
+            if all(_alive(process) for process in known):
+                return known
+        self._tree_read_at = now
+        return self._read_tree()
+
+    def _read_tree(self) -> list[psutil.Process]:
         found: dict[int, psutil.Process] = {}
         for pid in self.root_pids:
             root = self._process(pid)
-            if root is None:
+            if root is None or not _alive(root):
                 continue
             found[pid] = root
             try:
