@@ -48,7 +48,7 @@ def rss_mib() -> float:
 
 
 class ModelClock:
-    """Stands in for the `time` module inside the client, so a 24 h run's timings come out of a 2-minute bench."""
+    """Stands in for the `time` module inside the client, so a 24 h run's timings come out of a few minutes of bench."""
 
     def __init__(self) -> None:
         self.now_s = 0.0
