@@ -92,6 +92,8 @@ def sse_lines(tokens: int) -> list[bytes]:
 
 
 SSE_LINES = sse_lines(9)
+# The client's own stream reading, without a Locust user behind it (reading a stream needs none).
+STREAM_READER = object.__new__(client.OpenAIClient)
 
 
 def make_record(rng: random.Random, i: int, total: int) -> RequestRecord:
@@ -105,11 +107,7 @@ def make_record(rng: random.Random, i: int, total: int) -> RequestRecord:
         arrivals.append(t)
         if line == b"\n":
             t += rng.lognormvariate(2.0, 0.3) / 1000  # the next event comes one inter-token gap later
-    for data in client.iter_sse_data(CannedStream(SSE_LINES, arrivals, CLOCK)):
-        if data == b"[DONE]":
-            exchange.done, exchange.finish_t = True, CLOCK.now_s
-            break
-        client._apply_chunk(exchange, client._parse_chunk(data))
+    STREAM_READER._read_stream(exchange, CannedStream(SSE_LINES, arrivals, CLOCK), "text/event-stream", None)
     return exchange.record()
 
 
