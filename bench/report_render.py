@@ -147,7 +147,7 @@ def summary(run_id: str, warmup_s: float) -> dict:
                            "space": "linear"}}]
     findings += [{"check": c, "verdict": "PASS", "value": 0.0, "unit": "", "ci": None, "threshold": None,
                   "evidence": "flat"} for c in checks]
-    return {"schema": "soak.summary/1", "run_id": run_id, "verdict": "FAIL", "verdict_reason": "leak.rss FAIL",
+    return {"schema": "soak.run.summary/1", "run_id": run_id, "verdict": "FAIL", "verdict_reason": "leak.rss FAIL",
             "findings": findings}
 
 

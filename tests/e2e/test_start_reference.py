@@ -38,7 +38,7 @@ def test_summary_follows_the_schema(finished_run):
     out, result = finished_run
     summary = json.loads(result.stdout)
     assert SUMMARY_KEYS <= set(summary)
-    assert summary["schema"] == "soak.summary/1"
+    assert summary["schema"] == "soak.run.summary/1"
     assert summary["status"] == "completed"
     assert summary["target"]["kind"] == "reference" and summary["target"]["model"] == "soak-reference"
     assert {f["check"] for f in summary["findings"]} >= CHECKS

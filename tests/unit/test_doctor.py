@@ -11,9 +11,9 @@ from types import SimpleNamespace
 import pytest
 from click.testing import CliRunner
 
-from soak import doctor
-from soak.cli_doctor import doctor as doctor_command
-from soak.doctor import FAIL, OK, WARN, Check
+from soak.run import doctor
+from soak.cli.doctor import doctor as doctor_command
+from soak.run.doctor import FAIL, OK, WARN, Check
 
 pytestmark = pytest.mark.timeout(60)
 

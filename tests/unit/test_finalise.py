@@ -1,4 +1,4 @@
-from soak.finalise import apply_baseline_verdict
+from soak.run.finalise import apply_baseline_verdict
 
 
 def _summary(verdict, regression_verdict):

@@ -8,7 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from soak.cli import SoakGroup
-from soak.cli_schedule import daemon, schedule
+from soak.cli.schedule import daemon, schedule
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from soak.locking import hold_run_lock
+from soak.run.locking import hold_run_lock
 from soak.schedule import (
     TRIGGER_RUN_NOW, Daemon, DaemonSettings, ScheduleSpec, add_schedule, list_events, list_schedules,
     request_run_now,
@@ -56,7 +56,7 @@ FAKE_START = textwrap.dedent('''
         Path(out, "hanging").write_text(str(os.getpid()))
         stopped.wait(60)
         status, verdict = "aborted", "INCONCLUSIVE"
-    summary = {"schema": "soak.summary/1", "run_id": run_id, "status": status, "verdict": verdict,
+    summary = {"schema": "soak.run.summary/1", "run_id": run_id, "status": status, "verdict": verdict,
                "verdict_reason": "stand-in", "report_html": str(run_dir / "report.html")}
     (run_dir / "summary.json").write_text(json.dumps(summary))
     with Session(engine) as session, session.begin():
@@ -265,7 +265,7 @@ def test_a_fire_missed_past_the_grace_time_is_recorded(engine, out, fake_start):
 
 
 def test_only_one_daemon_per_folder(engine, out, fake_start):
-    from soak.locking import DaemonLockHeldError
+    from soak.run.locking import DaemonLockHeldError
 
     running = RunningDaemon(engine, settings(out, fake_start))
     try:

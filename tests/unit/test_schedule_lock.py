@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from soak.errors import SoakError
-from soak.locking import (
+from soak.run.locking import (
     DaemonLockHeldError, RunLockHeldError, hold_daemon_lock, hold_run_lock, run_lock_holder, run_lock_path,
 )
 
@@ -17,7 +17,7 @@ pytestmark = pytest.mark.timeout(60)
 
 HOLD_IN_CHILD = """
 import sys
-from soak.locking import hold_run_lock
+from soak.run.locking import hold_run_lock
 with hold_run_lock(sys.argv[1]):
     print("held", flush=True)
     sys.stdin.readline()

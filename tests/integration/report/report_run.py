@@ -177,7 +177,7 @@ def summary_dict() -> dict[str, Any]:
 
     slope = 40 * MIB / 3600
     return {
-        "schema": "soak.summary/1", "run_id": RUN_ID, "status": "completed", "verdict": "FAIL",
+        "schema": "soak.run.summary/1", "run_id": RUN_ID, "status": "completed", "verdict": "FAIL",
         "verdict_reason": f"leak.rss FAIL: EngineCore grows 40 MiB/h {HOSTILE}",
         "findings": [
             finding("leak.rss", "FAIL", 40 * MIB, "bytes/h", [35 * MIB, 45 * MIB], 16 * MIB,

@@ -20,7 +20,7 @@ from typing import Any
 # `soak` with the scheduling commands, whether or not soak/cli.py registers them yet.
 BOOTSTRAP = (
     "from soak.cli import main\n"
-    "from soak.cli_schedule import daemon, schedule\n"
+    "from soak.cli.schedule import daemon, schedule\n"
     "main.commands.setdefault('schedule', schedule)\n"
     "main.commands.setdefault('daemon', daemon)\n"
     "main(prog_name='soak')\n"

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from schedule_helpers import DaemonProcess, WebhookReceiver, openai_stub, soak, soak_json, wait_until
 
-from soak.locking import hold_run_lock
+from soak.run.locking import hold_run_lock
 
 pytestmark = pytest.mark.timeout(120)
 

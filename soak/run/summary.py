@@ -1,4 +1,4 @@
-"""Building `summary.json` (schema soak.summary/1) from the database and the findings."""
+"""Building `summary.json` (schema soak.run.summary/1) from the database and the findings."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from soak.store.models import ALL_SCENARIOS, ERROR_CLASSES, LatencyWindow, Reque
 from soak.store.queries import read_rows
 from soak.telemetry.latency import decode_histogram, new_histogram
 
-SCHEMA = "soak.summary/1"
+SCHEMA = "soak.run.summary/1"
 SUMMARY_METRICS = ("ttft", "itl", "e2e")
 
 

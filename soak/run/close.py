@@ -15,7 +15,7 @@ import psutil
 from sqlalchemy import Engine, update
 
 from soak.errors import ConfigError
-from soak.finalise import finalise_run
+from soak.run.finalise import finalise_run
 from soak.store.models import Run
 
 log = logging.getLogger(__name__)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from soak.cli_common import location_options, print_json
+from soak.cli.common import location_options, print_json
 from soak.errors import EXIT_PASS, EXIT_USAGE
 
 MARKS = {"ok": "ok  ", "warn": "WARN", "fail": "FAIL"}
@@ -21,7 +21,7 @@ def doctor(ctx: click.Context, out: str | None, db: str | None, vllm_bin: str | 
 
     Exits 0 when soak can run here (warnings included) and 2 when nothing can.
     """
-    from soak.doctor import run_checks, usable
+    from soak.run.doctor import run_checks, usable
 
     checks = run_checks(out=out, db=db, vllm_bin=vllm_bin)
     ok = usable(checks)

@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from soak.cli_common import VERDICT_EXIT, location_options, open_store, print_json
+from soak.cli.common import VERDICT_EXIT, location_options, open_store, print_json
 from soak.errors import UnknownRunError
 from soak.units import format_duration
 
@@ -59,7 +59,7 @@ def _resolve_run_id(engine, run_id: str | None) -> str:  # noqa: ANN001 - Engine
 @click.option("--json", "json_output", is_flag=True, help="Print the progress as JSON.")
 def status(run_id: str | None, out: str | None, db: str | None, json_output: bool) -> None:
     """Show a run's progress from the database (default: the newest run)."""
-    from soak.progress import read_progress
+    from soak.run.progress import read_progress
 
     engine = open_store(out, db)
     progress = read_progress(engine, _resolve_run_id(engine, run_id))
@@ -97,13 +97,13 @@ def close(run_id: str, out: str | None, db: str | None, gates: str | None, json_
 
 def _finalise(run_id: str, out: str | None, db: str | None, baseline: str | None, gates: str | None,
               close: bool) -> dict[str, Any]:
-    from soak.finalise import finalise_run
+    from soak.run.finalise import finalise_run
     from soak.store.queries import get_run
 
     engine = open_store(out, db)
     run = get_run(engine, run_id)
     if close:
-        from soak.closing import close_run
+        from soak.run.close import close_run
 
         return close_run(engine, run, Path(gates) if gates else None)
     stopped_early = run["status"] != "completed"
@@ -115,7 +115,7 @@ def _finalise(run_id: str, out: str | None, db: str | None, baseline: str | None
 
 def _emit(summary: dict[str, Any], junit: str | None, json_output: bool, exit_with_verdict: bool) -> None:
     if junit:
-        from soak.junit import write_junit
+        from soak.run.junit import write_junit
 
         write_junit(summary, Path(junit))
     click.echo(f"verdict: {summary['verdict']} — {summary.get('verdict_reason', '')}", err=True)

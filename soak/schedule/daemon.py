@@ -34,7 +34,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from soak.errors import EXIT_USAGE, ConfigError, SoakError, StorageError
-from soak.locking import daemon_lock_path, hold_daemon_lock, lock_holder, run_lock_holder, run_lock_path
+from soak.run.locking import daemon_lock_path, hold_daemon_lock, lock_holder, run_lock_holder, run_lock_path
 from soak.store.schedule_models import (
     EVENT_FAILED, EVENT_FINISHED, EVENT_MISSED, EVENT_NOTIFIED, EVENT_NOTIFY_FAILED, EVENT_SKIPPED,
     EVENT_STARTED, EVENT_STOPPING, ScheduleEvent, ScheduleRequest,
@@ -229,7 +229,7 @@ def validate_start_args(args: Sequence[str]):  # noqa: ANN201 - RunConfig
     """
     import click
 
-    from soak.cli_start import start, start_flags
+    from soak.cli.start import start, start_flags
     from soak.config import resolve_config
 
     flag = _given_location_flag(args)
@@ -480,7 +480,7 @@ def summary_of_run(run: dict[str, Any], out_dir: Path) -> dict[str, Any]:
             return summary
     if run.get("summary_json"):
         return json.loads(run["summary_json"])
-    return {"schema": "soak.summary/1", "run_id": run["id"], "status": effective_status(run),
+    return {"schema": "soak.run.summary/1", "run_id": run["id"], "status": effective_status(run),
             "started_at": run["started_at"], "ended_at": run["ended_at"], "verdict": run["verdict"],
             "verdict_reason": run["verdict_reason"] or "the run left no summary (it crashed or was killed)",
             "report_html": None}
@@ -498,7 +498,7 @@ def summary_without_run(exit_code: int, log_path: Path) -> dict[str, Any]:
     """What to report when `soak start` ended before it recorded a run."""
     tail = _last_line(log_path)
     reason = f"soak start exited with {describe_exit(exit_code)} before recording a run"
-    return {"schema": "soak.summary/1", "run_id": None, "status": "crashed", "verdict": None,
+    return {"schema": "soak.run.summary/1", "run_id": None, "status": "crashed", "verdict": None,
             "verdict_reason": f"{reason}: {tail}" if tail else reason, "report_html": None,
             "log": str(log_path), "exit_code": exit_code}
 
@@ -812,7 +812,7 @@ class Daemon:
         return FireOutcome(exit_code, summary, run_id, log_path)
 
     def _notify(self, spec: ScheduleSpec, outcome: FireOutcome) -> None:
-        from soak.notify import notify
+        from soak.schedule.notify import notify
 
         if not spec.notify_env:
             return

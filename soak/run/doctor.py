@@ -133,7 +133,7 @@ def check_chromium() -> Check:
 
 def check_database(out: str | None, db: str | None) -> Check:
     """Whether the database `soak start` would use opens (and migrates) here."""
-    from soak.cli_common import open_store
+    from soak.cli.common import open_store
 
     url = _shown_url(db_url(out, db))
     try:

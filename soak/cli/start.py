@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from soak.cli_common import VERDICT_EXIT, location_options, print_json
+from soak.cli.common import VERDICT_EXIT, location_options, print_json
 from soak.errors import ConfigError
 from soak.units import format_duration, parse_duration
 
@@ -156,7 +156,7 @@ def start(**options: Any) -> None:
 
 
 def _run(config) -> dict[str, Any]:  # noqa: ANN001 - RunConfig
-    from soak.run import execute  # imports Locust (gevent patching) only for `start`
+    from soak.run.conductor import execute  # imports Locust (gevent patching) only for `start`
 
     printer = ProgressPrinter()
     try:

@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from soak.cli_common import location_options, open_store, print_json
+from soak.cli.common import location_options, open_store, print_json
 
 
 def resolve_locations(out: str | None, db: str | None) -> tuple[Path, str]:
@@ -33,7 +33,7 @@ def _echo_schedule(schedule: dict[str, Any], verb: str) -> None:
 
 
 def _warn_without_daemon(out_dir: Path) -> None:
-    from soak.locking import daemon_lock_path, lock_holder
+    from soak.run.locking import daemon_lock_path, lock_holder
 
     if lock_holder(daemon_lock_path(out_dir)) is None:
         click.echo(f"note: no soak daemon is running for {out_dir}; schedules fire only while `soak daemon` runs "
