@@ -1,13 +1,12 @@
 """first schema
 
 Revision ID: 0001
-Revises: 
+Revises: (none)
 Create Date: 2026-12-02
 """
 
-from alembic import op
 import sqlalchemy as sa
-
+from alembic import op
 
 revision = '0001'
 down_revision = None

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from typing import Callable
+from collections.abc import Callable
 
 from soak.analysis import client, error_checks, kv, latency, liveness, memory, throughput
 from soak.analysis.findings import CHECK_ORDER, Finding, inconclusive

@@ -120,7 +120,7 @@ class ClientGate(_Strict):
     cpu_suspect_percent: Positive = 90.0
 
     @model_validator(mode="after")
-    def _ordered(self) -> "ClientGate":
+    def _ordered(self) -> ClientGate:
         if self.lag_p99_suspect_ms > self.lag_p99_invalid_ms:
             raise ValueError(f"lag_p99_suspect_ms ({self.lag_p99_suspect_ms:g}) must not exceed "
                              f"lag_p99_invalid_ms ({self.lag_p99_invalid_ms:g})")

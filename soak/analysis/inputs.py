@@ -16,8 +16,9 @@ Conventions every field follows:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -144,7 +145,7 @@ class LatencyStats:
         return float(getattr(self, f"{level}_ms"))
 
     @classmethod
-    def from_histogram(cls, histogram: Any) -> "LatencyStats":
+    def from_histogram(cls, histogram: Any) -> LatencyStats:
         """Build from an `hdrh.histogram.HdrHistogram` whose values are recorded in milliseconds."""
         def at(pct: float) -> float:
             return float(histogram.get_value_at_percentile(pct))
@@ -231,10 +232,10 @@ class ClientSeries:
     """The load generator's own health.
 
     Arrays: `cpu_percent` of the busiest load-generating process (100 = one core busy; a gevent
-    process cannot use more than one core) and `rss_bytes` of the client, sampled at `t_s`. Run-level schedule lag: `sends` (all planned arrivals sent),
-    `late_sends_1s` (sent > 1 s after their intended time), `lag_p99_ms` (P99 of sent − intended
-    over the whole run). Run-level values may be None; the check then falls back to summing
-    `RequestWindow` counts.
+    process cannot use more than one core) and `rss_bytes` of the client, sampled at `t_s`.
+    Run-level schedule lag: `sends` (all planned arrivals sent), `late_sends_1s` (sent > 1 s after their
+    intended time), `lag_p99_ms` (P99 of sent − intended over the whole run).
+    Run-level values may be None; the check then falls back to summing `RequestWindow` counts.
     """
 
     t_s: np.ndarray

@@ -16,7 +16,7 @@ from soak.analysis.evidence import trend_sentence
 from soak.analysis.findings import Finding, inconclusive, skipped
 from soak.analysis.fmt import ms_text
 from soak.analysis.gates import Gates
-from soak.analysis.inputs import LatencyWindow, RunData
+from soak.analysis.inputs import RunData
 from soak.analysis.trend import TrendResult, assess_trend
 
 PERCENTILE_LEVELS = (("p99", 1000), ("p95", 200), ("p90", 100))

@@ -33,8 +33,7 @@ def find_stalls(server: ServerSeries, min_length_s: float) -> tuple[list[Span], 
     if server.running is None or server.generation_tokens_total is None:
         return [], 0.0
     spans, longest_s, start = [], 0.0, None
-    for i, (t_s, running, tokens) in enumerate(zip(server.t_s, server.running,
-                                                   server.generation_tokens_total)):
+    for i, (running, tokens) in enumerate(zip(server.running, server.generation_tokens_total)):
         busy = np.isfinite(running) and np.isfinite(tokens) and running > 0
         if start is not None and busy and tokens == server.generation_tokens_total[start]:
             continue

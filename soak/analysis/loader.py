@@ -11,13 +11,22 @@ import numpy as np
 from sqlalchemy import Engine
 
 from soak.analysis.inputs import (
-    ClientSeries, Event, GpuProcessSeries, LatencyStats, LatencyWindow, ProbeReading, ProcessReading,
-    ProcessSeries, RequestWindow, RunData, ServerSeries, WindowInfo,
+    ClientSeries,
+    Event,
+    GpuProcessSeries,
+    LatencyStats,
+    LatencyWindow,
+    ProbeReading,
+    ProcessReading,
+    ProcessSeries,
+    RequestWindow,
+    RunData,
+    ServerSeries,
+    WindowInfo,
 )
-from soak.store.models import ALL_SCENARIOS, ERROR_CLASSES, GpuProcessSample, GpuSample, ProcessSample
+from soak.store.models import ALL_SCENARIOS, ERROR_CLASSES, GpuProcessSample, GpuSample, ProcessSample, ServerSample
 from soak.store.models import LatencyWindow as LatencyWindowRow
 from soak.store.models import RequestWindow as RequestWindowRow
-from soak.store.models import ServerSample
 from soak.store.queries import read_events, read_rows
 
 INTERVAL_KINDS = {"probe": ("probe_start", "probe_end"), "outage": ("outage_start", "outage_end")}

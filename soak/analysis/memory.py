@@ -10,15 +10,17 @@ at a Bonferroni-corrected p, so a leak in one process is not hidden by another s
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+
 import numpy as np
 
+from soak.analysis.evidence import trend_sentence
 from soak.analysis.findings import FAIL, INCONCLUSIVE, SUSPECT, Finding, inconclusive, skipped
 from soak.analysis.fmt import bytes_range_text, bytes_text
-from soak.analysis.evidence import trend_sentence
 from soak.analysis.gates import FdLeakGate, Gates, MemoryLeakGate
 from soak.analysis.inputs import ProbeReading, RunData
 from soak.analysis.trend import TrendResult, TrendSpec, assess_trend
 from soak.analysis.windows import window_floors
+
 
 @dataclass(frozen=True)
 class Subject:

@@ -9,8 +9,8 @@ tests/unit/test_analysis_power.py and bench/detector_power.py.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Callable
 
 import numpy as np
 
@@ -18,10 +18,22 @@ from soak.analysis import error_checks, latency, memory, throughput
 from soak.analysis.findings import FAIL, Finding
 from soak.analysis.gates import Gates
 from soak.analysis.inputs import (
-    GpuProcessSeries, LatencyWindow, ProcessSeries, RequestWindow, RunData, WindowInfo,
+    GpuProcessSeries,
+    LatencyWindow,
+    ProcessSeries,
+    RequestWindow,
+    RunData,
+    WindowInfo,
 )
 from soak.analysis.synthetic import (
-    MIB, ErrorModel, LatencyModel, ar1, bare_run, error_counts, latency_series, memory_series,
+    MIB,
+    ErrorModel,
+    LatencyModel,
+    ar1,
+    bare_run,
+    error_counts,
+    latency_series,
+    memory_series,
     scaled_memory_model,
 )
 from soak.analysis.windows import plan_windows

@@ -17,8 +17,18 @@ import numpy as np
 from scipy.signal import lfilter
 
 from soak.analysis.inputs import (
-    ClientSeries, Event, GpuProcessSeries, LatencyStats, LatencyWindow, ProbeReading, ProcessReading,
-    ProcessSeries, RequestWindow, RunData, ServerSeries, WindowInfo,
+    ClientSeries,
+    Event,
+    GpuProcessSeries,
+    LatencyStats,
+    LatencyWindow,
+    ProbeReading,
+    ProcessReading,
+    ProcessSeries,
+    RequestWindow,
+    RunData,
+    ServerSeries,
+    WindowInfo,
 )
 from soak.analysis.windows import default_warmup_s, default_window_s, plan_windows
 

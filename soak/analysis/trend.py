@@ -4,8 +4,8 @@ A FAIL needs all of: Mann–Kendall p < p_value, the Theil–Sen CI lower bound 
 the practical threshold and — for leaks — persistence (the second half alone still slopes ≥ half
 the threshold). SUSPECT when at least two of those hold but not all and the slope is at least
 `suspect_min_fraction` of the practical threshold (a significant but negligible drift stays PASS,
-its evidence still saying so); PASS otherwise; INCONCLUSIVE below `min_points`. The series is oriented so that "bad" is upward; callers negate a series whose
-bad direction is down.
+its evidence still saying so); PASS otherwise; INCONCLUSIVE below `min_points`.
+The series is oriented so that "bad" is upward; callers negate a series whose bad direction is down.
 
 Mann–Kendall p is the larger of the original test and the Hamed–Rao autocorrelation-corrected one:
 window series are autocorrelated (slow drift), which makes the original test liberal, and

@@ -44,10 +44,10 @@ def main() -> None:
 
 
 # -- commands ---------------------------------------------------------------------------------------
-from soak.cli.start import start  # noqa: E402 - registered after the group exists
+from soak.cli.doctor import doctor  # noqa: E402
 from soak.cli.runs import close, compare, report, runs, status  # noqa: E402
 from soak.cli.schedule import daemon, schedule  # noqa: E402
-from soak.cli.doctor import doctor  # noqa: E402
+from soak.cli.start import start  # noqa: E402 - registered after the group exists
 
 main.add_command(start)
 main.add_command(runs)

@@ -33,9 +33,9 @@ from soak.errors import TargetError
 from soak.load.health import ClientHealth
 from soak.load.hooks import HookCaller
 from soak.load.locust_stats import keep_stats_bounded
+from soak.load.plan import ArrivalClock, GapSampler, RatePlan, arrival_rng
 from soak.load.records import RequestRecord
 from soak.load.runner import PLAN_MESSAGE, QueueSink, dispatcher_user_class
-from soak.load.plan import ArrivalClock, GapSampler, RatePlan, arrival_rng
 from soak.load.shape import LOOKAHEAD_S, LoadController, Schedule, SoakShape
 from soak.load.user import ClientSettings
 

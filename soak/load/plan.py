@@ -171,6 +171,6 @@ def plan_arrivals(plan: RatePlan, seed: int, until_t: float, burstiness: float |
     """All intended times before `until_t` for a fully known plan; what a dispatcher with the same seed sends."""
     clock = ArrivalClock(plan, GapSampler(arrival_rng(seed, worker_index, 0), burstiness))
     times: list[float] = []
-    while (t := clock.peek()) < until_t:
+    while clock.peek() < until_t:
         times.append(clock.take())
     return times

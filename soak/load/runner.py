@@ -20,7 +20,7 @@ from locust.env import Environment
 from locust.exception import StopUser
 
 from soak.config import RunConfig
-from soak.load.dispatcher import DispatchSettings, Dispatcher, PlanBoard
+from soak.load.dispatcher import Dispatcher, DispatchSettings, PlanBoard
 from soak.load.hooks import HookCaller, LoadHooks
 from soak.load.locust_stats import keep_stats_bounded
 from soak.load.records import RequestRecord

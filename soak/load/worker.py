@@ -19,8 +19,14 @@ from locust.env import Environment
 
 from soak.config import RunConfig
 from soak.load.dispatcher import Dispatcher, PlanBoard
-from soak.load.distributed import (RECORDS_KEY, STATUS_EVERY_S, STATUS_MESSAGE, STOP_MESSAGE, STOPPED_MESSAGE,
-                                   deals_times)
+from soak.load.distributed import (
+    RECORDS_KEY,
+    STATUS_EVERY_S,
+    STATUS_MESSAGE,
+    STOP_MESSAGE,
+    STOPPED_MESSAGE,
+    deals_times,
+)
 from soak.load.runner import PLAN_MESSAGE, api_key_from, dispatch_settings, dispatcher_user_class, raise_fd_limit
 from soak.load.scenarios import effective_specs, load_scenarios
 from soak.load.user import ClientSettings

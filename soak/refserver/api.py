@@ -19,8 +19,15 @@ from starlette.routing import Route
 from soak.refserver.engine import Engine, TokenEvent
 from soak.refserver.injector import FaultInjector
 from soak.refserver.metrics import ServerMetrics
-from soak.refserver.protocol import GenerationRequest, Limits, RequestError, decode_json, error_body, parse_chat, \
-    parse_completion
+from soak.refserver.protocol import (
+    GenerationRequest,
+    Limits,
+    RequestError,
+    decode_json,
+    error_body,
+    parse_chat,
+    parse_completion,
+)
 from soak.refserver.responses import SSE_DONE, ChatFormat, CompletionFormat, sse
 from soak.refserver.tokenizer import IncrementalDecoder
 

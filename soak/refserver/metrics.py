@@ -3,7 +3,13 @@
 from dataclasses import dataclass
 
 from prometheus_client import (
-    CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector, disable_created_metrics, generate_latest,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    ProcessCollector,
+    disable_created_metrics,
+    generate_latest,
 )
 
 # vLLM's buckets, with finer low ends: a tiny CPU model answers in milliseconds.

@@ -6,10 +6,9 @@ import json
 import logging
 import os
 import signal
+from datetime import datetime
 from pathlib import Path
 from typing import Any
-
-from datetime import datetime
 
 import psutil
 from sqlalchemy import Engine, update

@@ -19,11 +19,11 @@ from pathlib import Path
 from typing import Any
 
 from soak.config import RunConfig
-from soak.run.environment import capture_environment, config_hash, dumps
 from soak.errors import EXIT_FORCED, StorageError
-from soak.run.finalise import finalise_run
 from soak.load import LoadHooks, start_load
 from soak.load.scenarios import scenario_sources
+from soak.run.environment import capture_environment, config_hash, dumps
+from soak.run.finalise import finalise_run
 from soak.run.locking import hold_run_lock
 from soak.store import StoreWriter, open_database
 from soak.store.models import RequestRow, Run

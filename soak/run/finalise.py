@@ -13,9 +13,9 @@ from typing import Any
 from sqlalchemy import Engine
 
 from soak.run.environment import dumps
+from soak.run.summary import build_summary
 from soak.store.models import Run
 from soak.store.queries import get_run
-from soak.run.summary import build_summary
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ from typing import Any
 from sqlalchemy import Engine, func, select
 
 from soak.store.models import ALL_SCENARIOS, ERROR_CLASSES, LatencyWindow, ProcessSample, RequestWindow
-from soak.store.queries import reading, get_run
+from soak.store.queries import get_run, reading
 from soak.units import format_duration
 
 

@@ -36,8 +36,16 @@ from sqlalchemy.orm import Session
 from soak.errors import EXIT_USAGE, ConfigError, SoakError, StorageError
 from soak.run.locking import daemon_lock_path, hold_daemon_lock, lock_holder, run_lock_holder, run_lock_path
 from soak.store.schedule_models import (
-    EVENT_FAILED, EVENT_FINISHED, EVENT_MISSED, EVENT_NOTIFIED, EVENT_NOTIFY_FAILED, EVENT_SKIPPED,
-    EVENT_STARTED, EVENT_STOPPING, ScheduleEvent, ScheduleRequest,
+    EVENT_FAILED,
+    EVENT_FINISHED,
+    EVENT_MISSED,
+    EVENT_NOTIFIED,
+    EVENT_NOTIFY_FAILED,
+    EVENT_SKIPPED,
+    EVENT_STARTED,
+    EVENT_STOPPING,
+    ScheduleEvent,
+    ScheduleRequest,
 )
 
 log = logging.getLogger("soak.schedule")

@@ -13,7 +13,13 @@ from typing import Any
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from soak.store.models import (
-    GpuProcessSample, GpuSample, LatencyWindow, MetricSample, ProcessSample, RequestWindow, ServerSample,
+    GpuProcessSample,
+    GpuSample,
+    LatencyWindow,
+    MetricSample,
+    ProcessSample,
+    RequestWindow,
+    ServerSample,
 )
 from soak.store.recorder import Recorder, utc_now_iso
 from soak.telemetry.gpu import GpuSampler

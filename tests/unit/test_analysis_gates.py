@@ -2,6 +2,7 @@
 
 from pathlib import Path
 
+import pydantic
 import pytest
 
 from soak.analysis.gates import DEFAULT_REQUIRED, Gates, gates_from_dict, load_gates
@@ -80,5 +81,5 @@ def test_hang_limit_scales_for_short_runs():
 def test_dict_loading_and_frozen():
     gates = gates_from_dict({"errors": {"fail_on_bursts": True}})
     assert gates.errors.fail_on_bursts is True
-    with pytest.raises(Exception):
+    with pytest.raises(pydantic.ValidationError):
         gates.p_value = 0.5

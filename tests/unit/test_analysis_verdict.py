@@ -5,7 +5,15 @@ from hypothesis import strategies as st
 
 from soak.analysis import overall_verdict
 from soak.analysis.findings import (
-    CHECK_ORDER, FAIL, INCONCLUSIVE, INVALID, PASS, SKIPPED, SUSPECT, VERDICTS, Finding,
+    CHECK_ORDER,
+    FAIL,
+    INCONCLUSIVE,
+    INVALID,
+    PASS,
+    SKIPPED,
+    SUSPECT,
+    VERDICTS,
+    Finding,
 )
 from soak.analysis.gates import Gates
 

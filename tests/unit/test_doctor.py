@@ -11,8 +11,8 @@ from types import SimpleNamespace
 import pytest
 from click.testing import CliRunner
 
-from soak.run import doctor
 from soak.cli.doctor import doctor as doctor_command
+from soak.run import doctor
 from soak.run.doctor import FAIL, OK, WARN, Check
 
 pytestmark = pytest.mark.timeout(60)

@@ -7,8 +7,7 @@ import random
 from hypothesis import given
 from hypothesis import strategies as st
 
-from soak.load.prompts import (TokenRatio, lognormal_int, pareto_int, question, text_of_bytes, unicode_text,
-                               utf8_len)
+from soak.load.prompts import TokenRatio, lognormal_int, pareto_int, question, text_of_bytes, unicode_text, utf8_len
 
 
 def test_the_same_seed_gives_the_same_prompts():

@@ -10,8 +10,15 @@ import pytest
 from soak.config import LoadSettings, ScenarioSpec
 from soak.errors import ConfigError
 from soak.load.dataset import load_dataset
-from soak.load.scenarios import (builtin_names, check_dataset, effective_specs, load_scenarios, scenario_path,
-                                 scenario_sources, weighted_tasks)
+from soak.load.scenarios import (
+    builtin_names,
+    check_dataset,
+    effective_specs,
+    load_scenarios,
+    scenario_path,
+    scenario_sources,
+    weighted_tasks,
+)
 
 BUILTINS = {"mixed", "chat_short", "long_tail", "long_context", "prefix_multiturn", "cancel", "bad_input", "unicode",
             "non_streaming", "dataset"}

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from soak.report import charts
-from soak.report.charts import MIB, Frame, memory_chart, trend_trace, tree_total
+from soak.report.charts import MIB, Frame, memory_chart, tree_total, trend_trace
 from soak.report.context import trend_target
 from soak.report.sections import check_anchor
 

@@ -13,7 +13,13 @@ import pytest
 
 from soak.run.locking import hold_run_lock
 from soak.schedule import (
-    TRIGGER_RUN_NOW, Daemon, DaemonSettings, ScheduleSpec, add_schedule, list_events, list_schedules,
+    TRIGGER_RUN_NOW,
+    Daemon,
+    DaemonSettings,
+    ScheduleSpec,
+    add_schedule,
+    list_events,
+    list_schedules,
     request_run_now,
 )
 from soak.store import open_database

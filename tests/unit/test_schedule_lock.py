@@ -10,7 +10,12 @@ import pytest
 
 from soak.errors import SoakError
 from soak.run.locking import (
-    DaemonLockHeldError, RunLockHeldError, hold_daemon_lock, hold_run_lock, run_lock_holder, run_lock_path,
+    DaemonLockHeldError,
+    RunLockHeldError,
+    hold_daemon_lock,
+    hold_run_lock,
+    run_lock_holder,
+    run_lock_path,
 )
 
 pytestmark = pytest.mark.timeout(60)

@@ -9,8 +9,19 @@ from sqlalchemy import inspect
 
 from soak.errors import ConfigError
 from soak.schedule import (
-    ScheduleSpec, UnknownScheduleError, add_schedule, get_schedule, list_events, list_schedules, pause_schedule,
-    record_event, remove_schedule, request_run_now, resume_schedule, take_requests, validate_start_args,
+    ScheduleSpec,
+    UnknownScheduleError,
+    add_schedule,
+    get_schedule,
+    list_events,
+    list_schedules,
+    pause_schedule,
+    record_event,
+    remove_schedule,
+    request_run_now,
+    resume_schedule,
+    take_requests,
+    validate_start_args,
 )
 from soak.store import open_database
 

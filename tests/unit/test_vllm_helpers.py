@@ -12,7 +12,13 @@ from soak.errors import TargetError
 from soak.target import ExternalTarget, make_target
 from soak.target.base import probe_up, url_port
 from soak.target.vllm import (
-    VllmTarget, find_vllm, option_values, probe_host, requested_port, served_name, vllm_command,
+    VllmTarget,
+    find_vllm,
+    option_values,
+    probe_host,
+    requested_port,
+    served_name,
+    vllm_command,
     wait_vram_released,
 )
 

@@ -7,13 +7,12 @@ import time
 
 import gevent
 import pytest
+from loadtools import make_config, run_load, wait_for
 
 from soak.config import PhaseSpec
 from soak.errors import ConfigError
 from soak.load import start_load
 from soak.load.plan import RatePlan, plan_arrivals
-
-from loadtools import make_config, run_load, wait_for
 
 
 def planned_times(run, seed: int) -> list[float]:

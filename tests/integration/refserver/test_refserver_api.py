@@ -29,7 +29,7 @@ def test_streaming_chat_with_usage(shared_refserver):
     assert all(c["choices"][0]["finish_reason"] is None for c in middle[:-1])
     assert usage_chunk["choices"] == []
     usage = usage_chunk["usage"]
-    prompt_tokens = len("<|user|>\ntell me a story\n<|assistant|>\n".encode()) + 1  # + BOS
+    prompt_tokens = len(b"<|user|>\ntell me a story\n<|assistant|>\n") + 1  # + BOS
     assert usage == {"prompt_tokens": prompt_tokens, "completion_tokens": 40, "total_tokens": prompt_tokens + 40}
     content_times = result.content_times()
     assert len(content_times) >= 30  # a few tokens may be partial UTF-8 characters, merged into the next

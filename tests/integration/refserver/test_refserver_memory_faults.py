@@ -3,7 +3,6 @@
 import time
 
 import pytest
-
 from refserver_helpers import wait_until
 
 pytestmark = pytest.mark.timeout(120)

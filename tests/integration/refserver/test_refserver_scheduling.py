@@ -4,7 +4,6 @@ import concurrent.futures
 
 import httpx
 import pytest
-
 from refserver_helpers import wait_until
 
 pytestmark = pytest.mark.timeout(120)

@@ -5,7 +5,6 @@ import time
 
 import httpx
 import pytest
-
 from refserver_helpers import wait_until
 
 pytestmark = pytest.mark.timeout(120)

@@ -6,7 +6,6 @@ import sys
 
 import pytest
 import torch
-
 from refserver_helpers import REPO_ROOT
 
 pytestmark = pytest.mark.timeout(120)

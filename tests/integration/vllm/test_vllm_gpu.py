@@ -19,9 +19,9 @@ import pytest
 from vllm_helpers import alive, poll_until
 
 from soak.config import resolve_config
+from soak.target.vllm import VllmTarget, live_group_members
 from soak.telemetry.gpu import GpuSampler
 from soak.telemetry.process import ProcessTreeSampler
-from soak.target.vllm import VllmTarget, live_group_members
 
 pytestmark = [pytest.mark.gpu, pytest.mark.timeout(1200)]
 

@@ -11,8 +11,8 @@ import pytest
 from vllm_helpers import alive, child_pids, poll_until
 
 from soak.errors import TargetError
-from soak.target import make_target
 from soak.target import base as target_base
+from soak.target import make_target
 from soak.target.vllm import VllmTarget, live_group_members
 
 pytestmark = pytest.mark.timeout(60)
