@@ -4,16 +4,21 @@
 
 FPR = share of healthy series judged FAIL (for errors.bursts, which is SUSPECT unless gated:
 judged anything but PASS). Power = the same share with a fault of 1× and 2× the practical
-threshold planted. See soak/analysis/proof.py for the generators.
+threshold planted. See tests/support/proof.py for the generators.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 import time
+from pathlib import Path
 
 from soak.analysis.findings import PASS, SUSPECT
-from soak.analysis.proof import SCENARIOS, TRIALS, Rates, detector_rates
+
+# The detectors' proof is test support (tests/support/), not part of the installed package.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from support.proof import SCENARIOS, TRIALS, Rates, detector_rates
 
 
 def flagged(rates: Rates) -> float:

@@ -6,7 +6,7 @@ from soak.analysis.client import check_saturation
 from soak.analysis.findings import INVALID, PASS, SKIPPED, SUSPECT
 from soak.analysis.gates import Gates
 from soak.analysis.inputs import ClientSeries, RequestWindow
-from soak.analysis.synthetic import bare_run
+from support.synthetic import bare_run
 
 RUN_S = 3600.0
 

@@ -7,7 +7,7 @@ from soak.analysis.error_checks import check_budget, check_bursts, check_rise, w
 from soak.analysis.findings import FAIL, INCONCLUSIVE, PASS, SKIPPED, SUSPECT
 from soak.analysis.gates import Gates
 from soak.analysis.inputs import Event, RequestWindow
-from soak.analysis.synthetic import bare_run
+from support.synthetic import bare_run
 
 RUN_S = 24 * 3600.0
 

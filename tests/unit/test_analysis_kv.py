@@ -4,7 +4,7 @@ from soak.analysis.findings import FAIL, INCONCLUSIVE, PASS, SKIPPED
 from soak.analysis.gates import Gates
 from soak.analysis.inputs import ProbeReading
 from soak.analysis.kv import check_kv
-from soak.analysis.synthetic import bare_run
+from support.synthetic import bare_run
 
 
 def run_with(*probes, probes_ran=True):

@@ -9,7 +9,7 @@ from soak.analysis.findings import FAIL, INCONCLUSIVE, PASS, SKIPPED
 from soak.analysis.gates import Gates
 from soak.analysis.inputs import LatencyStats, LatencyWindow
 from soak.analysis.latency import check_creep, check_e2e, check_ttft, choose_level
-from soak.analysis.synthetic import bare_run
+from support.synthetic import bare_run
 
 RUN_S = 24 * 3600.0
 

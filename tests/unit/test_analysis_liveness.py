@@ -6,7 +6,7 @@ from soak.analysis.findings import FAIL, PASS, SKIPPED, SUSPECT
 from soak.analysis.gates import Gates
 from soak.analysis.inputs import Event, ProbeReading, ServerSeries
 from soak.analysis.liveness import check_crashes, check_hang, find_stalls
-from soak.analysis.synthetic import bare_run
+from support.synthetic import bare_run
 
 RUN_S = 2 * 3600.0
 

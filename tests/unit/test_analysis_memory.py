@@ -7,7 +7,7 @@ from soak.analysis.findings import FAIL, INCONCLUSIVE, PASS, SKIPPED
 from soak.analysis.gates import Gates
 from soak.analysis.inputs import GpuProcessSeries, ProbeReading, ProcessReading, ProcessSeries, RequestWindow
 from soak.analysis.memory import Series, check_fds, check_rss, check_vram, tree_total
-from soak.analysis.synthetic import MIB, bare_run
+from support.synthetic import MIB, bare_run
 
 RUN_S = 6 * 3600.0
 

@@ -1,4 +1,4 @@
-"""The detectors on synthetic series with known truth (DESIGN §3): false-positive rate ≤ 1 % on
+"""The detectors on synthetic series with known truth (docs/gates.md, "How good are the detectors?"): false-positive rate ≤ 1 % on
 healthy series, power ≥ 90 % at twice the practical threshold. Fixed seeds, so the counts are
 deterministic. The unmarked tests are a quick version; the `slow` ones use ≥ 400 healthy series.
 bench/detector_power.py prints the full table.
@@ -7,7 +7,7 @@ bench/detector_power.py prints the full table.
 import pytest
 
 from soak.analysis.findings import FAIL, PASS
-from soak.analysis.proof import TRIALS, Rates, detector_rates
+from support.proof import TRIALS, Rates, detector_rates
 
 DETECTORS = list(TRIALS)
 

@@ -6,8 +6,8 @@ import pytest
 from soak.analysis.findings import FAIL, INCONCLUSIVE, PASS, SKIPPED
 from soak.analysis.gates import Gates
 from soak.analysis.inputs import RequestWindow
-from soak.analysis.synthetic import bare_run
 from soak.analysis.throughput import check_decay
+from support.synthetic import bare_run
 
 RUN_S = 24 * 3600.0
 

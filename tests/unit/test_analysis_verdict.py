@@ -1,4 +1,4 @@
-"""The verdict algebra of DESIGN §6."""
+"""The verdict algebra (docs/gates.md, "The overall verdict and `required`")."""
 
 from hypothesis import given
 from hypothesis import strategies as st

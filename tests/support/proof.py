@@ -1,4 +1,5 @@
-"""Monte Carlo proof of the trend detectors on synthetic series with known truth (DESIGN §3).
+"""Monte Carlo proof of the trend detectors on synthetic series with known truth (docs/gates.md,
+"How good are the detectors?").
 
 `detector_rates(check, trials, seed, multiple)` draws `trials` synthetic runs, plants a fault of
 `multiple` × the check's practical threshold (0 = healthy) and counts the verdicts. The false
@@ -25,7 +26,9 @@ from soak.analysis.inputs import (
     RunData,
     WindowInfo,
 )
-from soak.analysis.synthetic import (
+from soak.analysis.windows import plan_windows
+
+from .synthetic import (
     MIB,
     ErrorModel,
     LatencyModel,
@@ -36,7 +39,6 @@ from soak.analysis.synthetic import (
     memory_series,
     scaled_memory_model,
 )
-from soak.analysis.windows import plan_windows
 
 
 @dataclass(frozen=True)

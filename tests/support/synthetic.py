@@ -1,4 +1,4 @@
-"""Synthetic series with known truth, to prove the detectors (DESIGN §3).
+"""Synthetic series with known truth, to prove the detectors (see proof.py beside this module).
 
 memory  = warm-up exponential + GC sawtooth + AR(1) noise + ratchet steps (+ planted slope)
 latency = lognormal per request + window-level AR(1) drift + stalls (+ planted creep)
