@@ -2,7 +2,7 @@
 
 Fills a temporary SQLite database through the models (server tree of 3 processes plus soak itself, one GPU,
 server gauges, 30-minute latency and request windows with HDR histograms, hourly idle probes), then times
-`render_report` and prints time and file size of both runs and their ratios. The goal (DESIGN §6): ≤ 15 s.
+`render_report` and prints time and file size of both runs and their ratios. The goal: ≤ 15 s.
 
     python bench/report_render.py [--hours 72] [--short-hours 1]
 """
@@ -152,7 +152,7 @@ def summary(run_id: str, warmup_s: float) -> dict:
 
 
 def build_run(engine: Engine, run_id: str, hours: float, seed: int = 1) -> None:
-    """A synthetic run of `hours` at 1 Hz, with DESIGN §6's default warm-up and window lengths."""
+    """A synthetic run of `hours` at 1 Hz, with the default warm-up and window lengths (`soak.analysis.windows`)."""
     duration_s = hours * 3600
     warmup_s = min(max(0.05 * duration_s, 30.0), 3600.0)
     window_s = min(max((duration_s - warmup_s) / 48, 5.0), 1800.0)

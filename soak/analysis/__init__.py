@@ -1,4 +1,4 @@
-"""Analysis: plain run data in, findings and a verdict out (DESIGN §3 "Verdicts", §6).
+"""Analysis: plain run data in, findings and a verdict out (checks and verdicts: docs/gates.md).
 
 A pure layer: it imports no database, load generator or other stage. An adapter builds a
 `RunData` (see `soak.analysis.inputs`), then:

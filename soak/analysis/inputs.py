@@ -159,7 +159,7 @@ class LatencyWindow:
     """Client-measured latency of the requests that finished in window `index`.
 
     TTFT = intended send → first content token; ITL = gap between content chunks; E2E = intended
-    send → last byte (DESIGN §6). A metric with no samples in the window is None.
+    send → last byte (docs/load.md, "Measurements"). A metric with no samples in the window is None.
     """
 
     index: int

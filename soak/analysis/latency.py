@@ -2,7 +2,7 @@
 
 The series is log(window percentile), so a creep is judged as a relative rise and one stall window
 cannot dominate. A window supports P99 with ≥ 1000 samples, P95 with ≥ 200, P90 with ≥ 100
-(DESIGN §6); one level is used for the whole series — the highest that a majority of judged windows
+(docs/gates.md); one level is used for the whole series — the highest that a majority of judged windows
 and at least `min_windows` of them support — and windows below it are left out.
 """
 

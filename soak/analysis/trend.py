@@ -1,4 +1,4 @@
-"""The trend test every trend check shares (DESIGN §3).
+"""The trend test every trend check shares (docs/gates.md, "How a trend check decides").
 
 A FAIL needs all of: Mann–Kendall p < p_value, the Theil–Sen CI lower bound > 0, a slope at least
 the practical threshold and — for leaks — persistence (the second half alone still slopes ≥ half

@@ -1,4 +1,4 @@
-"""The overall verdict from the findings (DESIGN §6 "Verdict algebra").
+"""The overall verdict from the findings (docs/gates.md, "The overall verdict and `required`").
 
 First that applies: any INVALID → INVALID; any FAIL → FAIL; a required check INCONCLUSIVE, SKIPPED
 or missing → INCONCLUSIVE; else PASS. SUSPECT never fails a run. A run stopped early keeps a FAIL

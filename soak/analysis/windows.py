@@ -1,4 +1,4 @@
-"""Window planning defaults (DESIGN §6) and per-window reductions of sampled series."""
+"""Window planning defaults (docs/gates.md, "Short runs") and per-window reductions of sampled series."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Client health: schedule lag per send, late sends and skipped arrivals, mergeable across processes.
 
-If the client cannot keep to its schedule, the run measured the client, not the server (DESIGN §6
-`client.saturation`); these counters are the evidence.
+If the client cannot keep to its schedule, the run measured the client, not the server (the check
+`client.saturation`, docs/gates.md); these counters are the evidence.
 """
 
 from __future__ import annotations

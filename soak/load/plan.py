@@ -1,4 +1,4 @@
-"""Rate plans and the open-loop arrival clock (DESIGN §3).
+"""Rate plans and the open-loop arrival clock (docs/load.md, "The rate plan and the arrival clock").
 
 A rate plan is a list of constant-rate segments with absolute wall-clock starts; the last one lasts until a
 later one is added. Its integral Λ(t) counts *expected arrivals*. The clock draws gaps with mean 1 in those

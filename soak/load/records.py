@@ -1,4 +1,4 @@
-"""What one finished request looked like, as the rest of soak sees it (DESIGN §6 "Measurements").
+"""What one finished request looked like, as the rest of soak sees it (docs/load.md, "Measurements").
 
 All `*_t` fields are wall-clock epoch seconds; latencies are measured from the *intended* send time, so a
 late client or a full concurrency cap shows up in the numbers instead of hiding (coordinated omission).

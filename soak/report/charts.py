@@ -25,7 +25,7 @@ PALETTE = ("#2563eb", "#dc2626", "#059669", "#d97706", "#7c3aed", "#0891b2", "#b
            "#9333ea", "#0f766e", "#b45309", "#1d4ed8")
 ERROR_COLOURS = {"connect": "#7c3aed", "timeout": "#d97706", "http_4xx": "#0891b2", "http_5xx": "#dc2626",
                  "bad_stream": "#be185d"}
-LAG_SUSPECT_MS, LAG_INVALID_MS = 10.0, 100.0  # DESIGN §6, client.saturation
+LAG_SUSPECT_MS, LAG_INVALID_MS = 10.0, 100.0  # client.saturation's default lag gates (docs/gates.md)
 
 
 @dataclass(frozen=True)

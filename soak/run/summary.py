@@ -51,7 +51,7 @@ def latency_summary(engine: Engine, run_id: str) -> dict[str, dict[str, float | 
 
 def build_summary(run: dict[str, Any], engine: Engine, findings: list[dict[str, Any]], verdict: str,
                   reason: str, report_html: str | None) -> dict[str, Any]:
-    """The summary.json document of DESIGN.md §4."""
+    """The summary.json document (docs/summary.md)."""
     return {
         "schema": SCHEMA,
         "run_id": run["id"],
