@@ -206,7 +206,7 @@ def sampler_cost(seconds: int, db_path: Path) -> tuple[float, float]:
         process.wait(10)
 
 
-def _cpu_share(seconds: int, job) -> float:  # noqa: ANN001
+def _cpu_share(seconds: int, job) -> float:
     me = psutil.Process()
     cpu_before, wall_before = sum(me.cpu_times()[:2]), time.monotonic()
     for _ in range(seconds):

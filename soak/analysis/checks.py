@@ -43,7 +43,7 @@ def analyse(run: RunData, gates: Gates | None = None) -> list[Finding]:
 def _run_check(name: str, check: Check, run: RunData, gates: Gates) -> Finding:
     try:
         return check(run, gates)
-    except Exception as exc:  # noqa: BLE001 — reported in the finding and the log
+    except Exception as exc:  # reported in the finding and the log
         log.exception("analysis check %s failed", name)
         return inconclusive(name, f"The analysis of this check failed: {type(exc).__name__}: {exc}",
                             details={"error": repr(exc)})

@@ -32,7 +32,7 @@ class SoakGroup(click.Group):
             _fail(exc)
         except (click.exceptions.Exit, click.ClickException, click.Abort, SystemExit, KeyboardInterrupt):
             raise
-        except Exception as exc:  # noqa: BLE001 - last resort: a clean line and exit 4, details in the log
+        except Exception as exc:  # last resort: a clean line and exit 4, details in the log
             log.exception("internal error")
             _fail(exc)
 
@@ -44,9 +44,9 @@ def main() -> None:
 
 
 # -- commands ---------------------------------------------------------------------------------------
-from soak.cli.doctor import doctor  # noqa: E402
-from soak.cli.runs import close, compare, report, runs, status  # noqa: E402
-from soak.cli.schedule import daemon, schedule  # noqa: E402
+from soak.cli.doctor import doctor  # noqa: E402 - registered after the group exists
+from soak.cli.runs import close, compare, report, runs, status  # noqa: E402 - registered after the group exists
+from soak.cli.schedule import daemon, schedule  # noqa: E402 - registered after the group exists
 from soak.cli.start import start  # noqa: E402 - registered after the group exists
 
 main.add_command(start)

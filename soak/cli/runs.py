@@ -44,7 +44,7 @@ def runs(out: str | None, db: str | None, limit: int, json_output: bool) -> None
          r["target_kind"], r["model"]] for r in found])
 
 
-def _resolve_run_id(engine, run_id: str | None) -> str:  # noqa: ANN001 - Engine
+def _resolve_run_id(engine, run_id: str | None) -> str:  # engine: a SQLAlchemy Engine
     from soak.store.queries import latest_run_id
 
     run_id = run_id or latest_run_id(engine)

@@ -155,7 +155,7 @@ def start(**options: Any) -> None:
     sys.exit(VERDICT_EXIT.get(summary["verdict"], 3))
 
 
-def _run(config) -> dict[str, Any]:  # noqa: ANN001 - RunConfig
+def _run(config) -> dict[str, Any]:  # config: a RunConfig
     from soak.run.conductor import execute  # imports Locust (gevent patching) only for `start`
 
     printer = ProgressPrinter()

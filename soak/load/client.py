@@ -261,7 +261,7 @@ class OpenAIClient:
             exchange.fail(CANCELLED, why)
             self._finish(exchange, response, payload, name, expect_error, prompt_bytes)
             raise
-        except Exception as exc:  # noqa: BLE001 - every failure becomes a classified record
+        except Exception as exc:  # every failure becomes a classified record
             self._classify(exchange, exc)
         finally:
             deadline.close()

@@ -135,7 +135,7 @@ class Dispatcher:
         for instance in self.instances:
             try:
                 instance.on_start()
-            except Exception:  # noqa: BLE001 - a scenario's on_start must not stop the load
+            except Exception:  # a scenario's on_start must not stop the load
                 log.exception("on_start of %s failed", type(instance).__name__)
 
     def _wait_next(self) -> float | None:
@@ -177,7 +177,7 @@ class Dispatcher:
                 self.sink(_cancelled_before_send(arrival))
         except (StopUser, RescheduleTask):
             pass
-        except Exception:  # noqa: BLE001 - a broken scenario must not take the dispatcher down
+        except Exception:  # a broken scenario must not take the dispatcher down
             self._task_failed(arrival)
         finally:
             set_arrival(None)
@@ -208,7 +208,7 @@ class Dispatcher:
         for instance in self.instances:
             try:
                 instance.on_stop()
-            except Exception:  # noqa: BLE001
+            except Exception:
                 log.exception("on_stop of %s failed", type(instance).__name__)
             instance.http.client.close()
 

@@ -51,5 +51,5 @@ class HookCaller:
     def _safely(function: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
         try:
             function(*args, **kwargs)
-        except Exception:  # noqa: BLE001
+        except Exception:
             log.exception("load hook %s failed", getattr(function, "__name__", function))

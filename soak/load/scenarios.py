@@ -89,7 +89,7 @@ def import_scenario_file(path: Path) -> ModuleType:
     sys.modules[module_name] = module
     try:
         spec.loader.exec_module(module)
-    except Exception as exc:  # noqa: BLE001 - any error in a user's file is a configuration problem
+    except Exception as exc:  # any error in a user's file is a configuration problem
         del sys.modules[module_name]
         raise ConfigError(f"scenario file {path} failed to import: {type(exc).__name__}: {exc}") from None
     return module

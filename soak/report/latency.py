@@ -29,7 +29,7 @@ def decode(text: str | bytes | None) -> HdrHistogram | None:
         return None
     try:
         return decode_histogram(text if isinstance(text, str) else text.decode("ascii"))
-    except Exception as exc:  # noqa: BLE001 - hdrh raises assorted errors on corrupt input
+    except Exception as exc:  # hdrh raises assorted errors on corrupt input
         log.warning("cannot decode a latency histogram: %s", exc)
         return None
 

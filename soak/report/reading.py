@@ -19,11 +19,11 @@ from soak.store.models import Base
 Columns = dict[str, np.ndarray]
 
 
-def _is_text(column) -> bool:  # noqa: ANN001 - sqlalchemy Column
+def _is_text(column) -> bool:  # column: a SQLAlchemy Column
     return isinstance(column.type, (String, Text))
 
 
-def _fetch(engine: Engine, query) -> list[tuple]:  # noqa: ANN001 - a select
+def _fetch(engine: Engine, query) -> list[tuple]:  # query: a SQLAlchemy select
     """All rows of `query` as the driver's tuples (no SQLAlchemy Row objects: they cost ~2 µs each)."""
     try:
         with engine.connect() as connection:

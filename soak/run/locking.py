@@ -90,12 +90,12 @@ def hold_lock(path: Path, error: type[LockHeldError] = LockHeldError, what: str 
         os.close(fd)  # closing the descriptor releases the flock
 
 
-def hold_run_lock(out_dir: str | Path):  # noqa: ANN201 - context manager yielding the lock path
+def hold_run_lock(out_dir: str | Path):  # a context manager yielding the lock path
     """Hold `<out>/.soak.lock` while a run with an embedded server runs; RunLockHeldError if another holds it."""
     return hold_lock(run_lock_path(out_dir), RunLockHeldError, "another soak run")
 
 
-def hold_daemon_lock(out_dir: str | Path):  # noqa: ANN201 - context manager yielding the lock path
+def hold_daemon_lock(out_dir: str | Path):  # a context manager yielding the lock path
     """Hold `<out>/.soak-daemon.lock` for the daemon's lifetime; DaemonLockHeldError if another daemon holds it."""
     return hold_lock(daemon_lock_path(out_dir), DaemonLockHeldError, "another soak daemon")
 

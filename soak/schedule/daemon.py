@@ -727,7 +727,7 @@ class Daemon:
         """Run the schedule's soak once, unless something else is running; record and notify the outcome."""
         try:
             self._fire(spec, trigger)
-        except Exception as exc:  # noqa: BLE001 - a thread's exception would vanish; record it instead
+        except Exception as exc:  # a thread's exception would vanish; record it instead
             log.exception("fire of %s failed", spec.name)
             record_event(self.engine, spec.name, EVENT_FAILED, f"daemon error: {type(exc).__name__}: {exc}",
                          trigger=trigger)

@@ -18,7 +18,7 @@ def _configure_sqlite(engine: Engine) -> None:
     """WAL with synchronous=NORMAL keeps a commit ≈0.3 ms; our own BEGIN makes DDL transactional too."""
 
     @event.listens_for(engine, "connect")
-    def _on_connect(dbapi_connection, _record):  # noqa: ANN001 - DB-API connection
+    def _on_connect(dbapi_connection, _record):  # dbapi_connection: a DB-API connection
         dbapi_connection.isolation_level = None  # let SQLAlchemy's "begin" event issue BEGIN
         cursor = dbapi_connection.cursor()
         cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
@@ -28,11 +28,11 @@ def _configure_sqlite(engine: Engine) -> None:
         cursor.close()
 
     @event.listens_for(engine, "begin")
-    def _on_begin(connection):  # noqa: ANN001
+    def _on_begin(connection):
         connection.exec_driver_sql("BEGIN")
 
 
-def _prepare_sqlite_path(url) -> None:  # noqa: ANN001 - sqlalchemy URL
+def _prepare_sqlite_path(url) -> None:  # url: a SQLAlchemy URL
     if url.database and url.database != ":memory:":
         try:
             Path(url.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
@@ -57,7 +57,7 @@ def create_db_engine(db_url: str) -> Engine:
     return engine
 
 
-def alembic_config(engine: Engine):  # noqa: ANN201 - alembic.config.Config
+def alembic_config(engine: Engine):  # returns an alembic.config.Config
     """An Alembic config pointing at the migrations shipped in the package, bound to `engine`."""
     from alembic.config import Config
 

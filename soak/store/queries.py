@@ -114,12 +114,12 @@ class reading:
     def __init__(self, engine: Engine):
         self.engine = engine
 
-    def __enter__(self):  # noqa: ANN204
+    def __enter__(self):
         from sqlalchemy.orm import Session
 
         self.session = Session(self.engine)
 
-        def rows(query):  # noqa: ANN001, ANN202
+        def rows(query):
             try:
                 return list(self.session.scalars(query))
             except SQLAlchemyError as exc:

@@ -190,7 +190,7 @@ def _group(batch: list[_Op]) -> list[tuple[str, type[Base], list[dict[str, Any]]
     return groups
 
 
-def _upsert_statement(dialect: str, model: type[Base], columns: list[str]):  # noqa: ANN202
+def _upsert_statement(dialect: str, model: type[Base], columns: list[str]):
     """INSERT … ON CONFLICT (primary key) DO UPDATE of `columns`, for SQLite and PostgreSQL.
 
     Values go in as executemany parameters, never into the statement: a statement built around each row's

@@ -49,7 +49,7 @@ def probe_up(base_url: str, headers: dict[str, str] | None = None, timeout_s: fl
     """"up" when GET /health answers 200 (or 404: the server has no /health but answers), else "down"."""
     request = urllib.request.Request(base_url + "/health", headers=headers or {})
     try:
-        with urllib.request.urlopen(request, timeout=timeout_s) as response:  # noqa: S310 - soak's own URL
+        with urllib.request.urlopen(request, timeout=timeout_s) as response:
             return "up" if response.status == 200 else "down"
     except urllib.error.HTTPError as exc:
         return "up" if exc.code == 404 else "down"

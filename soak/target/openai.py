@@ -17,7 +17,7 @@ def list_models(base_url: str, headers: dict[str, str] | None = None, timeout_s:
     """The entries of `GET /v1/models`; TargetError when the server cannot be reached or answers oddly."""
     request = urllib.request.Request(base_url + "/v1/models", headers=headers or {})
     try:
-        with urllib.request.urlopen(request, timeout=timeout_s) as response:  # noqa: S310 - user's URL
+        with urllib.request.urlopen(request, timeout=timeout_s) as response:
             body = json.loads(response.read().decode("utf-8"))
     except urllib.error.HTTPError as exc:
         raise TargetError(f"target {base_url} answered HTTP {exc.code} to GET /v1/models") from None

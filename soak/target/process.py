@@ -41,7 +41,7 @@ class ServerProcess:
         """Start the process; stdout and stderr go to the log file."""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log_file:
-            self.popen = subprocess.Popen(  # noqa: S603 - the command is built by soak, not a shell
+            self.popen = subprocess.Popen(  # the command is built by soak, not a shell
                 self.cmd, stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT,
                 env=self.env, start_new_session=True,
             )

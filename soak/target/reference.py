@@ -13,7 +13,7 @@ READY_LINE = re.compile(r"^SOAK_REFSERVER_READY (http://\S+)$", re.MULTILINE)
 REFERENCE_STARTUP_TIMEOUT_S = 120.0
 
 
-def reference_command(config) -> list[str]:  # noqa: ANN001 - RunConfig
+def reference_command(config) -> list[str]:  # config: a RunConfig
     """The refserver command line for this run's faults, seed, time scale and device."""
     target = config.target
     # The horizon is model time: the run's wall length × the time scale, so FROM:TO spans the whole run.

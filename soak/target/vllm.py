@@ -35,7 +35,7 @@ VRAM_RELEASE_TIMEOUT_S = 60.0
 KILL_WAIT_S = 5.0
 FAILED_START_GRACE_S = 5.0
 LOCAL_HOST = "127.0.0.1"
-WILDCARD_HOSTS = {"0.0.0.0", "::", ""}  # noqa: S104 - names to recognise, not to bind
+WILDCARD_HOSTS = {"0.0.0.0", "::", ""}  # names to recognise, not to bind
 
 NO_VLLM = ("no `vllm` executable found (--vllm-bin not given, none on PATH): install vLLM (pip install "
            "'soak[vllm]') or pass --vllm-bin PATH; or test a server that already runs with --target URL; "

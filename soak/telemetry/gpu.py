@@ -24,7 +24,7 @@ def _guarded(call: Callable[[], Any]) -> Any:
     """The call's result, or None when NVML refuses it (not supported, lost GPU, …) or this pynvml lacks it."""
     try:
         return call()
-    except Exception:  # noqa: BLE001 - pynvml raises NVMLError subclasses and ctypes errors alike
+    except Exception:  # pynvml raises NVMLError subclasses and ctypes errors alike
         return None
 
 
@@ -32,7 +32,7 @@ def _succeeds(call: Callable[[], Any]) -> bool:
     """Whether a call that returns nothing on success went through."""
     try:
         call()
-    except Exception:  # noqa: BLE001 - see _guarded
+    except Exception:  # see _guarded
         return False
     return True
 
@@ -128,7 +128,7 @@ class GpuSampler:
             if nvml is None:
                 import pynvml as nvml
             nvml.nvmlInit()
-        except Exception as exc:  # noqa: BLE001 - any failure to load NVML means "no GPU"
+        except Exception as exc:  # any failure to load NVML means "no GPU"
             self.reason = f"NVML not available: {exc}"
             return
         self._nvml = nvml

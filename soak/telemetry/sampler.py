@@ -105,7 +105,7 @@ class Telemetry:
         def run() -> None:
             try:
                 job()
-            except Exception:  # noqa: BLE001 - a sampler must survive anything a reading throws
+            except Exception:  # a sampler must survive anything a reading throws
                 log.exception("telemetry job %s failed", getattr(job, "__name__", job))
         return run
 

@@ -59,7 +59,7 @@ def test_database_holds_samples_windows_and_events(finished_run):
     out, result = finished_run
     run_id = json.loads(result.stdout)["run_id"]
     db = sqlite3.connect(out / "soak.db")
-    count = lambda sql: db.execute(sql, (run_id,)).fetchone()[0]  # noqa: E731
+    count = lambda sql: db.execute(sql, (run_id,)).fetchone()[0]  # noqa: E731 - a one-line helper for the asserts below
     assert count("select count(*) from process_samples where run_id=? and role='server'") >= 30
     assert count("select count(*) from process_samples where run_id=? and role='client'") >= 30
     assert count("select count(*) from server_samples where run_id=? and scrape_ok=1 and kv_usage is not null") >= 30

@@ -91,7 +91,7 @@ def test_forgotten_windows_free_their_histograms_without_the_cyclic_collector():
         gc.garbage.clear()
         gc.enable()
     assert found == []
-    assert len(windows._cells) <= 2  # noqa: SLF001 - the windows still open
+    assert len(windows._cells) <= 2  # the windows still open
 
 
 def test_decoded_histograms_are_freed_by_reference_counting_and_read_back_exactly():

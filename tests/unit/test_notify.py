@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration" / "schedule"))
-from schedule_helpers import WebhookReceiver  # noqa: E402
+from schedule_helpers import WebhookReceiver
 
-from soak.schedule.notify import notification_payload, notify, summary_text  # noqa: E402
+from soak.schedule.notify import notification_payload, notify, summary_text
 
 pytestmark = pytest.mark.timeout(60)
 

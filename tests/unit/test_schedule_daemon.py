@@ -25,7 +25,7 @@ from soak.schedule import (
 from soak.store import open_database
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration" / "schedule"))
-from schedule_helpers import WebhookReceiver, wait_until  # noqa: E402
+from schedule_helpers import WebhookReceiver, wait_until
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -103,7 +103,7 @@ class RunningDaemon:
     def _serve(self) -> None:
         try:
             self.daemon.run(install_signals=False)
-        except BaseException as exc:  # noqa: BLE001 - surfaced to the test
+        except BaseException as exc:  # surfaced to the test
             self.error = exc
 
     def stop(self, timeout_s: float = 30) -> None:

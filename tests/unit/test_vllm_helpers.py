@@ -98,7 +98,7 @@ def test_a_managed_target_that_never_started_reads_down(tmp_path):
 class StatusHandler(BaseHTTPRequestHandler):
     status = 200
 
-    def do_GET(self):  # noqa: N802
+    def do_GET(self):
         self.send_response(type(self).status)
         self.send_header("Content-Length", "0")
         self.end_headers()

@@ -34,7 +34,7 @@ def _browser_or_skip() -> tuple[str, str]:
     driver = _find(os.environ.get("SOAK_CHROMEDRIVER"), "/usr/bin/chromedriver", shutil.which("chromedriver"))
     missing = [name for name, path in (("chromium", chromium), ("chromium-driver", driver)) if not path]
     try:
-        import selenium  # noqa: F401
+        import selenium  # noqa: F401 - imported only to see that it is installed
     except ImportError:
         missing.append("selenium (pip)")
     if missing:
@@ -45,7 +45,7 @@ def _browser_or_skip() -> tuple[str, str]:
     return chromium, driver
 
 
-def _start_browser(chromium: str, driver_path: str):  # noqa: ANN202 - selenium WebDriver
+def _start_browser(chromium: str, driver_path: str):  # returns a selenium WebDriver
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
@@ -78,7 +78,7 @@ def png_distinct_bytes(png: bytes) -> int:
     return len(set(zlib.decompress(data)))
 
 
-def _network_requests(driver, page_url: str) -> list[str]:  # noqa: ANN001
+def _network_requests(driver, page_url: str) -> list[str]:
     """URLs the page asked for, other than itself and inline data."""
     urls = []
     for entry in driver.get_log("performance"):
@@ -98,7 +98,7 @@ def browser():
     driver.quit()
 
 
-def _load(driver, path: Path) -> str:  # noqa: ANN001
+def _load(driver, path: Path) -> str:
     from selenium.webdriver.support.ui import WebDriverWait
 
     url = path.resolve().as_uri()

@@ -101,7 +101,7 @@ class WebhookReceiver:
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+            def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
                 receiver.requests += 1
                 status = receiver._statuses.pop(0) if receiver._statuses else 200
@@ -127,7 +127,7 @@ class WebhookReceiver:
         self.server.server_close()
 
 
-def _stub_app():  # noqa: ANN202 - Starlette app
+def _stub_app():  # returns a Starlette app
     """/health, /v1/models, /metrics and streaming /v1/chat/completions + /v1/completions with a few tokens."""
     from starlette.applications import Starlette
     from starlette.requests import Request
@@ -152,8 +152,8 @@ def _stub_app():  # noqa: ANN202 - Starlette app
             choice = {"index": 0, "text": text or "", "finish_reason": finish}
         return "data: " + json.dumps({"id": "x", "object": "chunk", "model": model, "choices": [choice]}) + "\n\n"
 
-    def complete(kind: str):  # noqa: ANN202
-        async def endpoint(request: Request):  # noqa: ANN202
+    def complete(kind: str):
+        async def endpoint(request: Request):
             body = await request.json()
             words = ["a", " b", " c", " d"][: max(1, min(int(body.get("max_tokens") or 4), 4))]
             if not body.get("stream"):
@@ -163,7 +163,7 @@ def _stub_app():  # noqa: ANN202 - Starlette app
                                      "finish_reason": "length"}],
                                      "usage": {"prompt_tokens": 4, "completion_tokens": len(words)}})
 
-            async def stream():  # noqa: ANN202
+            async def stream():
                 for word in words:
                     yield chunk(kind, word, None)
                 yield chunk(kind, None, "length")

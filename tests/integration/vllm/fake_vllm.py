@@ -88,7 +88,7 @@ class Handler(BaseHTTPRequestHandler):
 
     protocol_version = "HTTP/1.1"
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+    def do_GET(self) -> None:
         if self.path == "/health":
             self._send(200 if State.healthy() else 503, b"")
         elif self.path == "/v1/models":
@@ -100,7 +100,7 @@ class Handler(BaseHTTPRequestHandler):
         else:
             self._send(404, b"")
 
-    def do_POST(self) -> None:  # noqa: N802
+    def do_POST(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         body = json.loads(self.rfile.read(length) or b"{}")
         message = {"role": "assistant", "content": "ok"}
@@ -118,7 +118,7 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - keep the log quiet
+    def log_message(self, format: str, *args: object) -> None:  # keep the log quiet
         return
 
 

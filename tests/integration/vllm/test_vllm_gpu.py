@@ -64,7 +64,7 @@ def chat(base_url: str, model: str) -> dict:
     body = json.dumps({"model": model, "messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 8})
     request = urllib.request.Request(base_url + "/v1/chat/completions", data=body.encode(),
                                      headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=120) as response:  # noqa: S310 - a local test server
+    with urllib.request.urlopen(request, timeout=120) as response:
         return json.loads(response.read())
 
 
