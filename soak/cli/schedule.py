@@ -5,12 +5,17 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from soak.cli.common import location_options, open_store, print_json
+from soak.errors import ConfigError
+
+if TYPE_CHECKING:
+    from soak.config import RunConfig
 
 
 def resolve_locations(out: str | None, db: str | None) -> tuple[Path, str]:
@@ -38,6 +43,25 @@ def _warn_without_daemon(out_dir: Path) -> None:
     if lock_holder(daemon_lock_path(out_dir)) is None:
         click.echo(f"note: no soak daemon is running for {out_dir}; schedules fire only while `soak daemon` runs "
                    "(see docs/scheduling.md)", err=True)
+
+
+def validate_start_args(args: Sequence[str]) -> RunConfig:
+    """Parse a schedule's start arguments with the real `soak start` parser and resolve the config, running nothing.
+
+    The library cannot import the command line, so `soak schedule add` passes this to add_schedule.
+    """
+    from soak.cli.start import start, start_flags
+    from soak.config import resolve_config
+
+    try:
+        ctx = start.make_context("start", list(args), resilient_parsing=False)
+    except click.exceptions.Exit:
+        raise ConfigError("the start arguments asked for help or the version instead of a run") from None
+    except click.ClickException as exc:
+        raise ConfigError(f"invalid start arguments: {exc.format_message()}") from None
+    options = dict(ctx.params)
+    options.pop("json_output", None)
+    return resolve_config(start_flags(options))
 
 
 @click.group()
@@ -72,7 +96,8 @@ def add(name: str, cron: str, timezone: str | None, notify_env: str | None, misf
     spec = ScheduleSpec(name=name, cron=cron, timezone=timezone or host_timezone_name(),
                         start_args=tuple(start_args), notify_env=notify_env, workdir=os.getcwd())
     out_dir, _ = resolve_locations(out, db)
-    added = add_schedule(open_store(out, db), spec, misfire_grace_s=_duration_s(misfire_grace),
+    added = add_schedule(open_store(out, db), spec, check_start_args=validate_start_args,
+                         misfire_grace_s=_duration_s(misfire_grace),
                          first_fire_at=first_fire_at(_duration_s(first_fire_in)))
     _echo_schedule(added, "added")
     if notify_env and not os.environ.get(notify_env):

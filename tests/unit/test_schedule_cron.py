@@ -8,7 +8,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from soak.errors import ConfigError
-from soak.schedule import cron_trigger, parse_timezone, weekday_names
+from soak.schedule.cron import cron_trigger, parse_timezone, weekday_names
 
 pytestmark = pytest.mark.timeout(30)
 

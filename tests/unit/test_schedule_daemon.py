@@ -11,17 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from soak.cli.schedule import validate_start_args
 from soak.run.locking import hold_run_lock
-from soak.schedule import (
-    TRIGGER_RUN_NOW,
-    Daemon,
-    DaemonSettings,
-    ScheduleSpec,
-    add_schedule,
-    list_events,
-    list_schedules,
-    request_run_now,
-)
+from soak.schedule.daemon import Daemon, DaemonSettings, fire_scheduled
+from soak.schedule.events import TRIGGER_RUN_NOW, list_events
+from soak.schedule.jobs import JOB_FUNC, JobTable, ScheduleSpec, add_schedule, list_schedules, request_run_now
 from soak.store import open_database
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration" / "schedule"))
@@ -220,7 +214,8 @@ def test_on_stop_wait_lets_the_run_finish_and_a_second_stop_ends_it(engine, out,
 
 def test_run_now_requests_reach_the_daemon_and_the_run_shows_in_list(engine, out, fake_start):
     add_schedule(engine, ScheduleSpec(name="nightly", cron="0 3 * * *", timezone="UTC",
-                                      start_args=("--target", "http://127.0.0.1:9", "--duration", "20s")))
+                                      start_args=("--target", "http://127.0.0.1:9", "--duration", "20s")),
+                 check_start_args=validate_start_args)
     daemon_settings = settings(out, fake_start)
     # Replace the (validated) stored arguments' effect: the stand-in reads --mode, defaulting via the spec.
     running = RunningDaemon(engine, daemon_settings)
@@ -238,8 +233,6 @@ def test_run_now_requests_reach_the_daemon_and_the_run_shows_in_list(engine, out
 def add_stand_in_job(engine, mode: str, next_run_time, misfire_grace_s: float = 3600) -> None:
     """A job whose arguments only the stand-in understands (add_schedule would validate them as soak start's)."""
     from apscheduler.triggers.cron import CronTrigger
-
-    from soak.schedule import JobTable
 
     JobTable(engine).add(spec(mode), CronTrigger(hour=3, timezone="UTC"), misfire_grace_s, next_run_time)
 
@@ -295,8 +288,6 @@ def test_summary_json_written_by_the_run_is_what_is_sent(engine, out, fake_start
 
 
 def test_a_fire_due_while_stopping_is_left_for_the_next_daemon(engine, out, fake_start):
-    from soak.schedule import JobTable
-
     running = RunningDaemon(engine, settings(out, fake_start, on_stop="wait"))
     first = threading.Thread(target=running.daemon.fire, args=(spec("hang", name="long"), TRIGGER_RUN_NOW))
     first.start()
@@ -322,3 +313,28 @@ def test_a_database_password_never_reaches_the_command_line(out, fake_start):
     assert env["SOAK_DB"].endswith("s3cret@db/soak") and env["SOAK_SCHEDULE_NAME"] == "nightly"
     plain = Daemon(None, settings(out, fake_start)).start_argv(spec("finish"))
     assert plain[-4:] == ["--out", str(out), "--db", f"sqlite:///{out / 'soak.db'}"]
+
+
+def test_stored_jobs_name_a_function_that_still_resolves():
+    from apscheduler.util import ref_to_obj
+
+    assert JOB_FUNC == "soak.schedule:fire_scheduled"  # existing databases hold this text
+    assert ref_to_obj(JOB_FUNC) is fire_scheduled
+
+
+def test_the_fire_executor_calls_its_own_fire_with_the_job_kwargs():
+    from apscheduler.jobstores.memory import MemoryJobStore
+    from apscheduler.schedulers.background import BackgroundScheduler
+
+    from soak.schedule.executor import FireExecutor
+
+    fired = []
+    scheduler = BackgroundScheduler(jobstores={"default": MemoryJobStore()}, timezone=UTC,
+                                    executors={"default": FireExecutor(lambda **kwargs: fired.append(kwargs), 1)})
+    scheduler.start()
+    try:
+        scheduler.add_job(JOB_FUNC, id="nightly", kwargs={"spec": spec("finish").to_dict()})
+        wait_until(lambda: fired, 10, "the job to fire")
+    finally:
+        scheduler.shutdown(wait=True)
+    assert fired == [{"spec": spec("finish").to_dict()}]

@@ -7,21 +7,19 @@ from datetime import datetime, timedelta
 import pytest
 from sqlalchemy import inspect
 
+from soak.cli.schedule import validate_start_args
 from soak.errors import ConfigError
-from soak.schedule import (
+from soak.schedule.events import list_events, record_event, take_requests
+from soak.schedule.jobs import (
     ScheduleSpec,
     UnknownScheduleError,
     add_schedule,
     get_schedule,
-    list_events,
     list_schedules,
     pause_schedule,
-    record_event,
     remove_schedule,
     request_run_now,
     resume_schedule,
-    take_requests,
-    validate_start_args,
 )
 from soak.store import open_database
 
@@ -45,13 +43,18 @@ def spec(name: str = "weekend", cron: str = "0 20 * * FRI", **overrides) -> Sche
                            **overrides})
 
 
+def add(engine, schedule: ScheduleSpec, **options):
+    """add_schedule as `soak schedule add` calls it: start arguments checked by soak start's own parser."""
+    return add_schedule(engine, schedule, check_start_args=validate_start_args, **options)
+
+
 def test_migration_creates_the_schedule_tables(engine):
     tables = set(inspect(engine).get_table_names())
     assert {"schedule_events", "schedule_requests", "apscheduler_jobs", "runs"} <= tables
 
 
 def test_add_then_list_shows_next_fire_in_the_schedule_zone(engine):
-    added = add_schedule(engine, spec(notify_env="SOAK_TEST_HOOK"))
+    added = add(engine, spec(notify_env="SOAK_TEST_HOOK"))
     assert added["name"] == "weekend" and not added["paused"]
     next_fire = datetime.fromisoformat(added["next_fire_at"])
     assert next_fire.strftime("%A %H:%M") == "Friday 20:00"
@@ -63,16 +66,16 @@ def test_add_then_list_shows_next_fire_in_the_schedule_zone(engine):
 
 
 def test_schedules_survive_reopening_the_database(db_url):
-    add_schedule(open_database(db_url), spec())
+    add(open_database(db_url), spec())
     reopened = open_database(db_url)
     assert [s["name"] for s in list_schedules(reopened)] == ["weekend"]
     assert get_schedule(reopened, "weekend")["next_fire_at"]
 
 
 def test_duplicate_names_are_refused(engine):
-    add_schedule(engine, spec())
+    add(engine, spec())
     with pytest.raises(ConfigError, match="already exists"):
-        add_schedule(engine, spec(cron="0 6 * * 1"))
+        add(engine, spec(cron="0 6 * * 1"))
 
 
 @pytest.mark.parametrize("bad, fragment", [
@@ -90,7 +93,7 @@ def test_duplicate_names_are_refused(engine):
 ])
 def test_invalid_schedules_are_refused_before_anything_is_stored(engine, bad, fragment):
     with pytest.raises(ConfigError) as caught:
-        add_schedule(engine, spec(**bad))
+        add(engine, spec(**bad))
     assert fragment in str(caught.value)
     assert caught.value.exit_code == 2
     assert list_schedules(engine) == []
@@ -103,8 +106,17 @@ def test_start_arguments_are_parsed_by_soak_start_itself():
     assert config.load.rate_rps == 3
 
 
+def test_add_runs_the_given_start_argument_check_after_the_library_checks(engine):
+    checked = []
+    add_schedule(engine, spec(), check_start_args=checked.append)
+    assert checked == [ARGS]
+    with pytest.raises(ConfigError, match="--out is not a start argument"):
+        add_schedule(engine, spec(name="other", start_args=("--out", "x")), check_start_args=checked.append)
+    assert len(checked) == 1
+
+
 def test_pause_and_resume(engine):
-    add_schedule(engine, spec())
+    add(engine, spec())
     paused = pause_schedule(engine, "weekend")
     assert paused["paused"] and paused["next_fire_at"] is None
     assert list_schedules(engine)[0]["paused"]
@@ -122,7 +134,7 @@ def test_unknown_names_are_exit_2(engine, tmp_path):
 
 
 def test_run_now_queues_one_request_the_daemon_takes_once(engine, tmp_path):
-    add_schedule(engine, spec())
+    add(engine, spec())
     pause_schedule(engine, "weekend")  # run-now works for paused schedules too
     request = request_run_now(engine, "weekend", tmp_path)
     assert request["daemon_pid"] is None
@@ -132,7 +144,7 @@ def test_run_now_queues_one_request_the_daemon_takes_once(engine, tmp_path):
 
 
 def test_remove_drops_the_job_and_pending_requests_but_keeps_history(engine, tmp_path):
-    add_schedule(engine, spec())
+    add(engine, spec())
     request_run_now(engine, "weekend", tmp_path)
     record_event(engine, "weekend", "skipped", "test")
     remove_schedule(engine, "weekend")
@@ -143,7 +155,7 @@ def test_remove_drops_the_job_and_pending_requests_but_keeps_history(engine, tmp
 
 def test_first_fire_override(engine):
     soon = datetime.now().astimezone() + timedelta(seconds=30)
-    added = add_schedule(engine, spec(cron="0 0 1 1 *"), first_fire_at=soon)
+    added = add(engine, spec(cron="0 0 1 1 *"), first_fire_at=soon)
     assert abs((datetime.fromisoformat(added["next_fire_at"]) - soon).total_seconds()) < 1
 
 

@@ -1,0 +1,81 @@
+"""What the daemon did and what it was asked: rows of `schedule_events` and `schedule_requests`.
+
+Every fire leaves events (started, finished, failed, skipped, missed, notified…); `soak schedule run-now`
+leaves a request that the daemon claims on its next poll.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from sqlalchemy import Engine, select, update
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import Session
+
+from soak.errors import StorageError
+from soak.schedule.clock import iso, utc_now
+from soak.store.schedule_models import ScheduleEvent, ScheduleRequest
+
+log = logging.getLogger("soak.schedule")
+
+# What started a fire, as the events' `trigger` column says it.
+TRIGGER_CRON, TRIGGER_RUN_NOW = "cron", "run-now"
+
+
+@contextmanager
+def writing(engine: Engine) -> Iterator[Session]:
+    """A short write transaction; database errors become StorageError."""
+    try:
+        with Session(engine) as session, session.begin():
+            yield session
+    except SQLAlchemyError as exc:
+        raise StorageError(f"cannot write the database: {getattr(exc, 'orig', None) or exc}") from None
+
+
+def record_event(engine: Engine, name: str, kind: str, message: str = "", **fields: Any) -> None:
+    """Append one row to `schedule_events` and say it in the daemon's log."""
+    log.info("%s: %s%s", name, kind, f" — {message}" if message else "")
+    with writing(engine) as session:
+        session.add(ScheduleEvent(schedule_name=name, at=iso(utc_now()), kind=kind, message=message, **fields))
+
+
+def list_events(engine: Engine, name: str | None = None, limit: int = 50) -> list[dict[str, Any]]:
+    """Events, newest first, of one schedule or of all."""
+    from soak.store.queries import reading, row_to_dict
+
+    query = select(ScheduleEvent).order_by(ScheduleEvent.id.desc()).limit(limit)
+    if name is not None:
+        query = query.where(ScheduleEvent.schedule_name == name)
+    with reading(engine) as rows:
+        return [row_to_dict(event) for event in rows(query)]
+
+
+def add_request(engine: Engine, name: str) -> int:
+    """Queue a run-now request for schedule `name`; returns its id."""
+    with writing(engine) as session:
+        request = ScheduleRequest(schedule_name=name, requested_at=iso(utc_now()))
+        session.add(request)
+        session.flush()
+        return request.id
+
+
+def cancel_requests(engine: Engine, name: str) -> None:
+    """Mark the pending requests of schedule `name` handled, so no daemon fires them."""
+    with writing(engine) as session:
+        session.execute(update(ScheduleRequest).where(ScheduleRequest.schedule_name == name,
+                                                      ScheduleRequest.handled_at.is_(None))
+                        .values(handled_at=iso(utc_now())))
+
+
+def take_requests(engine: Engine) -> list[dict[str, Any]]:
+    """Claim every pending run-now request (marking it handled) and return them, oldest first."""
+    now = iso(utc_now())
+    with writing(engine) as session:
+        pending = list(session.scalars(select(ScheduleRequest).where(ScheduleRequest.handled_at.is_(None))
+                                       .order_by(ScheduleRequest.id)))
+        for request in pending:
+            request.handled_at = now
+        return [{"id": r.id, "schedule_name": r.schedule_name, "requested_at": r.requested_at} for r in pending]
