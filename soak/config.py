@@ -1,20 +1,21 @@
 """The typed configuration of a run, resolved once from flags > SOAK_* environment > TOML file > defaults.
 
 Users write flat keys named like the CLI flags (`rate = 5`, `sample-every = "5s"`, `scenario = ["chat_short:3"]`)
-plus optional `[[phase]]` tables; `resolve_config` maps them onto the nested, unit-explicit models below, which
-every stage receives read-only.
+plus optional `[[phase]]` tables; the table in `soak.settings` says which field of the nested, unit-explicit
+models below each key fills, and `resolve_config` builds them; every stage receives them read-only.
 """
 
 from __future__ import annotations
 
-import os
-import tomllib
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from soak.errors import ConfigError
+from soak.locations import Locations
+from soak.settings import SETTINGS_BY_FIELD, SETTINGS_BY_KEY, Layers, read_layers
 from soak.units import parse_duration
 
 WARMUP_FRACTION = 0.05
@@ -23,7 +24,6 @@ WINDOWS_PER_RUN = 48
 WINDOW_MIN_S, WINDOW_MAX_S = 5.0, 1800.0
 PROBE_EVERY_MIN_S, PROBE_EVERY_MAX_S = 60.0, 3600.0
 PROBE_HOLD_S, PROBE_DRAIN_S = 30.0, 60.0
-DEFAULT_OUT = "./soak-runs"
 
 
 class _Model(BaseModel):
@@ -31,7 +31,10 @@ class _Model(BaseModel):
 
 
 def _duration_field(value: Any) -> Any:
-    return None if value is None else parse_duration(value)
+    try:
+        return None if value is None else parse_duration(value)
+    except ConfigError as exc:  # a ValueError lets pydantic say which setting it was
+        raise ValueError(str(exc)) from None
 
 
 class ScenarioSpec(_Model):
@@ -62,6 +65,20 @@ class PhaseSpec(_Model):
     burst_s: float = Field(default=30.0, gt=0)
 
     _durations = field_validator("duration_s", "period_s", "burst_s", mode="before")(_duration_field)
+
+    @classmethod
+    def fields_from_text(cls, text: str) -> dict[str, str]:
+        """The fields of `ramp to_rate_rps=8 duration_s=30m`, the --phase form of a [[phase]] table."""
+        if not text.split():
+            raise ValueError("a phase needs a kind: steady, ramp, wave or burst")
+        kind, *pairs = text.split()
+        fields = {"kind": kind}
+        for pair in pairs:
+            name, sep, value = pair.partition("=")
+            if not sep or not value:
+                raise ValueError(f"phase {text!r}: {pair!r} is not FIELD=VALUE")
+            fields[name.replace("-", "_")] = value
+        return fields
 
 
 class TargetSettings(_Model):
@@ -131,15 +148,20 @@ class LoadSettings(_Model):
         items = [value] if isinstance(value, str) else list(value)
         return tuple(ScenarioSpec.parse(v) if isinstance(v, str) else v for v in items)
 
+    @field_validator("phases", mode="before")
+    @classmethod
+    def _parse_phases(cls, value: Any) -> Any:
+        items = [value] if isinstance(value, (str, dict)) else list(value)
+        return tuple(PhaseSpec.fields_from_text(v) if isinstance(v, str) else v for v in items)
+
 
 class TelemetrySettings(_Model):
     """How often to sample, and what extra to scrape."""
 
     sample_every_s: float = Field(default=5.0, gt=0)
     flush_every_s: float = Field(default=5.0, gt=0, le=5.0)
-    canary_every_s: float | None = None
 
-    _durations = field_validator("sample_every_s", "flush_every_s", "canary_every_s", mode="before")(_duration_field)
+    _durations = field_validator("sample_every_s", "flush_every_s", mode="before")(_duration_field)
 
 
 class RunConfig(_Model):
@@ -190,61 +212,8 @@ class RunConfig(_Model):
         return min(PROBE_DRAIN_S, max(self.window_s, 10.0))
 
 
-# Flat user keys (flag names, dashes or underscores) → (section, field). Sections: "" is RunConfig itself.
-FLAT_KEYS: dict[str, tuple[str, str]] = {
-    "duration": ("", "duration_s"), "warmup": ("", "warmup_s"), "window": ("", "window_s"),
-    "out": ("", "out_dir"), "db": ("", "db_url"), "gates": ("", "gates_file"), "baseline": ("", "baseline"),
-    "json": ("", "json_output"), "keep_requests": ("", "keep_requests"), "notify_env": ("", "notify_env"),
-    "target": ("target", "url"), "model": ("target", "model"), "served_model": ("target", "served_model"),
-    "vllm_bin": ("target", "vllm_bin"), "serve_arg": ("target", "serve_args"),
-    "reference_fault": ("target", "reference_faults"), "reference_arg": ("target", "reference_args"),
-    "time_scale": ("target", "time_scale"), "reference_seed": ("target", "reference_seed"),
-    "device": ("target", "device"), "server_pid": ("target", "server_pids"),
-    "metrics_url": ("target", "metrics_urls"), "restart": ("target", "restart"),
-    "max_restarts": ("target", "max_restarts"), "startup_timeout": ("target", "startup_timeout_s"),
-    "api_key_env": ("target", "api_key_env"),
-    "rate": ("load", "rate_rps"), "burstiness": ("load", "burstiness"),
-    "max_concurrency": ("load", "max_concurrency"), "scenario": ("load", "scenarios"),
-    "phase": ("load", "phases"), "idle_probe_every": ("load", "idle_probe_every_s"),
-    "idle_probe_for": ("load", "idle_probe_for_s"), "drain_timeout": ("load", "drain_timeout_s"),
-    "no_idle_probes": ("load", "no_idle_probes"), "seed": ("load", "seed"), "dataset": ("load", "dataset"),
-    "workers": ("load", "workers"), "request_timeout": ("load", "request_timeout_s"),
-    "sample_every": ("telemetry", "sample_every_s"), "canary_every": ("telemetry", "canary_every_s"),
-}
-_DURATION_KEYS = {"duration", "warmup", "window"}
-_LIST_KEYS = {"serve_arg", "reference_fault", "reference_arg", "server_pid", "metrics_url", "scenario"}
-
-
-def _normalise_key(key: str) -> str:
-    return key.strip().lower().replace("-", "_")
-
-
-def read_config_file(path: Path) -> dict[str, Any]:
-    """Read a TOML config file of flat keys; a missing or malformed file is a ConfigError."""
-    try:
-        with open(path, "rb") as handle:
-            data = tomllib.load(handle)
-    except FileNotFoundError:
-        raise ConfigError(f"config file {path} does not exist") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
-    return {_normalise_key(k): v for k, v in data.items()}
-
-
-def read_environment(environ: dict[str, str] | None = None) -> dict[str, Any]:
-    """Collect `SOAK_<KEY>` variables for known flat keys (lists split on commas)."""
-    environ = os.environ if environ is None else environ
-    found: dict[str, Any] = {}
-    for key in FLAT_KEYS:
-        value = environ.get("SOAK_" + key.upper())
-        if value is None or value == "":
-            continue
-        found[key] = [part.strip() for part in value.split(",") if part.strip()] if key in _LIST_KEYS else value
-    return found
-
-
 def default_warmup_s(duration_s: float) -> float:
-    """5 % of the run within [30 s, 60 min], never more than half the run."""
+    """5% of the run within [30 s, 60 min], never more than half the run."""
     warmup_s = min(max(duration_s * WARMUP_FRACTION, WARMUP_MIN_S), WARMUP_MAX_S)
     return min(warmup_s, duration_s / 2)
 
@@ -254,65 +223,66 @@ def default_window_s(duration_s: float, warmup_s: float) -> float:
     return min(max((duration_s - warmup_s) / WINDOWS_PER_RUN, WINDOW_MIN_S), WINDOW_MAX_S)
 
 
-def merge_layers(*layers: dict[str, Any]) -> dict[str, Any]:
-    """Merge flat key dicts, later layers winning; keys are normalised and checked."""
-    merged: dict[str, Any] = {}
-    for layer in layers:
-        for key, value in layer.items():
-            name = _normalise_key(key)
-            if name not in FLAT_KEYS and name != "config":
-                raise ConfigError(f"unknown setting {key!r}")
-            if value is not None:
-                merged[name] = value
-    merged.pop("config", None)
-    return merged
-
-
-def resolve_paths(flat: dict[str, Any]) -> tuple[Path, str]:
-    """Output folder and database URL, the same way for every command (DESIGN §6)."""
-    out_dir = Path(flat.get("out") or DEFAULT_OUT).expanduser().resolve()
-    db_url = flat.get("db") or f"sqlite:///{out_dir / 'soak.db'}"
-    return out_dir, db_url
-
-
 def _nest(flat: dict[str, Any]) -> dict[str, Any]:
+    """Flat keys onto the nested fields the table names."""
     nested: dict[str, Any] = {"target": {}, "load": {}, "telemetry": {}}
     for key, value in flat.items():
-        section, field = FLAT_KEYS[key]
-        if key in _LIST_KEYS and isinstance(value, (str, int)):
+        setting = SETTINGS_BY_KEY[key]
+        if setting.multiple and isinstance(value, (str, int, dict)):
             value = [value]
+        section, _, field = setting.field.rpartition(".")
         (nested[section] if section else nested)[field] = value
     return nested
 
 
-def _resolve_spans(nested: dict[str, Any]) -> None:
-    if "duration_s" not in nested:
-        raise ConfigError("no duration: give --duration, --hours or --minutes")
-    for key in ("duration_s", "warmup_s", "window_s"):
-        if key in nested:
-            nested[key] = parse_duration(nested[key])
-    nested.setdefault("warmup_s", default_warmup_s(nested["duration_s"]))
-    nested.setdefault("window_s", default_window_s(nested["duration_s"], nested["warmup_s"]))
+def _span_s(key: str, layers: Layers) -> float | None:
+    value = layers.value(key)
+    try:
+        return None if value is None else parse_duration(value)
+    except ConfigError as exc:
+        raise ConfigError(f"invalid setting {key} ({layers.origin(key)}): {exc}") from None
 
 
-def resolve_config(flags: dict[str, Any], environ: dict[str, str] | None = None) -> RunConfig:
-    """Build the RunConfig from flag values (None = not given), SOAK_* environment and an optional file."""
-    config_path = flags.get("config") or (environ or os.environ).get("SOAK_CONFIG")
-    file_layer = read_config_file(Path(config_path)) if config_path else {}
-    flat = merge_layers(file_layer, read_environment(environ), flags)
-    out_dir, db_url = resolve_paths(flat)
-    flat["out"], flat["db"] = str(out_dir), db_url
+def _resolve_spans(nested: dict[str, Any], layers: Layers) -> None:
+    """Run length, warm-up and window in seconds, the latter two defaulting from the run length."""
+    duration_s = _span_s("duration", layers)
+    if duration_s is None:
+        raise ConfigError("no duration: give --duration, --hours or --minutes (or duration in the config file)")
+    warmup_s = _span_s("warmup", layers)
+    warmup_s = default_warmup_s(duration_s) if warmup_s is None else warmup_s
+    window_s = _span_s("window", layers)
+    nested["duration_s"], nested["warmup_s"] = duration_s, warmup_s
+    nested["window_s"] = default_window_s(duration_s, warmup_s) if window_s is None else window_s
+
+
+def resolve_config(flags: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> RunConfig:
+    """Build the RunConfig from flag values (None = not given; `config` names a file) and the SOAK_* environment."""
+    layers = read_layers(flags, environ)
+    locations = Locations.from_layers(layers)
+    flat = layers.merged()
+    flat["out"], flat["db"] = str(locations.out_dir), locations.db_url
+    if "reference_seed" not in flat and "seed" in flat:  # one seed drives the prompts and the reference server
+        flat["reference_seed"] = flat["seed"]
     nested = _nest(flat)
-    _resolve_spans(nested)
-    nested["config_file"] = Path(config_path).resolve() if config_path else None
+    _resolve_spans(nested, layers)
+    nested["config_file"] = locations.config_file
     try:
         return RunConfig(**nested)
     except ValidationError as exc:
-        raise ConfigError(describe_validation_error(exc)) from None
+        raise ConfigError(describe_validation_error(exc, layers)) from None
 
 
-def describe_validation_error(exc: ValidationError) -> str:
-    """One line naming the first bad setting and why."""
+def describe_validation_error(exc: ValidationError, layers: Layers | None = None) -> str:
+    """One line naming the first bad setting, where its value came from, and why."""
     error = exc.errors()[0]
-    where = ".".join(str(part) for part in error["loc"]) or "config"
-    return f"invalid setting {where}: {error['msg']}"
+    message = str(error["msg"]).removeprefix("Value error, ")
+    loc = [str(part) for part in error["loc"]]
+    depth = next((n for n in range(len(loc), 0, -1) if ".".join(loc[:n]) in SETTINGS_BY_FIELD), 0)
+    if not depth:
+        return f"invalid {'.'.join(loc) or 'configuration'}: {message}"
+    setting = SETTINGS_BY_FIELD[".".join(loc[:depth])]
+    name = setting.toml_key + "".join(f"[{p}]" if p.isdigit() else f".{p}" for p in loc[depth:])
+    origin = layers.origin(setting.key) if layers else setting.flag
+    given = repr(error["input"])
+    given = given if len(given) <= 60 else given[:57] + "..."
+    return f"invalid setting {name} ({origin}): {message} (got {given})"

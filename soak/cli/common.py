@@ -1,34 +1,77 @@
-"""Pieces every `soak` command shares: location options, opening the store, JSON output, verdict exit codes."""
+"""Pieces every `soak` command shares: options made from the settings table, locations, the store, JSON output."""
 
 from __future__ import annotations
 
+import functools
 import json
-from pathlib import Path
-from typing import Any
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
 
 import click
 
+from soak.settings import CONFIG_ENV, SETTINGS_BY_KEY, Setting
+
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
+
+    from soak.locations import Locations
+
 VERDICT_EXIT = {"PASS": 0, "FAIL": 1, "INCONCLUSIVE": 3, "INVALID": 3}
+CLICK_TYPES: dict[str, Any] = {"int": int, "float": float, "file": click.Path(dir_okay=False),
+                               "folder": click.Path(file_okay=False)}
+CONFIG_HELP = f"TOML file of settings, keys named like the `soak start` options. Env {CONFIG_ENV}."
 
 
-def location_options(command):  # noqa: ANN001, ANN201 - click decorator
-    """--db and --out, resolved the same way by every command."""
-    command = click.option("--db", "db", metavar="URL", help="Database URL (default sqlite:///<out>/soak.db; "
-                           "env SOAK_DB).")(command)
-    return click.option("--out", "out", metavar="DIR", type=click.Path(file_okay=False),
-                        help="Output folder (default ./soak-runs; env SOAK_OUT).")(command)
+def setting_option(setting: Setting, show_env: bool = False) -> Callable:
+    """The click option of one row of the settings table; not given, it is None (or empty) and overrides nothing."""
+    kwargs: dict[str, Any] = {"help": f"{setting.help} Env {setting.env}." if show_env else setting.help,
+                              "metavar": setting.metavar}
+    if setting.kind == "flag":
+        kwargs.update(is_flag=True, default=None)
+    elif setting.kind == "choice":
+        kwargs["type"] = click.Choice(setting.choices)
+    elif setting.kind in CLICK_TYPES:
+        kwargs["type"] = CLICK_TYPES[setting.kind]
+    if setting.multiple:
+        kwargs.update(multiple=True, default=())
+    return click.option(setting.flag, setting.key, **kwargs)
 
 
-def open_store(out: str | None, db: str | None, config: str | None = None):  # noqa: ANN201 - Engine
-    """Open the database the way `soak start` would resolve it."""
-    from soak.config import merge_layers, read_config_file, read_environment, resolve_paths
+def config_option() -> Callable:
+    """--config FILE (else SOAK_CONFIG)."""
+    return click.option("--config", "config", metavar="FILE", type=click.Path(dir_okay=False), help=CONFIG_HELP)
+
+
+def apply_options(command: Callable, options: Iterable[Callable]) -> Callable:
+    """Apply option decorators so that --help lists them in the order given."""
+    for option in reversed(list(options)):
+        command = option(command)
+    return command
+
+
+def location_flags(command: Callable) -> Callable:
+    """--out, --db and --config as plain parameters `out`, `db`, `config`."""
+    return apply_options(command, [setting_option(SETTINGS_BY_KEY["out"], show_env=True),
+                                   setting_option(SETTINGS_BY_KEY["db"], show_env=True), config_option()])
+
+
+def location_options(command: Callable) -> Callable:
+    """--out, --db and --config, resolved into one `locations` argument (soak.locations.Locations)."""
+
+    @functools.wraps(command)
+    def with_locations(*args: Any, out: str | None, db: str | None, config: str | None, **kwargs: Any) -> Any:
+        from soak.locations import resolve_locations
+
+        return command(*args, locations=resolve_locations(out, db, config), **kwargs)
+
+    return location_flags(with_locations)
+
+
+def open_store(locations: Locations) -> Engine:
+    """Open (creating and migrating if need be) the database of `locations`."""
     from soak.store import open_database
 
-    file_layer = read_config_file(Path(config)) if config else {}
-    flat = merge_layers(file_layer, read_environment(), {"out": out, "db": db})
-    _, db_url = resolve_paths(flat)
-    return open_database(db_url)
-
+    return open_database(locations.db_url)
 
 
 def print_json(value: Any) -> None:

@@ -4,26 +4,31 @@ from __future__ import annotations
 
 import click
 
-from soak.cli.common import location_options, print_json
+from soak.cli.common import location_flags, print_json, setting_option
 from soak.errors import EXIT_PASS, EXIT_USAGE
+from soak.settings import SETTINGS_BY_KEY
 
 MARKS = {"ok": "ok  ", "warn": "WARN", "fail": "FAIL"}
 
 
 @click.command()
-@location_options
-@click.option("--vllm-bin", "vllm_bin", metavar="PATH", help="The vLLM executable to check (default: `vllm` on "
-              "PATH; env SOAK_VLLM_BIN).")
+@location_flags
+@setting_option(SETTINGS_BY_KEY["vllm_bin"], show_env=True)
 @click.option("--json", "as_json", is_flag=True, help="Print the checks as JSON on stdout.")
 @click.pass_context
-def doctor(ctx: click.Context, out: str | None, db: str | None, vllm_bin: str | None, as_json: bool) -> None:
+def doctor(ctx: click.Context, out: str | None, db: str | None, config: str | None, vllm_bin: str | None,
+           as_json: bool) -> None:
     """Check GPU/NVML, vLLM, torch, Chromium, the database and disk, and say what `soak start` would run here.
 
+    It reads the settings `soak start` would (flags, SOAK_*, the --config file) and creates nothing.
     Exits 0 when soak can run here (warnings included) and 2 when nothing can.
     """
+    from soak.locations import Locations
     from soak.run.doctor import run_checks, usable
+    from soak.settings import read_layers
 
-    checks = run_checks(out=out, db=db, vllm_bin=vllm_bin)
+    layers = read_layers({"out": out, "db": db, "config": config, "vllm_bin": vllm_bin})
+    checks = run_checks(locations=Locations.from_layers(layers), vllm_bin=layers.value("vllm_bin"))
     ok = usable(checks)
     if as_json:
         print_json({"usable": ok, "checks": [check.as_dict() for check in checks]})

@@ -5,13 +5,17 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from soak.cli.common import VERDICT_EXIT, location_options, open_store, print_json
 from soak.errors import UnknownRunError
 from soak.units import format_duration
+
+if TYPE_CHECKING:
+    from soak.contracts import Summary
+    from soak.locations import Locations
 
 
 def _table(title: str, columns: list[str], rows: list[list[Any]]) -> None:
@@ -30,11 +34,11 @@ def _table(title: str, columns: list[str], rows: list[list[Any]]) -> None:
 @location_options
 @click.option("--limit", type=int, default=50, show_default=True, help="Show at most this many runs.")
 @click.option("--json", "json_output", is_flag=True, help="Print the runs as JSON.")
-def runs(out: str | None, db: str | None, limit: int, json_output: bool) -> None:
+def runs(locations: Locations, limit: int, json_output: bool) -> None:
     """List runs, newest first, with status and verdict."""
     from soak.store.queries import list_runs
 
-    found = list_runs(open_store(out, db), limit=limit)
+    found = list_runs(open_store(locations), limit=limit)
     if json_output:
         print_json([{k: r[k] for k in ("id", "status", "verdict", "started_at", "ended_at", "duration_s",
                                        "target_kind", "model", "schedule_name", "out_dir")} for r in found])
@@ -57,16 +61,16 @@ def _resolve_run_id(engine, run_id: str | None) -> str:  # engine: a SQLAlchemy 
 @click.argument("run_id", required=False)
 @location_options
 @click.option("--json", "json_output", is_flag=True, help="Print the progress as JSON.")
-def status(run_id: str | None, out: str | None, db: str | None, json_output: bool) -> None:
+def status(run_id: str | None, locations: Locations, json_output: bool) -> None:
     """Show a run's progress from the database (default: the newest run)."""
-    from soak.run.progress import read_progress
+    from soak.run.progress import read_progress, status_lines
 
-    engine = open_store(out, db)
+    engine = open_store(locations)
     progress = read_progress(engine, _resolve_run_id(engine, run_id))
     if json_output:
-        print_json(progress)
+        print_json(progress.model_dump(mode="json"))
         return
-    for key, value in progress.items():
+    for key, value in status_lines(progress):
         click.echo(f"{key:>18}: {value}")
 
 
@@ -77,10 +81,10 @@ def status(run_id: str | None, out: str | None, db: str | None, json_output: boo
 @click.option("--gates", metavar="FILE", type=click.Path(dir_okay=False), help="Gates file (TOML).")
 @click.option("--junit", metavar="FILE", type=click.Path(dir_okay=False), help="Also write JUnit XML, a case per check.")
 @click.option("--json", "json_output", is_flag=True, help="Print summary.json to stdout.")
-def report(run_id: str, out: str | None, db: str | None, baseline: str | None, gates: str | None,
-           junit: str | None, json_output: bool) -> None:
+def report(run_id: str, locations: Locations, baseline: str | None, gates: str | None, junit: str | None,
+           json_output: bool) -> None:
     """Rebuild a run's report.html and summary.json from the database alone."""
-    summary = _finalise(run_id, out, db, baseline, gates, close=False)
+    summary = _finalise(run_id, locations, baseline, gates, close=False)
     _emit(summary, junit, json_output, exit_with_verdict=False)
 
 
@@ -89,18 +93,18 @@ def report(run_id: str, out: str | None, db: str | None, baseline: str | None, g
 @location_options
 @click.option("--gates", metavar="FILE", type=click.Path(dir_okay=False), help="Gates file (TOML).")
 @click.option("--json", "json_output", is_flag=True, help="Print summary.json to stdout.")
-def close(run_id: str, out: str | None, db: str | None, gates: str | None, json_output: bool) -> None:
+def close(run_id: str, locations: Locations, gates: str | None, json_output: bool) -> None:
     """Finalise an aborted run (analysis and report on what was collected); ends its left-behind server."""
-    summary = _finalise(run_id, out, db, None, gates, close=True)
+    summary = _finalise(run_id, locations, None, gates, close=True)
     _emit(summary, None, json_output, exit_with_verdict=True)
 
 
-def _finalise(run_id: str, out: str | None, db: str | None, baseline: str | None, gates: str | None,
-              close: bool) -> dict[str, Any]:
+def _finalise(run_id: str, locations: Locations, baseline: str | None, gates: str | None,
+              close: bool) -> Summary:
     from soak.run.finalise import finalise_run
     from soak.store.queries import get_run
 
-    engine = open_store(out, db)
+    engine = open_store(locations)
     run = get_run(engine, run_id)
     if close:
         from soak.run.close import close_run
@@ -113,17 +117,17 @@ def _finalise(run_id: str, out: str | None, db: str | None, baseline: str | None
                         baseline=baseline)
 
 
-def _emit(summary: dict[str, Any], junit: str | None, json_output: bool, exit_with_verdict: bool) -> None:
+def _emit(summary: Summary, junit: str | None, json_output: bool, exit_with_verdict: bool) -> None:
     if junit:
         from soak.run.junit import write_junit
 
         write_junit(summary, Path(junit))
-    click.echo(f"verdict: {summary['verdict']} — {summary.get('verdict_reason', '')}", err=True)
-    click.echo(f"report: {summary['report_html']}", err=True)
+    click.echo(f"verdict: {summary.verdict} — {summary.verdict_reason}", err=True)
+    click.echo(f"report: {summary.report_html}", err=True)
     if json_output:
-        print_json(summary)
+        print_json(summary.to_json_dict())
     if exit_with_verdict:
-        sys.exit(VERDICT_EXIT.get(summary["verdict"], 3))
+        sys.exit(VERDICT_EXIT.get(summary.verdict, 3))
 
 
 @click.command()
@@ -132,12 +136,12 @@ def _emit(summary: dict[str, Any], junit: str | None, json_output: bool, exit_wi
 @location_options
 @click.option("--gates", metavar="FILE", type=click.Path(dir_okay=False), help="Gates file with tolerances.")
 @click.option("--json", "json_output", is_flag=True, help="Print the comparison as JSON.")
-def compare(run_a: str, run_b: str, out: str | None, db: str | None, gates: str | None, json_output: bool) -> None:
+def compare(run_a: str, run_b: str, locations: Locations, gates: str | None, json_output: bool) -> None:
     """Compare run B against baseline run A: each key metric's delta, marked regressed/improved/within noise."""
     from soak.analysis import compare_baseline, load_gates
     from soak.store.queries import get_run
 
-    engine = open_store(out, db)
+    engine = open_store(locations)
     summaries = []
     for run_id in (run_a, run_b):
         run = get_run(engine, run_id)

@@ -16,13 +16,7 @@ from soak.errors import ConfigError
 
 if TYPE_CHECKING:
     from soak.config import RunConfig
-
-
-def resolve_locations(out: str | None, db: str | None) -> tuple[Path, str]:
-    """Output folder and database URL, resolved exactly as open_store resolves them."""
-    from soak.config import merge_layers, read_environment, resolve_paths
-
-    return resolve_paths(merge_layers(read_environment(), {"out": out, "db": db}))
+    from soak.locations import Locations
 
 
 def _duration_s(text: str | None) -> float | None:
@@ -83,8 +77,7 @@ def schedule() -> None:
 @click.option("--json", "json_output", is_flag=True, help="Print the schedule as JSON.")
 @click.argument("start_args", nargs=-1, type=click.UNPROCESSED)
 def add(name: str, cron: str, timezone: str | None, notify_env: str | None, misfire_grace: str,
-        first_fire_in: str | None, out: str | None, db: str | None, json_output: bool,
-        start_args: tuple[str, ...]) -> None:
+        first_fire_in: str | None, locations: Locations, json_output: bool, start_args: tuple[str, ...]) -> None:
     """Add schedule NAME running `soak start START_ARGS…` (put them after --).
 
     \b
@@ -95,14 +88,13 @@ def add(name: str, cron: str, timezone: str | None, notify_env: str | None, misf
 
     spec = ScheduleSpec(name=name, cron=cron, timezone=timezone or host_timezone_name(),
                         start_args=tuple(start_args), notify_env=notify_env, workdir=os.getcwd())
-    out_dir, _ = resolve_locations(out, db)
-    added = add_schedule(open_store(out, db), spec, check_start_args=validate_start_args,
+    added = add_schedule(open_store(locations), spec, check_start_args=validate_start_args,
                          misfire_grace_s=_duration_s(misfire_grace),
                          first_fire_at=first_fire_at(_duration_s(first_fire_in)))
     _echo_schedule(added, "added")
     if notify_env and not os.environ.get(notify_env):
         click.echo(f"note: ${notify_env} is not set here; the daemon reads it from its own environment", err=True)
-    _warn_without_daemon(out_dir)
+    _warn_without_daemon(locations.out_dir)
     if json_output:
         print_json(added)
 
@@ -127,11 +119,11 @@ def _last_run_text(schedule: dict[str, Any]) -> str | None:
 @schedule.command(name="list")
 @location_options
 @click.option("--json", "json_output", is_flag=True, help="Print the schedules as JSON.")
-def list_(out: str | None, db: str | None, json_output: bool) -> None:
+def list_(locations: Locations, json_output: bool) -> None:
     """List schedules: cron, next fire time, last run and its verdict, last daemon event."""
     from soak.schedule import list_schedules
 
-    found = list_schedules(open_store(out, db))
+    found = list_schedules(open_store(locations))
     if json_output:
         print_json(found)
         return
@@ -144,43 +136,43 @@ def list_(out: str | None, db: str | None, json_output: bool) -> None:
 @schedule.command()
 @click.argument("name")
 @location_options
-def remove(name: str, out: str | None, db: str | None) -> None:
+def remove(name: str, locations: Locations) -> None:
     """Remove schedule NAME (a run in progress continues; its history stays)."""
     from soak.schedule import remove_schedule
 
-    remove_schedule(open_store(out, db), name)
+    remove_schedule(open_store(locations), name)
     click.echo(f"removed schedule {name}", err=True)
 
 
 @schedule.command()
 @click.argument("name")
 @location_options
-def pause(name: str, out: str | None, db: str | None) -> None:
+def pause(name: str, locations: Locations) -> None:
     """Stop firing schedule NAME until resumed."""
     from soak.schedule import pause_schedule
 
-    _echo_schedule(pause_schedule(open_store(out, db), name), "paused")
+    _echo_schedule(pause_schedule(open_store(locations), name), "paused")
 
 
 @schedule.command()
 @click.argument("name")
 @location_options
-def resume(name: str, out: str | None, db: str | None) -> None:
+def resume(name: str, locations: Locations) -> None:
     """Fire schedule NAME again from its next cron time."""
     from soak.schedule import resume_schedule
 
-    _echo_schedule(resume_schedule(open_store(out, db), name), "resumed")
+    _echo_schedule(resume_schedule(open_store(locations), name), "resumed")
 
 
 @schedule.command(name="run-now")
 @click.argument("name")
 @location_options
-def run_now(name: str, out: str | None, db: str | None) -> None:
+def run_now(name: str, locations: Locations) -> None:
     """Ask the daemon to fire schedule NAME now (same rules: one run at a time, lock respected)."""
     from soak.schedule import request_run_now
 
-    out_dir, _ = resolve_locations(out, db)
-    request = request_run_now(open_store(out, db), name, out_dir)
+    out_dir = locations.out_dir
+    request = request_run_now(open_store(locations), name, out_dir)
     if request["daemon_pid"] is None:
         click.echo(f"queued run of {name}; no soak daemon is running for {out_dir}: it starts when one does "
                    "(within the misfire grace time)", err=True)
@@ -193,11 +185,11 @@ def run_now(name: str, out: str | None, db: str | None) -> None:
 @location_options
 @click.option("--limit", type=int, default=50, show_default=True, help="Show at most this many events.")
 @click.option("--json", "json_output", is_flag=True, help="Print the events as JSON.")
-def events(name: str | None, out: str | None, db: str | None, limit: int, json_output: bool) -> None:
+def events(name: str | None, locations: Locations, limit: int, json_output: bool) -> None:
     """What the daemon did with each fire (started, finished, skipped, missed, notified), newest first."""
     from soak.schedule import list_events
 
-    found = list_events(open_store(out, db), name, limit=limit)
+    found = list_events(open_store(locations), name, limit=limit)
     if json_output:
         print_json(found)
         return
@@ -214,7 +206,7 @@ def events(name: str | None, out: str | None, db: str | None, limit: int, json_o
               help="With --on-stop stop: how long a run may take to stop and write its report before SIGKILL.")
 @click.option("--poll-every", metavar="D", default="5s", show_default=True,
               help="How often to pick up schedules changed by other commands and run-now requests.")
-def daemon(out: str | None, db: str | None, on_stop: str, stop_timeout: str, poll_every: str) -> None:
+def daemon(locations: Locations, on_stop: str, stop_timeout: str, poll_every: str) -> None:
     """Fire the schedules of this database until SIGTERM (run it under systemd: docs/deploy/)."""
     from soak.schedule import DaemonSettings, run_daemon
 
@@ -222,7 +214,6 @@ def daemon(out: str | None, db: str | None, on_stop: str, stop_timeout: str, pol
                         format="%(asctime)s soak daemon: %(message)s", datefmt="%Y-%m-%dT%H:%M:%S%z")
     for noisy in ("apscheduler", "alembic"):  # soak's own lines say what happened
         logging.getLogger(noisy).setLevel(logging.WARNING)
-    out_dir, db_url = resolve_locations(out, db)
-    settings = DaemonSettings(out_dir=out_dir, db_url=db_url, on_stop=on_stop,
+    settings = DaemonSettings(out_dir=locations.out_dir, db_url=locations.db_url, on_stop=on_stop,
                               stop_timeout_s=_duration_s(stop_timeout), poll_s=_duration_s(poll_every))
-    run_daemon(open_store(out, db), settings)
+    run_daemon(open_store(locations), settings)

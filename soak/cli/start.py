@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 import click
 
-from soak.cli.common import VERDICT_EXIT, location_options, print_json
+from soak.cli.common import VERDICT_EXIT, apply_options, config_option, print_json, setting_option
 from soak.errors import ConfigError
+from soak.settings import LENGTH, LOCATIONS, SETTINGS, SETTINGS_BY_KEY
 from soak.units import format_duration, parse_duration
 
-MULTI = {"multiple": True, "default": ()}
+# --hours and --minutes are other spellings of --duration; --config names the file; neither is a setting itself.
+EXTRA_SECTIONS = {"hours": LENGTH, "minutes": LENGTH, "config": LOCATIONS}
 
 
 def _duration_flag(hours: float | None, minutes: float | None, duration: str | None) -> str | None:
@@ -37,8 +41,6 @@ def start_flags(options: dict[str, Any]) -> dict[str, Any]:
     duration = _duration_flag(options.get("hours"), options.get("minutes"), options.get("duration"))
     if duration is not None:
         flags["duration"] = duration
-    if "seed" in flags:  # one seed drives both the prompts and the reference server
-        flags["reference_seed"] = flags["seed"]
     return {key: list(value) if isinstance(value, tuple) else value for key, value in flags.items()}
 
 
@@ -97,62 +99,69 @@ def print_verdict(summary: dict[str, Any]) -> None:
     click.echo(f"report: {summary['report_html']}", err=True)
 
 
-@click.command()
-@click.option("--duration", metavar="D", help="Run length (90s, 5m, 24h, 1h30m); includes warm-up and probes.")
-@click.option("--hours", type=float, help="Run length in hours.")
-@click.option("--minutes", type=float, help="Run length in minutes.")
-@click.option("--target", metavar="URL", help="Base URL of a running OpenAI-compatible server (no /v1).")
-@click.option("--model", metavar="NAME", help="Start embedded vLLM serving NAME (needs `vllm` on PATH).")
-@click.option("--served-model", metavar="NAME", help="Model name to send (default: the only one listed).")
-@click.option("--vllm-bin", metavar="PATH", help="The vllm executable to run (default: from PATH).")
-@click.option("--serve-arg", metavar="ARG", **MULTI, help="Extra argument for `vllm serve` (repeatable).")
-@click.option("--scenario", metavar="NAME[:W]|PATH", **MULTI, help="Scenario and weight (repeatable).")
-@click.option("--rate", metavar="RPS", type=float, help="Target request rate (open-loop arrivals).")
-@click.option("--burstiness", type=float, help="Gamma arrivals with this burstiness (default Poisson).")
-@click.option("--max-concurrency", type=int, metavar="N", help="Cap on requests in flight (queue time recorded).")
-@click.option("--warmup", metavar="D", help="Warm-up excluded from verdicts (default 5 %% of the run, 30s–60m).")
-@click.option("--window", metavar="D", help="Analysis window (default (run − warm-up)/48, 5s–30m).")
-@click.option("--sample-every", metavar="D", help="Telemetry sampling interval (default 5s).")
-@click.option("--idle-probe-every", metavar="D", help="Idle probe interval (default run/6, 1m–60m).")
-@click.option("--idle-probe-for", metavar="D", help="Hold after an idle probe's drain (default 30s).")
-@click.option("--no-idle-probes", is_flag=True, default=None, help="Never pause arrivals for idle probes.")
-@click.option("--server-pid", type=int, metavar="PID", **MULTI, help="Extra server process to sample (repeatable).")
-@click.option("--metrics-url", metavar="URL", **MULTI, help="Extra Prometheus endpoint to scrape (repeatable).")
-@click.option("--workers", type=int, metavar="N", help="Locust worker processes (default 0: in-process).")
-@click.option("--dataset", metavar="FILE", type=click.Path(dir_okay=False), help="ShareGPT JSON/JSONL prompts.")
-@click.option("--seed", type=int, help="Seed of prompts, arrivals and the reference server (default 0).")
-@click.option("--reference-fault", metavar="NAME[=VALUE]", **MULTI,
-              help="Plant a fault in the reference server (repeatable; see docs/refserver.md).")
-@click.option("--time-scale", type=float, help="Reference server model-time compression (default 1).")
-@click.option("--device", type=click.Choice(["cpu", "cuda"]), help="Reference server device (default cpu).")
-@click.option("--restart", type=click.Choice(["never", "on-crash"]), help="Restart policy for a managed server.")
-@click.option("--max-restarts", type=int, help="Most restarts under --restart on-crash (default 3).")
-@click.option("--startup-timeout", metavar="D", help="Longest wait for a managed server to be ready (15m).")
-@click.option("--request-timeout", metavar="D", help="Per-request timeout (default 5m).")
-@click.option("--api-key-env", metavar="VAR", help="Environment variable holding the API key (never stored).")
-@click.option("--gates", metavar="FILE", type=click.Path(dir_okay=False), help="Gates file (TOML).")
-@click.option("--baseline", metavar="RUN", help="Compare with this earlier run.")
-@click.option("--keep-requests", is_flag=True, default=None, help="Also store one row per request.")
-@location_options
-@click.option("--config", metavar="FILE", type=click.Path(dir_okay=False), help="TOML file with the same keys.")
-@click.option("--json", "json_output", is_flag=True, default=None, help="Also print summary.json to stdout.")
+class SectionedCommand(click.Command):
+    """A command whose --help lists its options under the section headings of the settings table."""
+
+    def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        sections: dict[str, list[tuple[str, str]]] = {}
+        for param in self.get_params(ctx):
+            record = param.get_help_record(ctx)
+            if record is None:
+                continue
+            setting = SETTINGS_BY_KEY.get(param.name or "")
+            title = setting.section if setting else EXTRA_SECTIONS.get(param.name or "", "Other options")
+            sections.setdefault(title, []).append(record)
+        for title, rows in sections.items():
+            with formatter.section(title):
+                formatter.write_dl(rows)
+
+
+def start_options(command: Callable) -> Callable:
+    """One option per row of the settings table, in its order, with --hours/--minutes after --duration."""
+    options = []
+    for setting in SETTINGS:
+        options.append(setting_option(setting))
+        if setting.key == "duration":
+            options += [click.option("--hours", type=float, help="Run length in hours."),
+                        click.option("--minutes", type=float, help="Run length in minutes.")]
+    return apply_options(command, [*options, config_option()])
+
+
+@click.command(cls=SectionedCommand)
+@start_options
 def start(**options: Any) -> None:
     """Run a soak test: start (or attach to) a server, load it, sample it, and decide.
 
     With no --target and no --model, soak starts its embedded CPU reference server.
+
+    Each option can also be set as SOAK_<NAME> (SOAK_SAMPLE_EVERY=5s) or in the --config TOML file
+    (sample-every = "5s"); flags win over the environment, which wins over the file.
+
     Exit codes: 0 PASS, 1 FAIL, 2 usage/config/startup error, 3 INVALID or INCONCLUSIVE, 4 internal error.
     """
     from soak.config import resolve_config
 
-    json_output = bool(options.pop("json_output"))
     config = resolve_config(start_flags(options))
-    if json_output:
-        config = config.model_copy(update={"json_output": True})
     summary = _run(config)
     print_verdict(summary)
     if config.json_output:
         print_json(summary)
+    if config.notify_env:
+        _notify(config.notify_env, summary)
     sys.exit(VERDICT_EXIT.get(summary["verdict"], 3))
+
+
+def _notify(variable: str, summary: dict[str, Any]) -> None:
+    """POST the summary to the webhook URL held in $variable (the URL itself is never printed)."""
+    from soak.schedule.notify import notify
+
+    url = os.environ.get(variable, "").strip()
+    if not url:
+        click.echo(f"note: ${variable} is not set; no notification sent", err=True)
+        return
+    delivered = notify(url, summary)
+    click.echo(f"notification {'delivered' if delivered else 'NOT delivered'} to the webhook in ${variable}",
+               err=True)
 
 
 def _run(config) -> dict[str, Any]:  # config: a RunConfig

@@ -13,7 +13,13 @@ import sys
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
+
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
+
+    from soak.locations import Locations
 
 OK, WARN, FAIL = "ok", "warn", "fail"
 VLLM_VERSION_TIMEOUT_S = 60.0  # `vllm --version` imports vLLM, which takes seconds
@@ -131,22 +137,88 @@ def check_chromium() -> Check:
                  "skip (reports are still written)", {"path": None})
 
 
-def check_database(out: str | None, db: str | None) -> Check:
-    """Whether the database `soak start` would use opens (and migrates) here."""
-    from soak.cli.common import open_store
-
-    url = _shown_url(db_url(out, db))
+def check_database(locations: Locations) -> Check:
+    """Whether the database `soak start` would use opens here, or could be made; it neither creates nor migrates."""
+    url, origin = _shown_url(locations.db_url), locations.db_origin
+    facts = {"url": url, "origin": origin}
     try:
-        engine = open_store(out, db)
+        path = _sqlite_path(locations.db_url)
+        if path is not None and not path.exists():
+            return _database_to_create(path, url, origin, facts)
+        engine = _read_only_engine(locations.db_url, path)
+        try:
+            revisions = _schema_revisions(engine)
+        finally:
+            engine.dispose()
     except Exception as exc:  # any failure to open is the finding itself
-        return Check("database", FAIL, f"{url} does not open: {exc}", {"url": url})
-    engine.dispose()
-    return Check("database", OK, f"{url} opens, schema up to date", {"url": url})
+        return Check("database", FAIL, f"{url} ({origin}) does not open: {exc}", facts)
+    return _schema_check(url, origin, revisions, facts)
 
 
-def check_disk(out: str | None) -> Check:
+def _sqlite_path(db_url: str) -> Path | None:
+    """The file of a SQLite URL; None for an in-memory database or another backend."""
+    from sqlalchemy.engine import make_url
+
+    url = make_url(db_url)
+    if url.get_backend_name() != "sqlite" or url.database in (None, "", ":memory:"):
+        return None
+    return Path(url.database).expanduser()
+
+
+def _database_to_create(path: Path, url: str, origin: str, facts: dict[str, Any]) -> Check:
+    """A SQLite file not there yet: fine when its nearest existing folder is writable (`soak start` makes it)."""
+    existing = next(p for p in path.parents if p.exists())
+    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+        return Check("database", FAIL, f"{url} ({origin}) cannot be created: {existing} is not a writable "
+                     "folder", facts)
+    return Check("database", OK, f"{url} ({origin}) does not exist yet; `soak start` will create it", facts)
+
+
+def _read_only_engine(db_url: str, sqlite_path: Path | None) -> Engine:
+    """An engine that reads without writing; for SQLite without a -wal file, not even -shm/-wal files."""
+    from sqlalchemy import create_engine
+
+    from soak.store import create_db_engine
+
+    if sqlite_path is None:
+        return create_db_engine(db_url)
+    # A live writer keeps a -wal file; with none, `immutable` reads the file as it stands and creates nothing.
+    mode = "mode=ro" if Path(f"{sqlite_path}-wal").exists() else "immutable=1"
+    return create_engine(f"sqlite:///file:{quote(str(sqlite_path.resolve()))}?{mode}&uri=true")
+
+
+def _schema_revisions(engine: Engine) -> tuple[str | None, str | None, bool]:
+    """(the database's Alembic revision, the newest this soak ships, whether this soak knows the former)."""
+    from alembic.runtime.migration import MigrationContext
+    from alembic.script import ScriptDirectory
+
+    from soak.store.db import alembic_config
+
+    with engine.connect() as connection:
+        revision = MigrationContext.configure(connection).get_current_revision()
+    script = ScriptDirectory.from_config(alembic_config(engine))
+    known = revision is None or any(r.revision == revision for r in script.walk_revisions())
+    return revision, script.get_current_head(), known
+
+
+def _schema_check(url: str, origin: str, revisions: tuple[str | None, str | None, bool],
+                  facts: dict[str, Any]) -> Check:
+    """What `soak start` would do with the schema it found: nothing, create it, upgrade it, or refuse."""
+    revision, head, known = revisions
+    facts = {**facts, "revision": revision, "head": head}
+    where = f"{url} ({origin})"
+    if not known:
+        return Check("database", FAIL, f"{where} has schema {revision}, which this soak does not know (newer soak?)",
+                     facts)
+    if revision == head:
+        return Check("database", OK, f"{where} opens, schema up to date", facts)
+    if revision is None:
+        return Check("database", OK, f"{where} opens; `soak start` will create soak's tables", facts)
+    return Check("database", OK, f"{where} opens; schema {revision}, `soak start` will upgrade it to {head}", facts)
+
+
+def check_disk(folder: Path) -> Check:
     """Free space where the runs' files and (by default) the database go."""
-    folder = out_dir(out)
     existing = next((p for p in (folder, *folder.parents) if p.exists()), Path("/"))
     free_bytes = shutil.disk_usage(existing).free
     detail = f"{free_bytes / (1 << 30):.1f} GiB free at {existing}"
@@ -190,23 +262,7 @@ def _refserver_present() -> bool:
     return importlib.util.find_spec("soak.refserver") is not None
 
 
-# -- where things live (resolved as every command does) -----------------------------------------------
-def _locations(out: str | None, db: str | None) -> tuple[Path, str]:
-    from soak.config import merge_layers, read_environment, resolve_paths
-
-    return resolve_paths(merge_layers(read_environment(), {"out": out, "db": db}))
-
-
-def out_dir(out: str | None) -> Path:
-    """The output folder `soak start` would use."""
-    return _locations(out, None)[0]
-
-
-def db_url(out: str | None, db: str | None) -> str:
-    """The database URL `soak start` would use."""
-    return _locations(out, db)[1]
-
-
+# -- putting it together ------------------------------------------------------------------------------
 def _shown_url(url: str) -> str:
     """The URL with any password hidden."""
     try:
@@ -217,10 +273,13 @@ def _shown_url(url: str) -> str:
         return url
 
 
-def run_checks(out: str | None = None, db: str | None = None, vllm_bin: str | None = None) -> list[Check]:
-    """Every check, in the order `soak doctor` prints them."""
-    gpu, vllm, torch = check_gpu(), check_vllm(vllm_bin or os.environ.get("SOAK_VLLM_BIN")), check_torch()
-    return [gpu, vllm, torch, check_chromium(), check_database(out, db), check_disk(out),
+def run_checks(locations: Locations | None = None, vllm_bin: str | None = None) -> list[Check]:
+    """Every check, in the order `soak doctor` prints them (default locations: from SOAK_* and SOAK_CONFIG)."""
+    from soak.locations import resolve_locations
+
+    locations = locations or resolve_locations()
+    gpu, vllm, torch = check_gpu(), check_vllm(vllm_bin), check_torch()
+    return [gpu, vllm, torch, check_chromium(), check_database(locations), check_disk(locations.out_dir),
             check_plan(gpu, vllm, torch)]
 
 

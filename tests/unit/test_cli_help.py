@@ -39,3 +39,11 @@ def test_main_help_lists_commands():
     result = CliRunner().invoke(main, ["--help"])
     assert result.exit_code == 0
     assert "start" in result.output and "report" in result.output
+
+
+@pytest.mark.parametrize("path", [p for p, _ in COMMANDS] + [()], ids=[" ".join(p) for p, _ in COMMANDS] + ["soak"])
+def test_help_never_shows_a_doubled_percent_sign(path):
+    # click prints help text as written: "5 %%" (an optparse habit) would show as "5 %%".
+    result = CliRunner().invoke(main, [*path, "--help"])
+    assert result.exit_code == 0, result.output
+    assert "%%" not in result.output

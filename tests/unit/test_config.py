@@ -40,9 +40,18 @@ def test_unknown_key_in_file_is_named(tmp_path):
         resolve_config({"config": str(config_file)}, environ={})
 
 
-def test_invalid_values_give_one_line_naming_the_setting():
-    with pytest.raises(ConfigError, match="rate_rps"):
+def test_invalid_values_give_one_line_naming_the_setting(tmp_path):
+    with pytest.raises(ConfigError, match=r"^invalid setting rate \(--rate\): .*greater than 0"):
         resolve_config({"duration": "5m", "rate": -1}, environ={})
+    with pytest.raises(ConfigError, match=r"^invalid setting rate \(SOAK_RATE\): .*valid number.*'fast'"):
+        resolve_config({"duration": "5m"}, environ={"SOAK_RATE": "fast"})
+    config_file = tmp_path / "soak.toml"
+    config_file.write_text('duration = "5m"\nsample-every = "often"\n')
+    with pytest.raises(ConfigError, match=rf"^invalid setting sample-every \(sample-every in {config_file}\): "
+                       "malformed duration"):
+        resolve_config({"config": str(config_file)}, environ={})
+    with pytest.raises(ConfigError, match=r"^invalid setting duration \(SOAK_DURATION\): malformed"):
+        resolve_config({}, environ={"SOAK_DURATION": "a while"})
     with pytest.raises(ConfigError, match="warm-up"):
         resolve_config({"duration": "1m", "warmup": "2m"}, environ={})
     with pytest.raises(ConfigError, match="no duration"):
@@ -66,3 +75,40 @@ def test_scenario_spec_parsing():
 def test_missing_config_file_is_a_config_error(tmp_path):
     with pytest.raises(ConfigError, match="does not exist"):
         resolve_config({"config": str(tmp_path / "nope.toml"), "duration": "5m"}, environ={})
+
+
+def test_phases_from_flags_env_or_tables_are_the_same(tmp_path):
+    text = "ramp to_rate_rps=8 duration_s=1m"
+    from_flag = resolve_config({"duration": "5m", "phase": [text, "steady"]}, environ={}).load.phases
+    from_env = resolve_config({"duration": "5m"}, environ={"SOAK_PHASE": f"{text}, steady"}).load.phases
+    config_file = tmp_path / "soak.toml"
+    config_file.write_text('duration = "5m"\n[[phase]]\nkind = "ramp"\nto_rate_rps = 8\nduration_s = "1m"\n'
+                           '[[phase]]\nkind = "steady"\n')
+    from_file = resolve_config({"config": str(config_file)}, environ={}).load.phases
+    assert from_flag == from_env == from_file
+    assert (from_flag[0].kind, from_flag[0].to_rate_rps, from_flag[0].duration_s) == ("ramp", 8, 60)
+    with pytest.raises(ConfigError, match=r"phase\[0\]\.to_rate \(--phase\): Extra inputs"):
+        resolve_config({"duration": "5m", "phase": ["ramp to_rate=8"]}, environ={})
+
+
+def test_one_seed_drives_the_reference_server_unless_it_has_its_own(tmp_path):
+    config_file = tmp_path / "soak.toml"
+    config_file.write_text('duration = "5m"\nseed = 7\n')
+    assert resolve_config({"config": str(config_file)}, environ={}).target.reference_seed == 7
+    config = resolve_config({"config": str(config_file), "reference_seed": 2}, environ={})
+    assert (config.load.seed, config.target.reference_seed) == (7, 2)
+
+
+def test_an_empty_environment_means_no_soak_config(tmp_path, monkeypatch):
+    config_file = tmp_path / "soak.toml"
+    config_file.write_text('duration = "5m"\nrate = 9\n')
+    monkeypatch.setenv("SOAK_CONFIG", str(config_file))
+    assert resolve_config({"duration": "5m"}, environ={}).load.rate_rps == 2.0
+    assert resolve_config({}).load.rate_rps == 9.0
+
+
+def test_canary_every_is_no_longer_a_setting(tmp_path):
+    config_file = tmp_path / "soak.toml"
+    config_file.write_text('duration = "5m"\ncanary-every = "1m"\n')
+    with pytest.raises(ConfigError, match=f"unknown setting 'canary-every' in config file {config_file}"):
+        resolve_config({"config": str(config_file)}, environ={})

@@ -12,6 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from soak.cli.doctor import doctor as doctor_command
+from soak.locations import resolve_locations
 from soak.run import doctor
 from soak.run.doctor import FAIL, OK, WARN, Check
 
@@ -114,23 +115,43 @@ def test_chromium_check(tmp_path, monkeypatch):
     assert doctor.check_chromium().detail == f"chromium-browser at {tmp_path / 'chromium-browser'}"
 
 
-def test_database_check_opens_or_fails(tmp_path):
-    assert doctor.check_database(str(tmp_path / "out"), None).status == OK
+def locations(out, db=None):
+    return resolve_locations(str(out), db, environ={})
+
+
+def test_database_check_creates_nothing_and_says_what_start_would_do(tmp_path):
+    check = doctor.check_database(locations(tmp_path / "out"))
+    assert check.status == OK and "will create it" in check.detail and "default" in check.detail
+    assert list(tmp_path.iterdir()) == []
     (tmp_path / "a-file").write_text("")
-    bad = doctor.check_database(str(tmp_path / "out"), f"sqlite:///{tmp_path / 'a-file' / 'soak.db'}")
-    assert bad.status == FAIL and "does not open" in bad.detail
+    bad = doctor.check_database(locations(tmp_path / "out", f"sqlite:///{tmp_path / 'a-file' / 'soak.db'}"))
+    assert bad.status == FAIL and "cannot be created" in bad.detail and "--db" in bad.detail
+
+
+def test_database_check_reads_an_existing_database_without_writing_it(tmp_path):
+    from soak.store import open_database
+
+    url = f"sqlite:///{tmp_path / 'soak.db'}"
+    open_database(url).dispose()
+    before = {p.name: p.stat().st_mtime_ns for p in tmp_path.iterdir()}
+    check = doctor.check_database(locations(tmp_path, url))
+    assert check.status == OK and "schema up to date" in check.detail
+    assert {p.name: p.stat().st_mtime_ns for p in tmp_path.iterdir()} == before
+    (tmp_path / "junk.db").write_text("not a database")
+    junk = doctor.check_database(locations(tmp_path, f"sqlite:///{tmp_path / 'junk.db'}"))
+    assert junk.status == FAIL and "does not open" in junk.detail
 
 
 def test_database_check_hides_a_password(tmp_path):
-    check = doctor.check_database(str(tmp_path), "postgresql+psycopg://soak:s3cret@127.0.0.1:9/soak")
-    assert "s3cret" not in check.detail
+    check = doctor.check_database(locations(tmp_path, "postgresql+psycopg://soak:s3cret@127.0.0.1:9/soak"))
+    assert check.status == FAIL and "s3cret" not in check.detail
 
 
 @pytest.mark.parametrize(("free_bytes", "status"), [(5 << 30, OK), (500 << 20, WARN), (50 << 20, FAIL)])
 def test_disk_check_thresholds(tmp_path, monkeypatch, free_bytes, status):
     usage = namedtuple("usage", "total used free")
     monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(1 << 40, 0, free_bytes))
-    check = doctor.check_disk(str(tmp_path / "not" / "yet"))
+    check = doctor.check_disk(tmp_path / "not" / "yet")
     assert check.status == status and str(tmp_path) in check.detail
 
 

@@ -1,0 +1,217 @@
+"""The one table of user settings, and reading them from flags, `SOAK_*` variables and a TOML file.
+
+Each row names a setting once: its key `sample_every` gives the `soak start` flag `--sample-every`, the variable
+`SOAK_SAMPLE_EVERY` and the TOML key `sample-every` (or `sample_every`), and says which RunConfig field it fills.
+The CLI builds its options from this table; `read_layers` reads the three sources, highest first.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from soak.errors import ConfigError
+
+CONFIG_ENV = "SOAK_CONFIG"
+Kind = Literal["text", "int", "float", "duration", "file", "folder", "choice", "flag"]
+
+LENGTH, TARGET, REFERENCE, LOAD, PROBES, OUTPUT, LOCATIONS = (
+    "Run length and analysis", "Server under test", "Reference server", "Load", "Idle probes and telemetry",
+    "Verdict and output", "Where runs are stored")
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One user setting: flag, environment variable and TOML key, and the RunConfig field it fills."""
+
+    key: str  # snake_case; the flag and TOML key use dashes
+    field: str  # dotted path in RunConfig, e.g. "load.rate_rps"
+    help: str
+    section: str
+    kind: Kind = "text"
+    metavar: str | None = None
+    multiple: bool = False  # repeatable flag, a TOML list, a comma-separated variable
+    choices: tuple[str, ...] = ()
+
+    @property
+    def flag(self) -> str:
+        """The `soak start` option, e.g. `--sample-every`."""
+        return "--" + self.key.replace("_", "-")
+
+    @property
+    def env(self) -> str:
+        """The environment variable, e.g. `SOAK_SAMPLE_EVERY`."""
+        return "SOAK_" + self.key.upper()
+
+    @property
+    def toml_key(self) -> str:
+        """The key as the docs spell it in a config file (the underscore form works too)."""
+        return self.key.replace("_", "-")
+
+
+def _s(key: str, field: str, section: str, help: str, **kwargs: Any) -> Setting:
+    return Setting(key=key, field=field, section=section, help=help, **kwargs)
+
+
+# The order here is the order of `soak start --help`.
+SETTINGS: tuple[Setting, ...] = (
+    _s("duration", "duration_s", LENGTH, "Run length (90s, 5m, 24h, 1h30m); includes warm-up and probes.",
+       kind="duration", metavar="D"),
+    _s("warmup", "warmup_s", LENGTH, "Warm-up excluded from verdicts (default 5% of the run, 30s–60m).",
+       kind="duration", metavar="D"),
+    _s("window", "window_s", LENGTH, "Analysis window (default (run − warm-up)/48, 5s–30m).", kind="duration",
+       metavar="D"),
+    _s("target", "target.url", TARGET, "Base URL of a running OpenAI-compatible server (no /v1).", metavar="URL"),
+    _s("model", "target.model", TARGET, "Start embedded vLLM serving NAME (needs `vllm` on PATH).", metavar="NAME"),
+    _s("served_model", "target.served_model", TARGET, "Model name to send (default: the only one listed).",
+       metavar="NAME"),
+    _s("vllm_bin", "target.vllm_bin", TARGET, "The vllm executable to run (default: from PATH).", metavar="PATH"),
+    _s("serve_arg", "target.serve_args", TARGET, "Extra argument for `vllm serve` (repeatable).", metavar="ARG",
+       multiple=True),
+    _s("server_pid", "target.server_pids", TARGET, "Extra server process to sample (repeatable).", kind="int",
+       metavar="PID", multiple=True),
+    _s("metrics_url", "target.metrics_urls", TARGET, "Extra Prometheus endpoint to scrape (repeatable).",
+       metavar="URL", multiple=True),
+    _s("restart", "target.restart", TARGET, "Restart policy for a managed server (default never).", kind="choice",
+       choices=("never", "on-crash")),
+    _s("max_restarts", "target.max_restarts", TARGET, "Most restarts under --restart on-crash (default 3).",
+       kind="int", metavar="N"),
+    _s("startup_timeout", "target.startup_timeout_s", TARGET, "Longest wait for a managed server to be ready "
+       "(default 15m).", kind="duration", metavar="D"),
+    _s("api_key_env", "target.api_key_env", TARGET, "Environment variable holding the API key (never stored).",
+       metavar="VAR"),
+    _s("reference_fault", "target.reference_faults", REFERENCE, "Plant a fault in the reference server "
+       "(repeatable; see docs/refserver.md).", metavar="NAME[=VALUE]", multiple=True),
+    _s("reference_arg", "target.reference_args", REFERENCE, "Extra argument for the reference server "
+       "(repeatable; see `soak refserver --help`).", metavar="ARG", multiple=True),
+    _s("reference_seed", "target.reference_seed", REFERENCE, "Seed of the reference server (default: --seed).",
+       kind="int", metavar="N"),
+    _s("time_scale", "target.time_scale", REFERENCE, "Reference server model-time compression (default 1).",
+       kind="float", metavar="X"),
+    _s("device", "target.device", REFERENCE, "Reference server device (default cpu).", kind="choice",
+       choices=("cpu", "cuda")),
+    _s("rate", "load.rate_rps", LOAD, "Target request rate (open-loop arrivals; default 2).", kind="float",
+       metavar="RPS"),
+    _s("burstiness", "load.burstiness", LOAD, "Gamma arrivals with this burstiness (default Poisson).",
+       kind="float", metavar="X"),
+    _s("max_concurrency", "load.max_concurrency", LOAD, "Cap on requests in flight (queue time recorded).",
+       kind="int", metavar="N"),
+    _s("scenario", "load.scenarios", LOAD, "Scenario and weight (repeatable; default mixed).",
+       metavar="NAME[:W]|PATH", multiple=True),
+    _s("phase", "load.phases", LOAD, 'Load phase "KIND FIELD=VALUE…", e.g. "ramp to_rate_rps=8 duration_s=30m" '
+       "(repeatable; [[phase]] tables in TOML; see docs/load.md).", metavar="SPEC", multiple=True),
+    _s("dataset", "load.dataset", LOAD, "ShareGPT JSON/JSONL prompts.", kind="file", metavar="FILE"),
+    _s("seed", "load.seed", LOAD, "Seed of prompts, arrivals and the reference server (default 0).", kind="int",
+       metavar="N"),
+    _s("workers", "load.workers", LOAD, "Locust worker processes (default 0: in-process).", kind="int",
+       metavar="N"),
+    _s("request_timeout", "load.request_timeout_s", LOAD, "Per-request timeout (default 5m).", kind="duration",
+       metavar="D"),
+    _s("idle_probe_every", "load.idle_probe_every_s", PROBES, "Idle probe interval (default run/6, 1m–60m).",
+       kind="duration", metavar="D"),
+    _s("idle_probe_for", "load.idle_probe_for_s", PROBES, "Hold after an idle probe's drain (default 30s).",
+       kind="duration", metavar="D"),
+    _s("drain_timeout", "load.drain_timeout_s", PROBES, "Longest wait at an idle probe for in-flight requests "
+       "(default 60s, less for short windows).", kind="duration", metavar="D"),
+    _s("no_idle_probes", "load.no_idle_probes", PROBES, "Never pause arrivals for idle probes.", kind="flag"),
+    _s("sample_every", "telemetry.sample_every_s", PROBES, "Telemetry sampling interval (default 5s).",
+       kind="duration", metavar="D"),
+    _s("gates", "gates_file", OUTPUT, "Gates file (TOML).", kind="file", metavar="FILE"),
+    _s("baseline", "baseline", OUTPUT, "Compare with this earlier run.", metavar="RUN"),
+    _s("keep_requests", "keep_requests", OUTPUT, "Also store one row per request.", kind="flag"),
+    _s("notify_env", "notify_env", OUTPUT, "Environment variable holding a webhook URL; the summary is POSTed "
+       "to it when the run ends.", metavar="VAR"),
+    _s("json", "json_output", OUTPUT, "Also print summary.json to stdout.", kind="flag"),
+    _s("out", "out_dir", LOCATIONS, "Output folder (default ./soak-runs).", kind="folder", metavar="DIR"),
+    _s("db", "db_url", LOCATIONS, "Database URL (default sqlite:///<out>/soak.db).", metavar="URL"),
+)
+SETTINGS_BY_KEY: dict[str, Setting] = {setting.key: setting for setting in SETTINGS}
+SETTINGS_BY_FIELD: dict[str, Setting] = {setting.field: setting for setting in SETTINGS}
+
+
+def normalise_key(key: str) -> str:
+    """`Sample-Every` and `sample_every` are the same key."""
+    return key.strip().lower().replace("-", "_")
+
+
+def _checked(layer: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """The layer with keys normalised and None values dropped; an unknown key is a ConfigError."""
+    checked: dict[str, Any] = {}
+    for key, value in layer.items():
+        name = normalise_key(key)
+        if name not in SETTINGS_BY_KEY:
+            raise ConfigError(f"unknown setting {key!r}{where}")
+        if value is not None:
+            checked[name] = value
+    return checked
+
+
+def read_config_file(path: Path) -> dict[str, Any]:
+    """Read a TOML file of flat keys; a missing or malformed file, or an unknown key, is a ConfigError."""
+    try:
+        with open(path, "rb") as handle:
+            data = tomllib.load(handle)
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path} does not exist") from None
+    except IsADirectoryError:
+        raise ConfigError(f"config file {path} is a folder") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+    return _checked(data, f" in config file {path}")
+
+
+def read_environment(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The `SOAK_<KEY>` variables of known settings; repeatable ones are split on commas."""
+    environ = os.environ if environ is None else environ
+    found: dict[str, Any] = {}
+    for setting in SETTINGS:
+        value = environ.get(setting.env)
+        if value:
+            found[setting.key] = [p.strip() for p in value.split(",") if p.strip()] if setting.multiple else value
+    return found
+
+
+@dataclass(frozen=True)
+class Layers:
+    """The settings given by flags, by `SOAK_*` variables and by the config file; the first that sets a key wins."""
+
+    flags: Mapping[str, Any]
+    env: Mapping[str, Any]
+    file: Mapping[str, Any]
+    config_file: Path | None = None
+
+    def value(self, key: str) -> Any:
+        """The winning value of `key`, or None when no layer sets it."""
+        for layer in (self.flags, self.env, self.file):
+            if key in layer:
+                return layer[key]
+        return None
+
+    def origin(self, key: str) -> str:
+        """Where the value of `key` came from: `--rate`, `SOAK_RATE`, `rate in FILE` or `default`."""
+        setting = SETTINGS_BY_KEY[key]
+        if key in self.flags:
+            return setting.flag
+        if key in self.env:
+            return setting.env
+        if key in self.file:
+            return f"{setting.toml_key} in {self.config_file}"
+        return "default"
+
+    def merged(self) -> dict[str, Any]:
+        """One flat dict of the winning values."""
+        return {**self.file, **self.env, **self.flags}
+
+
+def read_layers(flags: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> Layers:
+    """Flag values (None = not given; `config` names the file), the environment, and the file they point at."""
+    environ = os.environ if environ is None else environ
+    flags = dict(flags)
+    config = flags.pop("config", None) or environ.get(CONFIG_ENV) or None
+    config_file = Path(config).expanduser().resolve() if config else None
+    file_layer = read_config_file(config_file) if config_file else {}
+    return Layers(_checked(flags, ""), read_environment(environ), file_layer, config_file)
