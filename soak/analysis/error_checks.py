@@ -152,21 +152,20 @@ def _is_burst(window: RequestWindow, baseline: ErrorBaseline, gates: Gates) -> b
 
 
 def check_bursts(run: RunData, gates: Gates) -> Finding:
+    """Windows whose error count stands out from the run's own error level; SUSPECT unless gated to FAIL."""
     rows = _judged_rows(run)
-    burst_events = [e for e in run.events if e.kind == "error_burst"]
-    if not rows and not burst_events:
+    if not rows:
         return skipped("errors.bursts", "No finished requests in the judged windows.")
-    bursts, baseline = find_bursts(rows, gates) if rows else ([], ErrorBaseline(0.0, 0.0))
-    if not bursts and not burst_events:
+    bursts, baseline = find_bursts(rows, gates)
+    if not bursts:
         return Finding(check="errors.bursts", verdict=PASS, value=0, unit="windows", evidence=_calm_text(rows),
                        details={"baseline_rate": baseline.rate, "overdispersion": baseline.alpha})
     verdict = FAIL if gates.errors.fail_on_bursts else SUSPECT
     return Finding(check="errors.bursts", verdict=verdict, value=len(bursts), unit="windows",
                    threshold=gates.errors.burst_p_value,
-                   evidence=_bursts_text(bursts, burst_events, baseline.rate),
+                   evidence=_bursts_text(bursts, baseline.rate),
                    details={"baseline_rate": baseline.rate, "overdispersion": baseline.alpha,
-                            "bursts": [_burst_dict(w, p) for w, p in bursts],
-                            "events": [{"t_s": e.t_s, "message": e.message} for e in burst_events]})
+                            "bursts": [_burst_dict(w, p) for w, p in bursts]})
 
 
 def _calm_text(rows: list[RequestWindow]) -> str:
@@ -176,18 +175,12 @@ def _calm_text(rows: list[RequestWindow]) -> str:
     return f"No window's error rate stands out from the run's {pct_text(errors / requests, 3)}."
 
 
-def _bursts_text(bursts: list, burst_events: list, baseline: float) -> str:
-    parts = []
-    if bursts:
-        worst, p = max(bursts, key=lambda wp: wp[0].error_count / wp[0].requests)
-        parts.append(f"{len(bursts)} window(s) with error bursts above the {pct_text(baseline, 3)} "
-                     f"baseline; worst {worst.error_count}/{worst.requests} "
-                     f"({pct_text(worst.error_count / worst.requests, 2)}) at "
-                     f"{duration_text(worst.start_s)}, binomial tail {p_text(p)}")
-    if burst_events:
-        parts.append(f"{len(burst_events)} error-burst event(s) recorded, first at "
-                     f"{duration_text(burst_events[0].t_s)}")
-    return "; ".join(parts) + "."
+def _bursts_text(bursts: list, baseline: float) -> str:
+    worst, p = max(bursts, key=lambda wp: wp[0].error_count / wp[0].requests)
+    return (f"{len(bursts)} window(s) with error bursts above the {pct_text(baseline, 3)} "
+            f"baseline; worst {worst.error_count}/{worst.requests} "
+            f"({pct_text(worst.error_count / worst.requests, 2)}) at "
+            f"{duration_text(worst.start_s)}, binomial tail {p_text(p)}.")
 
 
 def _burst_dict(window: RequestWindow, p: float) -> dict:

@@ -6,13 +6,12 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-PASS = "PASS"
-SUSPECT = "SUSPECT"
-FAIL = "FAIL"
-INCONCLUSIVE = "INCONCLUSIVE"
-SKIPPED = "SKIPPED"
-INVALID = "INVALID"
-VERDICTS = (PASS, SUSPECT, FAIL, INCONCLUSIVE, SKIPPED, INVALID)
+from soak.contracts import Verdict
+
+# Short names for the checks that import them; they are the Verdict members themselves.
+PASS, SUSPECT, FAIL = Verdict.PASS, Verdict.SUSPECT, Verdict.FAIL
+INCONCLUSIVE, SKIPPED, INVALID = Verdict.INCONCLUSIVE, Verdict.SKIPPED, Verdict.INVALID
+VERDICTS = tuple(Verdict)
 
 CHECK_ORDER = (
     "leak.rss", "leak.vram", "leak.kv", "leak.fds",
@@ -34,7 +33,7 @@ class Finding:
     """
 
     check: str
-    verdict: str
+    verdict: Verdict
     value: float | None = None
     unit: str = ""
     ci: tuple[float, float] | None = None
@@ -49,6 +48,7 @@ class Finding:
     def __post_init__(self) -> None:
         if self.verdict not in VERDICTS:
             raise ValueError(f"unknown verdict {self.verdict!r} for {self.check}")
+        self.verdict = Verdict(self.verdict)  # a check may hand over the plain string
 
     def to_dict(self) -> dict[str, Any]:
         """The summary.json shape: the seven fixed keys, then the optional ones that are set."""

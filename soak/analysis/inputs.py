@@ -255,9 +255,8 @@ class ClientSeries:
 class Event:
     """Something that happened at `t_s`.
 
-    Kinds the analysis reads: "server_start", "crash", "restart", "server_exit" (data may carry
-    "exit_code", "log_tail", and "expected": True for a deliberate stop), "probe_drain_timeout",
-    "canary_timeout", "error_burst". Other kinds are ignored.
+    `kind` is an `EventKind` value (soak.contracts). Kinds the analysis reads: "server_start", "crash"
+    (data may carry "exit_code" and "log_tail"), "restart" and "probe_drain_timeout". Other kinds are ignored.
     """
 
     t_s: float

@@ -10,11 +10,10 @@ from soak.analysis.findings import FAIL, PASS, SUSPECT, Finding, skipped
 from soak.analysis.fmt import duration_text
 from soak.analysis.gates import Gates
 from soak.analysis.inputs import Event, RunData, ServerSeries
+from soak.contracts import EventKind
 
-HANG_EVENTS = ("canary_timeout", "probe_drain_timeout")
-DEATH_EVENTS = ("crash", "server_exit")
-SERVER_EVENTS = ("server_start", "crash", "restart", "server_exit")
-SAME_DEATH_S = 5.0  # a crash and a server_exit this close together are one death
+HANG_EVENTS = (EventKind.PROBE_DRAIN_TIMEOUT,)
+SERVER_EVENTS = (EventKind.SERVER_START, EventKind.CRASH, EventKind.RESTART)
 
 
 @dataclass(frozen=True)
@@ -57,8 +56,7 @@ def check_hang(run: RunData, gates: Gates) -> Finding:
     has_gauges = run.server is not None and run.server.running is not None \
         and run.server.generation_tokens_total is not None
     if not (has_gauges or run.probes or timeouts):
-        return skipped("hang", "No server gauges (running, generated tokens), idle probes or canary "
-                       "results to judge a hang by.")
+        return skipped("hang", "No server gauges (running, generated tokens) or idle probes to judge a hang by.")
     details = {"limit_s": limit_s, "longest_stall_s": longest_s,
                "stalls": [{"start_s": s.start_s, "end_s": s.end_s} for s in stalls],
                "timeouts": [{"t_s": e.t_s, "kind": e.kind, "message": e.message} for e in timeouts],
@@ -78,12 +76,9 @@ def _hang_text(stalls: list[Span], timeouts: list[Event], undrained: list, limit
         parts.append(f"requests were running but no token was generated for {worst.length_s:.0f} s "
                      f"from {duration_text(worst.start_s)} (limit {limit_s:.0f} s; "
                      f"{len(stalls)} such stall(s))")
-    for kind in HANG_EVENTS:
-        hits = [e for e in timeouts if e.kind == kind]
-        if hits:
-            what = "canary request(s) timed out" if kind == "canary_timeout" else "probe drain(s) timed out"
-            parts.append(f"{len(hits)} {what}, first at {duration_text(hits[0].t_s)}")
-    if undrained and not any(e.kind == "probe_drain_timeout" for e in timeouts):
+    if timeouts:
+        parts.append(f"{len(timeouts)} probe drain(s) timed out, first at {duration_text(timeouts[0].t_s)}")
+    if undrained and not timeouts:
         parts.append(f"{len(undrained)} idle probe(s) did not drain, first at {duration_text(undrained[0].t_s)}")
     text = "; ".join(parts)
     return text[0].upper() + text[1:] + "."
@@ -101,16 +96,9 @@ def _no_hang_text(has_gauges: bool, longest_s: float, limit_s: float, probes: in
 
 
 def _deaths(run: RunData) -> list[Event]:
-    """Crash and unexpected exit events during the run, one per death."""
-    events = sorted((e for e in run.events if e.kind in DEATH_EVENTS
-                     and not e.data.get("expected") and e.t_s <= run.actual_duration_s + 1e-9),
-                    key=lambda e: e.t_s)
-    deaths: list[Event] = []
-    for event in events:
-        if deaths and event.t_s - deaths[-1].t_s <= SAME_DEATH_S:
-            continue
-        deaths.append(event)
-    return deaths
+    """The crash events during the run, in time order (the conductor records one per server death)."""
+    return sorted((e for e in run.events if e.kind == EventKind.CRASH and e.t_s <= run.actual_duration_s + 1e-9),
+                  key=lambda e: e.t_s)
 
 
 def health_gaps(server: ServerSeries | None, min_length_s: float) -> list[Span]:
@@ -132,7 +120,7 @@ def health_gaps(server: ServerSeries | None, min_length_s: float) -> list[Span]:
 
 def check_crashes(run: RunData, gates: Gates) -> Finding:
     deaths = _deaths(run)
-    restarts = [e for e in run.events if e.kind == "restart"]
+    restarts = [e for e in run.events if e.kind == EventKind.RESTART]
     count = len(deaths) or len(restarts)
     has_health = run.server is not None and run.server.health_ok is not None
     watched = has_health or run.processes or any(e.kind in SERVER_EVENTS for e in run.events)

@@ -8,8 +8,9 @@ or missing → INCONCLUSIVE; else PASS. SUSPECT never fails a run. A run stopped
 
 from __future__ import annotations
 
-from soak.analysis.findings import FAIL, INCONCLUSIVE, INVALID, PASS, SKIPPED, SUSPECT, Finding
+from soak.analysis.findings import Finding
 from soak.analysis.gates import Gates
+from soak.contracts import Verdict
 
 MAX_EVIDENCE_CHARS = 240
 
@@ -22,9 +23,9 @@ def required_checks(findings: list[Finding], gates: Gates, gpu_seen: bool | None
     """
     by_check = {f.check: f for f in findings}
     if gpu_seen is None:
-        gpu_seen = bool(by_check.get("leak.vram", Finding("leak.vram", SKIPPED)).details.get("gpu_seen"))
+        gpu_seen = bool(by_check.get("leak.vram", Finding("leak.vram", Verdict.SKIPPED)).details.get("gpu_seen"))
     if probes_ran is None:
-        probes_ran = bool(by_check.get("leak.kv", Finding("leak.kv", SKIPPED)).details.get("probes_ran"))
+        probes_ran = bool(by_check.get("leak.kv", Finding("leak.kv", Verdict.SKIPPED)).details.get("probes_ran"))
     conditions = {"leak.vram": gpu_seen, "leak.kv": probes_ran}
     return [name for name in gates.required if conditions.get(name, True)]
 
@@ -36,7 +37,7 @@ def _line(finding: Finding) -> str:
     return f"{finding.check} {finding.verdict}: {evidence}"
 
 
-def _first_with(findings: list[Finding], verdict: str) -> str | None:
+def _first_with(findings: list[Finding], verdict: Verdict) -> str | None:
     hits = [f for f in findings if f.verdict == verdict]
     if not hits:
         return None
@@ -45,9 +46,9 @@ def _first_with(findings: list[Finding], verdict: str) -> str | None:
 
 
 def overall_verdict(findings: list[Finding], gates: Gates, stopped_early: bool = False, *,
-                    gpu_seen: bool | None = None, probes_ran: bool | None = None) -> tuple[str, str]:
+                    gpu_seen: bool | None = None, probes_ran: bool | None = None) -> tuple[Verdict, str]:
     """(verdict, one-line reason)."""
-    for verdict in (INVALID, FAIL):
+    for verdict in (Verdict.INVALID, Verdict.FAIL):
         reason = _first_with(findings, verdict)
         if reason:
             return verdict, reason + ("; the run was stopped early" if stopped_early else "")
@@ -55,13 +56,13 @@ def overall_verdict(findings: list[Finding], gates: Gates, stopped_early: bool =
     required = required_checks(findings, gates, gpu_seen, probes_ran)
     missing = [name for name in required if name not in by_check]
     if missing:
-        return INCONCLUSIVE, f"required check {missing[0]} was not run"
-    open_checks = [by_check[n] for n in required if by_check[n].verdict in (INCONCLUSIVE, SKIPPED)]
+        return Verdict.INCONCLUSIVE, f"required check {missing[0]} was not run"
+    open_checks = [by_check[n] for n in required if by_check[n].verdict in (Verdict.INCONCLUSIVE, Verdict.SKIPPED)]
     if open_checks:
         more = f" (+{len(open_checks) - 1} more)" if len(open_checks) > 1 else ""
-        return INCONCLUSIVE, _line(open_checks[0]) + more
+        return Verdict.INCONCLUSIVE, _line(open_checks[0]) + more
     if stopped_early:
-        return INCONCLUSIVE, "the run was stopped early: a PASS needs the planned duration"
-    suspects = [f.check for f in findings if f.verdict == SUSPECT]
+        return Verdict.INCONCLUSIVE, "the run was stopped early: a PASS needs the planned duration"
+    suspects = [f.check for f in findings if f.verdict == Verdict.SUSPECT]
     reason = f"all {len(required)} required checks PASS"
-    return PASS, reason + (f"; SUSPECT: {', '.join(suspects)}" if suspects else "")
+    return Verdict.PASS, reason + (f"; SUSPECT: {', '.join(suspects)}" if suspects else "")

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from soak.contracts import EventKind
 from soak.load.records import RequestRecord
 
 log = logging.getLogger(__name__)
@@ -16,9 +17,10 @@ log = logging.getLogger(__name__)
 class LoadHooks:
     """All optional; all called in the main (master) process.
 
-    on_request(record): once per finished request. on_event(kind, message, data: dict): phase, warmup_end, probe_*,
-    load_paused/load_resumed. on_idle_probe(index, drained): at the end of each probe's hold, before arrivals
-    resume, so the idle floor can be sampled.
+    on_request(record): once per finished request. on_event(kind, message, data: dict): `kind` is one of the
+    load generator's `EventKind`s (phase, warmup_end, probe_*, load_paused/load_resumed).
+    on_idle_probe(index, drained): at the end of each probe's hold, before arrivals resume, so the idle floor
+    can be sampled.
     """
 
     on_request: Callable[[RequestRecord], Any] | None = None
@@ -36,7 +38,7 @@ class HookCaller:
         if self.hooks.on_request is not None:
             self._safely(self.hooks.on_request, record)
 
-    def event(self, kind: str, message: str, data: dict[str, Any] | None = None) -> None:
+    def event(self, kind: EventKind, message: str, data: dict[str, Any] | None = None) -> None:
         log.info("load event %s: %s", kind, message)
         data = data or {}
         if self.hooks.on_event is None:

@@ -13,6 +13,7 @@ from typing import Any
 import psutil
 from sqlalchemy import Engine, update
 
+from soak.contracts import Summary
 from soak.errors import ConfigError
 from soak.run.finalise import finalise_run
 from soak.store.models import Run
@@ -45,7 +46,7 @@ def mark_ended_at_last_heartbeat(engine: Engine, run: dict[str, Any]) -> None:
         connection.execute(update(Run).where(Run.id == run["id"]).values(ended_at=ended_at, duration_s=duration_s))
 
 
-def close_run(engine: Engine, run: dict[str, Any], gates_file: Path | None) -> dict[str, Any]:
+def close_run(engine: Engine, run: dict[str, Any], gates_file: Path | None) -> Summary:
     """Finalise an aborted (or already finished) run; a run whose soak is alive is refused."""
     if run["status"] == "running":
         raise ConfigError(f"run {run['id']} is still running (soak pid {run['soak_pid']}): stop it first")

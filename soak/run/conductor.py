@@ -19,10 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from soak.config import RunConfig
+from soak.contracts import EventKind, P99Ms, Progress, Stage, Summary, measured_rate_rps, stage_at
 from soak.errors import EXIT_FORCED, StorageError
 from soak.load import LoadHooks, start_load
-from soak.load.scenarios import scenario_sources
-from soak.run.environment import capture_environment, config_hash, dumps
+from soak.run.environment import capture_environment, dumps
 from soak.run.finalise import finalise_run
 from soak.run.locking import hold_run_lock
 from soak.store import StoreWriter, open_database
@@ -39,6 +39,9 @@ TICK_S = 0.5
 HEALTH_EVERY_S, DOWN_CHECKS = 2.0, 3
 STORAGE_RETRY_S = 15.0  # how long the end of a run waits for a failing database to take its last rows
 SCHEDULE_NAME_ENV = "SOAK_SCHEDULE_NAME"  # set by `soak daemon` for the runs it starts
+
+# Receives each Progress as the dict of its fields (model_dump), which is what the CLI's printer reads.
+ProgressCallback = Callable[[dict[str, Any]], None]
 
 
 def new_run_id(now: datetime | None = None) -> str:
@@ -109,7 +112,7 @@ class RunState:
 class Conductor:
     """Runs one soak from a resolved config and returns its summary."""
 
-    def __init__(self, config: RunConfig, on_progress: Callable[[dict[str, Any]], None] | None = None):
+    def __init__(self, config: RunConfig, on_progress: ProgressCallback | None = None):
         self.config = config
         self.on_progress = on_progress or (lambda _p: None)
         self.stop = StopRequest(on_force=self._force_stop)
@@ -119,7 +122,7 @@ class Conductor:
         self.engine = None
 
     # -- phases of a run --------------------------------------------------------------------------
-    def execute(self) -> dict[str, Any]:
+    def execute(self) -> Summary:
         """Run the soak end to end; SoakError on failures before load starts."""
         state = self.state
         with self._gpu_lock():
@@ -146,7 +149,7 @@ class Conductor:
         return hold_run_lock(self.config.out_dir)
 
     def _start_target(self) -> None:
-        self.on_progress({"stage": "starting", "target": self.state.target.kind})
+        self._report(Progress(stage=Stage.STARTING, run_id=self.state.run_id, target=self.state.target.kind))
         self.state.info = self.state.target.start()
 
     def _open_run(self) -> None:
@@ -156,15 +159,13 @@ class Conductor:
         state.t0 = time.time()
         state.recorder = Recorder(state.writer, state.run_id, state.t0)
         state.writer.insert(Run, self._run_row())
-        state.recorder.event("server_start", f"{state.info.kind} server at {state.info.base_url}",
+        state.recorder.event(EventKind.SERVER_START, f"{state.info.kind} server at {state.info.base_url}",
                              {"pid": state.info.pgid, "cmd": state.info.cmd, "model": state.info.model})
 
     def _run_row(self) -> dict[str, Any]:
         state, config, info = self.state, self.config, self.state.info
         config_json = config.model_dump_json()
-        environment = capture_environment([], {"server_cmd": " ".join(info.cmd) or None,
-                                               "scenarios": [s.name for s in config.load.scenarios]},
-                                          config_hash(config_json, scenario_sources(config.load.scenarios)))
+        environment = capture_environment(config, info.cmd, gpus=[])
         return {
             "id": state.run_id, "status": "running", "started_at": utc_now_iso(), "t0_epoch_s": state.t0,
             "heartbeat_at": utc_now_iso(), "planned_duration_s": config.duration_s, "warmup_s": config.warmup_s,
@@ -193,8 +194,7 @@ class Conductor:
     def _record_gpus(self) -> None:
         gpus = self.state.telemetry.gpus.describe()
         if gpus:
-            environment = capture_environment(gpus, {"server_cmd": " ".join(self.state.info.cmd) or None},
-                                              config_hash(self.config.model_dump_json(), []))
+            environment = capture_environment(self.config, self.state.info.cmd, gpus)
             self.state.recorder.update_run(environment_json=dumps(environment))
 
     def _on_request(self, record: Any) -> None:
@@ -223,7 +223,7 @@ class Conductor:
                 return
             if self._server_lost():
                 return
-            self.on_progress(self._progress(elapsed_s))
+            self._report(self._progress(elapsed_s))
             time.sleep(TICK_S)
 
     def _server_lost(self) -> bool:
@@ -234,7 +234,7 @@ class Conductor:
             self._watch_health()
             return False
         tail = state.target.log_tail()
-        state.recorder.event("crash", f"server exited with code {code}", {"exit_code": code, "log_tail": tail[-4000:]})
+        state.recorder.event(EventKind.CRASH, f"server exited with code {code}", {"exit_code": code, "log_tail": tail[-4000:]})
         if state.target.may_restart() and self._restart():
             return False
         state.status, state.end_reason = "crashed", f"server exited with code {code}"
@@ -249,12 +249,12 @@ class Conductor:
         down = state.target.health() == "down"
         state.down_streak = state.down_streak + 1 if down else 0
         if state.down_streak >= DOWN_CHECKS and not state.in_outage:
-            state.recorder.event("outage_start", "server /health down; arrivals paused")
+            state.recorder.event(EventKind.OUTAGE_START, "server /health down; arrivals paused")
             state.load.pause()
             state.in_outage = True
         elif not down and state.in_outage:
             state.load.resume()
-            state.recorder.event("outage_end", "server /health up again; arrivals resumed")
+            state.recorder.event(EventKind.OUTAGE_END, "server /health up again; arrivals resumed")
             state.in_outage = False
 
     def _restart(self) -> bool:
@@ -262,52 +262,57 @@ class Conductor:
         from soak.errors import TargetError
 
         state = self.state
-        state.recorder.event("outage_start", "server down; arrivals paused")
+        state.recorder.event(EventKind.OUTAGE_START, "server down; arrivals paused")
         state.load.pause()
         try:
             info = state.target.restart()
         except TargetError as exc:
-            state.recorder.event("restart_failed", str(exc).splitlines()[0])
+            state.recorder.event(EventKind.RESTART_FAILED, str(exc).splitlines()[0])
             return False
         state.info = info
-        state.recorder.event("restart", f"server restarted at {info.base_url}", {"pid": info.pgid})
+        state.recorder.event(EventKind.RESTART, f"server restarted at {info.base_url}", {"pid": info.pgid})
         state.recorder.update_run(server_pgid=info.pgid, server_cmd=dumps(info.cmd) if info.cmd else None)
         state.load.resume()
         state.in_outage = False
-        state.recorder.event("outage_end", "server back; arrivals resumed")
+        state.recorder.event(EventKind.OUTAGE_END, "server back; arrivals resumed")
         return True
 
-    def _progress(self, elapsed_s: float) -> dict[str, Any]:
-        state = self.state
-        progress = state.windows.progress()
-        counts = progress["counts"]
-        errors = sum(v for k, v in counts.items() if k.startswith("err_"))
-        return {
-            "stage": "warm-up" if elapsed_s < self.config.warmup_s else "measuring",
-            "run_id": state.run_id, "elapsed_s": elapsed_s, "duration_s": self.config.duration_s,
-            "requests": counts.get("requests", 0), "errors": errors, "p99_ms": progress["p99_ms"],
-            "rate_rps": counts.get("requests", 0) / max(elapsed_s - self.config.warmup_s, 1e-9)
-            if elapsed_s > self.config.warmup_s else None,
-            "server_rss_bytes": state.telemetry.latest.server_rss_bytes, "in_flight": state.load.in_flight,
-        }
+    def _progress(self, elapsed_s: float) -> Progress:
+        """The live progress: counts and P99s since the warm-up, the server's latest RSS, requests in flight."""
+        state, config = self.state, self.config
+        live = state.windows.progress()
+        counts = live["counts"]
+        requests = counts.get("requests", 0)
+        return Progress(
+            stage=stage_at(elapsed_s, config.warmup_s), run_id=state.run_id, status=state.status,
+            elapsed_s=elapsed_s, duration_s=config.duration_s, remaining_s=max(config.duration_s - elapsed_s, 0.0),
+            requests=requests, errors=sum(v for k, v in counts.items() if k.startswith("err_")),
+            rate_rps=measured_rate_rps(requests, elapsed_s, config.warmup_s), p99_ms=P99Ms(**live["p99_ms"]),
+            server_rss_bytes=state.telemetry.latest.server_rss_bytes, in_flight=state.load.in_flight,
+            out_dir=str(state.run_dir),
+        )
 
-    def _finish(self) -> dict[str, Any]:
+    def _report(self, progress: Progress) -> None:
+        """Hand a progress reading to the caller's callback."""
+        self.on_progress(progress.model_dump())
+
+    def _finish(self) -> Summary:
         """Stop arrivals, final sample, analyse, write the report — before the server is stopped."""
         state = self.state
-        self.on_progress({"stage": "finalising", "run_id": state.run_id})
+        self._report(Progress(stage=Stage.FINALISING, run_id=state.run_id))
         state.load.stop(drain_timeout_s=STOP_DRAIN_S)
         state.telemetry.stop()
         stopped_early = state.end_reason != "completed"
         if state.status == "running":
             state.status = "completed" if not stopped_early else "aborted"
-        state.recorder.event("run_end", state.end_reason or state.status)
+        state.recorder.event(EventKind.RUN_END, state.end_reason or state.status)
         state.recorder.update_run(status=state.status, ended_at=utc_now_iso(), duration_s=time.time() - state.t0)
         self._flush_or_give_up()
         summary = finalise_run(self.engine, state.run_id, stopped_early=stopped_early,
                                gates_file=self.config.gates_file, baseline=self.config.baseline)
         if state.end_reason == "storage failure":
             raise StorageError(f"the database failed during the run ({state.writer.stats.failure}); load was "
-                               f"stopped; report of what was collected: {summary['report_html']}")
+                               f"stopped; report of what was collected: {summary.report_html}")
         return summary
 
     def _flush_or_give_up(self) -> None:
@@ -329,13 +334,13 @@ class Conductor:
             state.target.stop()
             if state.writer is not None:
                 if getattr(state.target, "vram_released", None) is False and state.recorder is not None:
-                    state.recorder.event("vram_not_released", "NVML still showed the server's VRAM held after "
+                    state.recorder.event(EventKind.VRAM_NOT_RELEASED, "NVML still showed the server's VRAM held after "
                                          "the stop")
                 state.writer.close()
 
     # -- failures ---------------------------------------------------------------------------------
     def _storage_failed(self, message: str) -> None:
-        self.on_progress({"stage": "storage_failure", "message": message})
+        self._report(Progress(stage=Stage.STORAGE_FAILURE, run_id=self.state.run_id, message=message))
 
     def _force_stop(self) -> None:
         """Second Ctrl-C: mark the run aborted, commit, end the server group, exit 130 at once.
@@ -350,6 +355,6 @@ class Conductor:
         os._exit(EXIT_FORCED)
 
 
-def execute(config: RunConfig, on_progress: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
-    """Run one soak and return its summary (the CLI maps the verdict to an exit code)."""
-    return Conductor(config, on_progress).execute()
+def execute(config: RunConfig, on_progress: ProgressCallback | None = None) -> dict[str, Any]:
+    """Run one soak and return its summary.json document (the CLI prints it and maps the verdict to an exit code)."""
+    return Conductor(config, on_progress).execute().to_json_dict()

@@ -12,6 +12,7 @@ from typing import Any
 
 from sqlalchemy import Engine
 
+from soak.contracts import Summary, SummaryFinding, Verdict
 from soak.run.environment import dumps
 from soak.run.summary import build_summary
 from soak.store.models import Run
@@ -21,8 +22,8 @@ log = logging.getLogger(__name__)
 
 
 def analyse_stored_run(engine: Engine, run: dict[str, Any], stopped_early: bool, gates_file: Path | None
-                       ) -> tuple[list[dict[str, Any]], str, str]:
-    """(findings as dicts, overall verdict, reason) for a stored run."""
+                       ) -> tuple[list[SummaryFinding], Verdict, str]:
+    """(findings, overall verdict, reason) for a stored run."""
     from soak.analysis import analyse, load_gates, overall_verdict
     from soak.analysis.loader import load_run_data
 
@@ -30,10 +31,10 @@ def analyse_stored_run(engine: Engine, run: dict[str, Any], stopped_early: bool,
     data = load_run_data(engine, run, stopped_early=stopped_early)
     findings = analyse(data, gates)
     verdict, reason = overall_verdict(findings, gates, stopped_early=stopped_early)
-    return [finding.to_dict() for finding in findings], verdict, reason
+    return [SummaryFinding.model_validate(finding.to_dict()) for finding in findings], verdict, reason
 
 
-def baseline_comparison(engine: Engine, summary: dict[str, Any], baseline_id: str | None, gates_file: Path | None
+def baseline_comparison(engine: Engine, summary: Summary, baseline_id: str | None, gates_file: Path | None
                         ) -> dict[str, Any] | None:
     """Compare with a baseline run's stored summary; adds the `baseline.regression` finding."""
     if not baseline_id:
@@ -43,39 +44,39 @@ def baseline_comparison(engine: Engine, summary: dict[str, Any], baseline_id: st
     baseline_run = get_run(engine, baseline_id)
     if not baseline_run.get("summary_json"):
         return {"run_id": baseline_id, "rows": [], "note": "the baseline run has no summary yet"}
-    finding, rows = compare_baseline(summary, json.loads(baseline_run["summary_json"]), load_gates(gates_file))
-    summary["findings"].append(finding.to_dict())
+    finding, rows = compare_baseline(summary.to_json_dict(), json.loads(baseline_run["summary_json"]),
+                                     load_gates(gates_file))
+    summary.findings.append(SummaryFinding.model_validate(finding.to_dict()))
     return {"run_id": baseline_id, "rows": rows}
 
 
-def apply_baseline_verdict(summary: dict[str, Any]) -> None:
+def apply_baseline_verdict(summary: Summary) -> None:
     """A regression the gates fail on (`fail_on_regression`) fails the run, unless it is already INVALID."""
-    regression = next((f for f in summary["findings"] if f["check"] == "baseline.regression"), None)
-    if regression and regression["verdict"] == "FAIL" and summary["verdict"] != "INVALID":
-        summary["verdict"] = "FAIL"
-        summary["verdict_reason"] = f"baseline.regression FAIL: {regression['evidence']}"
+    regression = summary.finding("baseline.regression")
+    if regression and regression.verdict == Verdict.FAIL and summary.verdict != Verdict.INVALID:
+        summary.verdict = Verdict.FAIL
+        summary.verdict_reason = f"baseline.regression FAIL: {regression.evidence}"
 
 
-def write_outputs(engine: Engine, run: dict[str, Any], summary: dict[str, Any],
-                  baseline: dict[str, Any] | None) -> dict[str, Any]:
-    """report.html and summary.json in the run's folder; the summary is also stored with the run."""
+def write_outputs(engine: Engine, run: dict[str, Any], summary: Summary, baseline: dict[str, Any] | None) -> None:
+    """report.html and summary.json in the run's folder (the summary records where the report is)."""
     from soak.report import render_report
 
     run_dir = Path(run["out_dir"])
     run_dir.mkdir(parents=True, exist_ok=True)
     report_path = run_dir / "report.html"
-    summary["report_html"] = str(report_path)
-    render_report(engine, run["id"], summary, report_path, baseline=baseline)
-    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n", encoding="utf-8")
-    return summary
+    summary.report_html = str(report_path)
+    document = summary.to_json_dict()
+    render_report(engine, run["id"], document, report_path, baseline=baseline)
+    (run_dir / "summary.json").write_text(json.dumps(document, indent=2, default=str) + "\n", encoding="utf-8")
 
 
-def store_verdict(engine: Engine, run_id: str, summary: dict[str, Any], status: str | None = None) -> None:
+def store_verdict(engine: Engine, run_id: str, summary: Summary, status: str | None = None) -> None:
     """Save the verdict and summary in the run's row (directly: finalising happens after the writer closed)."""
     from sqlalchemy import update
 
-    fields: dict[str, Any] = {"verdict": summary["verdict"], "verdict_reason": summary.get("verdict_reason"),
-                              "summary_json": dumps(summary)}
+    fields: dict[str, Any] = {"verdict": summary.verdict.value, "verdict_reason": summary.verdict_reason,
+                              "summary_json": dumps(summary.to_json_dict())}
     if status:
         fields["status"] = status
     with engine.begin() as connection:
@@ -83,7 +84,7 @@ def store_verdict(engine: Engine, run_id: str, summary: dict[str, Any], status: 
 
 
 def finalise_run(engine: Engine, run_id: str, stopped_early: bool, gates_file: Path | None = None,
-                 baseline: str | None = None, status: str | None = None) -> dict[str, Any]:
+                 baseline: str | None = None, status: str | None = None) -> Summary:
     """Analyse a stored run, write its summary and report, store the verdict; returns the summary."""
     run = get_run(engine, run_id)
     if status:
@@ -92,6 +93,6 @@ def finalise_run(engine: Engine, run_id: str, stopped_early: bool, gates_file: P
     summary = build_summary(run, engine, findings, verdict, reason, report_html=None)
     comparison = baseline_comparison(engine, summary, baseline, gates_file)
     apply_baseline_verdict(summary)
-    summary = write_outputs(engine, run, summary, comparison)
+    write_outputs(engine, run, summary, comparison)
     store_verdict(engine, run_id, summary, status)
     return summary

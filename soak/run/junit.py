@@ -3,29 +3,34 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 from xml.etree import ElementTree
 
+from soak.contracts import Summary, Verdict
 
-def junit_tree(summary: dict[str, Any]) -> ElementTree.ElementTree:
+FAILED = (Verdict.FAIL, Verdict.INVALID)
+SKIPPED = (Verdict.SKIPPED, Verdict.INCONCLUSIVE)
+
+
+def junit_tree(summary: Summary) -> ElementTree.ElementTree:
     """A <testsuite> with a <testcase> per finding: FAIL/INVALID fail, SKIPPED/INCONCLUSIVE skip."""
-    findings = summary.get("findings", [])
-    failed = [f for f in findings if f["verdict"] in ("FAIL", "INVALID")]
-    skipped = [f for f in findings if f["verdict"] in ("SKIPPED", "INCONCLUSIVE")]
-    suite = ElementTree.Element("testsuite", name=f"soak {summary['run_id']}", tests=str(len(findings)),
-                                failures=str(len(failed)), skipped=str(len(skipped)))
+    findings = summary.findings
+    failed = sum(finding.verdict in FAILED for finding in findings)
+    skipped = sum(finding.verdict in SKIPPED for finding in findings)
+    suite = ElementTree.Element("testsuite", name=f"soak {summary.run_id}", tests=str(len(findings)),
+                                failures=str(failed), skipped=str(skipped))
     for finding in findings:
-        case = ElementTree.SubElement(suite, "testcase", classname="soak", name=finding["check"])
-        if finding in failed:
-            ElementTree.SubElement(case, "failure", message=f"{finding['verdict']}: {finding['evidence']}")
-        elif finding in skipped:
-            ElementTree.SubElement(case, "skipped", message=f"{finding['verdict']}: {finding['evidence']}")
+        case = ElementTree.SubElement(suite, "testcase", classname="soak", name=finding.check)
+        text = f"{finding.verdict}: {finding.evidence}"
+        if finding.verdict in FAILED:
+            ElementTree.SubElement(case, "failure", message=text)
+        elif finding.verdict in SKIPPED:
+            ElementTree.SubElement(case, "skipped", message=text)
         else:
-            ElementTree.SubElement(case, "system-out").text = f"{finding['verdict']}: {finding['evidence']}"
+            ElementTree.SubElement(case, "system-out").text = text
     return ElementTree.ElementTree(suite)
 
 
-def write_junit(summary: dict[str, Any], path: Path) -> None:
+def write_junit(summary: Summary, path: Path) -> None:
     """Write the JUnit XML file."""
     path.parent.mkdir(parents=True, exist_ok=True)
     junit_tree(summary).write(path, encoding="utf-8", xml_declaration=True)

@@ -1,4 +1,8 @@
-"""A run's progress read back from the database (for `soak status`, from any process)."""
+"""A run's `Progress` read back from the database (for `soak status`, from any process).
+
+The same fields, with the same meaning, as the live progress of `soak start` (soak.run.conductor): counts and
+P99s cover the windows after the warm-up.
+"""
 
 from __future__ import annotations
 
@@ -7,9 +11,13 @@ from typing import Any
 
 from sqlalchemy import Engine, func, select
 
-from soak.store.models import ALL_SCENARIOS, ERROR_CLASSES, LatencyWindow, ProcessSample, RequestWindow
-from soak.store.queries import get_run, reading
+from soak.contracts import P99Ms, Progress, measured_rate_rps, stage_at
+from soak.run.summary import merged_percentiles
+from soak.store.models import ALL_SCENARIOS, ERROR_CLASSES, LatencyWindowRow, ProcessSample, RequestWindowRow
+from soak.store.queries import get_run, read_rows, reading
 from soak.units import format_duration
+
+PROGRESS_METRICS = tuple(P99Ms.model_fields)  # ttft, e2e
 
 
 def _latest_server_rss_bytes(engine: Engine, run_id: str) -> int | None:
@@ -22,33 +30,50 @@ def _latest_server_rss_bytes(engine: Engine, run_id: str) -> int | None:
     return sum(s.rss_bytes or 0 for s in samples) if samples else None
 
 
-def _window_counts(engine: Engine, run_id: str) -> tuple[int, int, float | None]:
-    """(requests, errors, P99 E2E ms of the newest window)."""
-    with reading(engine) as rows:
-        windows = rows(select(RequestWindow).where(RequestWindow.run_id == run_id,
-                                                   RequestWindow.scenario == ALL_SCENARIOS))
-        newest = rows(select(LatencyWindow).where(
-            LatencyWindow.run_id == run_id, LatencyWindow.scenario == ALL_SCENARIOS, LatencyWindow.metric == "e2e"
-        ).order_by(LatencyWindow.window_index.desc()).limit(1))
-    requests = sum(w.requests for w in windows)
-    errors = sum(getattr(w, "err_" + name) for w in windows for name in ERROR_CLASSES)
-    return requests, errors, (newest[0].p99_ms if newest else None)
+def _measured_counts(engine: Engine, run_id: str) -> tuple[int, int]:
+    """(requests, errors) of the windows after the warm-up."""
+    windows = [row for row in read_rows(engine, RequestWindowRow, run_id, scenario=ALL_SCENARIOS)
+               if row["window_index"] >= 0]
+    requests = sum(row["requests"] for row in windows)
+    errors = sum(row["err_" + name] for row in windows for name in ERROR_CLASSES)
+    return requests, errors
 
 
-def read_progress(engine: Engine, run_id: str) -> dict[str, Any]:
-    """Elapsed and remaining time, requests, errors, latest P99 and server memory of a run."""
+def _measured_p99_ms(engine: Engine, run_id: str) -> P99Ms:
+    """P99s of the merged histograms after the warm-up; 0.0 before the first sample, as the live line shows."""
+    p99 = {}
+    for metric in PROGRESS_METRICS:
+        rows = read_rows(engine, LatencyWindowRow, run_id, scenario=ALL_SCENARIOS, metric=metric)
+        p99[metric] = merged_percentiles([row for row in rows if row["window_index"] >= 0])["p99"] or 0.0
+    return P99Ms(**p99)
+
+
+def read_progress(engine: Engine, run_id: str) -> Progress:
+    """Elapsed and remaining time, requests, errors, P99s and server memory of a run."""
     run = get_run(engine, run_id)
     started = datetime.fromisoformat(run["started_at"])
     end = datetime.fromisoformat(run["ended_at"]) if run["ended_at"] else datetime.now(UTC)
     elapsed_s = (end - started).total_seconds()
-    requests, errors, p99_ms = _window_counts(engine, run_id)
-    rss = _latest_server_rss_bytes(engine, run_id)
-    return {
-        "run": run_id, "status": run["status"], "verdict": run["verdict"] or "—",
-        "elapsed": format_duration(elapsed_s),
-        "remaining": format_duration(max(run["planned_duration_s"] - elapsed_s, 0)),
-        "requests": requests, "errors": errors,
-        "p99_e2e_ms_latest": None if p99_ms is None else round(p99_ms, 1),
-        "server_rss_mib": None if rss is None else round(rss / 2**20, 1),
-        "heartbeat_at": run["heartbeat_at"], "out_dir": run["out_dir"],
-    }
+    requests, errors = _measured_counts(engine, run_id)
+    return Progress(
+        stage=stage_at(elapsed_s, run["warmup_s"]) if run["status"] == "running" else None,
+        run_id=run_id, status=run["status"], verdict=run["verdict"], elapsed_s=elapsed_s,
+        duration_s=run["planned_duration_s"], remaining_s=max(run["planned_duration_s"] - elapsed_s, 0.0),
+        requests=requests, errors=errors, rate_rps=measured_rate_rps(requests, elapsed_s, run["warmup_s"]),
+        p99_ms=_measured_p99_ms(engine, run_id), server_rss_bytes=_latest_server_rss_bytes(engine, run_id),
+        heartbeat_at=run["heartbeat_at"], out_dir=run["out_dir"],
+    )
+
+
+def status_lines(progress: Progress) -> list[tuple[str, Any]]:
+    """The lines `soak status` prints: durations spelled out, memory in MiB, an open verdict as —."""
+    rss, e2e = progress.server_rss_bytes, progress.p99_ms.e2e if progress.p99_ms else None
+    return [
+        ("run", progress.run_id), ("status", progress.status), ("verdict", progress.verdict or "—"),
+        ("elapsed", format_duration(progress.elapsed_s or 0.0)),
+        ("remaining", format_duration(progress.remaining_s or 0.0)),
+        ("requests", progress.requests), ("errors", progress.errors),
+        ("p99_e2e_ms_latest", None if e2e is None else round(e2e, 1)),
+        ("server_rss_mib", None if rss is None else round(rss / 2**20, 1)),
+        ("heartbeat_at", progress.heartbeat_at), ("out_dir", progress.out_dir),
+    ]

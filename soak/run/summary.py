@@ -1,4 +1,4 @@
-"""Building `summary.json` (schema soak.run.summary/1) from the database and the findings."""
+"""Building the `Summary` of summary.json (schema soak.run.summary/1) from the database and the findings."""
 
 from __future__ import annotations
 
@@ -6,29 +6,29 @@ from typing import Any
 
 from sqlalchemy import Engine
 
-from soak.store.models import ALL_SCENARIOS, ERROR_CLASSES, LatencyWindow, RequestWindow
+from soak.contracts import ErrorsByClass, LatencyMs, Percentiles, Summary, SummaryFinding, SummaryTarget, Totals, Verdict
+from soak.store.models import ALL_SCENARIOS, ERROR_CLASSES, LatencyWindowRow, RequestWindowRow
 from soak.store.queries import read_rows
 from soak.telemetry.latency import decode_histogram, new_histogram
 
-SCHEMA = "soak.run.summary/1"
-SUMMARY_METRICS = ("ttft", "itl", "e2e")
+SUMMARY_METRICS = tuple(LatencyMs.model_fields)  # ttft, itl, e2e
 
 
-def request_totals(engine: Engine, run_id: str) -> dict[str, Any]:
+def request_totals(engine: Engine, run_id: str) -> Totals:
     """Requests, errors (cancelled and expected 4xx are not errors), error rate and output tokens."""
-    rows = read_rows(engine, RequestWindow, run_id, scenario=ALL_SCENARIOS)
+    rows = read_rows(engine, RequestWindowRow, run_id, scenario=ALL_SCENARIOS)
     requests = sum(row["requests"] for row in rows)
     errors = sum(row["err_" + name] for row in rows for name in ERROR_CLASSES)
     cancelled = sum(row["cancelled"] for row in rows)
     judged = requests - cancelled
-    return {
-        "requests": requests, "errors": errors, "error_rate": errors / judged if judged else 0.0,
-        "output_tokens": sum(row["output_tokens"] for row in rows), "cancelled": cancelled,
-        "errors_by_class": {name: sum(row["err_" + name] for row in rows) for name in ERROR_CLASSES},
-    }
+    return Totals(
+        requests=requests, errors=errors, error_rate=errors / judged if judged else 0.0,
+        output_tokens=sum(row["output_tokens"] for row in rows), cancelled=cancelled,
+        errors_by_class=ErrorsByClass(**{name: sum(row["err_" + name] for row in rows) for name in ERROR_CLASSES}),
+    )
 
 
-def merged_percentiles(windows: list[dict[str, Any]]) -> dict[str, float | None]:
+def merged_percentiles(windows: list[dict[str, Any]]) -> dict[str, float | int | None]:
     """P50/P95/P99 (ms) of the merged histograms of the given window rows."""
     merged = new_histogram()
     for row in windows:
@@ -40,31 +40,23 @@ def merged_percentiles(windows: list[dict[str, Any]]) -> dict[str, float | None]
         "count": merged.get_total_count()}
 
 
-def latency_summary(engine: Engine, run_id: str) -> dict[str, dict[str, float | None]]:
+def latency_summary(engine: Engine, run_id: str) -> LatencyMs:
     """Run-wide percentiles after warm-up, per metric."""
     result = {}
     for metric in SUMMARY_METRICS:
-        rows = read_rows(engine, LatencyWindow, run_id, scenario=ALL_SCENARIOS, metric=metric)
-        result[metric] = merged_percentiles([row for row in rows if row["window_index"] >= 0])
-    return result
+        rows = read_rows(engine, LatencyWindowRow, run_id, scenario=ALL_SCENARIOS, metric=metric)
+        result[metric] = Percentiles(**merged_percentiles([row for row in rows if row["window_index"] >= 0]))
+    return LatencyMs(**result)
 
 
-def build_summary(run: dict[str, Any], engine: Engine, findings: list[dict[str, Any]], verdict: str,
-                  reason: str, report_html: str | None) -> dict[str, Any]:
-    """The summary.json document (docs/summary.md)."""
-    return {
-        "schema": SCHEMA,
-        "run_id": run["id"],
-        "status": run["status"],
-        "started_at": run["started_at"],
-        "ended_at": run["ended_at"],
-        "duration_s": run["duration_s"],
-        "planned_duration_s": run["planned_duration_s"],
-        "target": {"kind": run["target_kind"], "url": run["target_url"], "model": run["model"]},
-        "verdict": verdict,
-        "verdict_reason": reason,
-        "findings": findings,
-        "totals": request_totals(engine, run["id"]),
-        "latency_ms": latency_summary(engine, run["id"]),
-        "report_html": report_html,
-    }
+def build_summary(run: dict[str, Any], engine: Engine, findings: list[SummaryFinding], verdict: Verdict,
+                  reason: str, report_html: str | None) -> Summary:
+    """The summary of a stored run (docs/summary.md)."""
+    return Summary(
+        run_id=run["id"], status=run["status"], started_at=run["started_at"], ended_at=run["ended_at"],
+        duration_s=run["duration_s"], planned_duration_s=run["planned_duration_s"],
+        target=SummaryTarget(kind=run["target_kind"], url=run["target_url"], model=run["model"]),
+        verdict=verdict, verdict_reason=reason, findings=findings,
+        totals=request_totals(engine, run["id"]), latency_ms=latency_summary(engine, run["id"]),
+        report_html=report_html,
+    )

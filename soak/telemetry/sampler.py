@@ -12,13 +12,14 @@ from typing import Any
 
 from apscheduler.schedulers.background import BackgroundScheduler
 
+from soak.contracts import EventKind
 from soak.store.models import (
     GpuProcessSample,
     GpuSample,
-    LatencyWindow,
+    LatencyWindowRow,
     MetricSample,
     ProcessSample,
-    RequestWindow,
+    RequestWindowRow,
     ServerSample,
 )
 from soak.store.recorder import Recorder, utc_now_iso
@@ -76,7 +77,7 @@ class Telemetry:
         self._last_extra_s = -EXTRA_METRICS_EVERY_S
         self._scheduler: BackgroundScheduler | None = None
         if not self.gpus.available:
-            recorder.event("no_gpu", self.gpus.reason)
+            recorder.event(EventKind.NO_GPU, self.gpus.reason)
 
     # -- schedule --------------------------------------------------------------------------------
     def start(self) -> None:
@@ -135,7 +136,7 @@ class Telemetry:
         self.recorder.rows(GpuSample, gpu_rows, t_s)
         self.recorder.rows(GpuProcessSample, process_rows, t_s)
         for xid in self.gpus.drain_xid_events():
-            self.recorder.event("gpu_xid", f"XID error on GPU {xid.get('gpu_index')}", xid)
+            self.recorder.event(EventKind.GPU_XID, f"XID error on GPU {xid.get('gpu_index')}", xid)
 
     def _sample_servers(self, snapshot: Snapshot, t_s: float) -> None:
         health_ok = probe_health(self.sources.health_url) if self.sources.health_url else None
@@ -158,8 +159,8 @@ class Telemetry:
     def flush(self) -> None:
         """Write every latency window that changed since the last flush."""
         latency_rows, request_rows = self.windows.flush_rows(self.recorder.elapsed_s())
-        self.recorder.upsert(LatencyWindow, latency_rows)
-        self.recorder.upsert(RequestWindow, request_rows)
+        self.recorder.upsert(LatencyWindowRow, latency_rows)
+        self.recorder.upsert(RequestWindowRow, request_rows)
 
     def heartbeat(self) -> None:
         """Mark the run alive, so a killed soak's run reads as aborted."""
@@ -177,7 +178,7 @@ class Telemetry:
                           for row in snapshot.server_processes],
             "gpu_process_bytes": snapshot.gpu_process_bytes,
         }
-        self.recorder.event("probe_reading", f"idle probe {index}: kv={data['kv_usage']} running={data['running']}",
+        self.recorder.event(EventKind.PROBE_READING, f"idle probe {index}: kv={data['kv_usage']} running={data['running']}",
                             data)
         return data
 

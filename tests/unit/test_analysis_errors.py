@@ -76,9 +76,10 @@ def test_no_burst_in_steady_errors_and_one_error_is_no_burst():
     assert check_bursts(run_with(lambda w: 1 if w.index == 5 else 0), Gates()).verdict == PASS
 
 
-def test_burst_events_count():
+def test_bursts_come_from_the_windows_alone():
+    # Nothing records burst events; one such event in a calm run must not make it SUSPECT.
     finding = check_bursts(run_with(lambda w: 0, events=[Event(5000.0, "error_burst", "12 errors in 2 s")]), Gates())
-    assert finding.verdict == SUSPECT and "error-burst event" in finding.evidence
+    assert finding.verdict == PASS
 
 
 def test_bursts_without_data_skip():

@@ -6,6 +6,7 @@ from soak.analysis.findings import FAIL, PASS, SKIPPED, SUSPECT
 from soak.analysis.gates import Gates
 from soak.analysis.inputs import Event, ProbeReading, ServerSeries
 from soak.analysis.liveness import check_crashes, check_hang, find_stalls
+from soak.contracts import EventKind
 from support.synthetic import bare_run
 
 RUN_S = 2 * 3600.0
@@ -48,12 +49,22 @@ def test_hang_fails_on_stall():
     assert "no token was generated for 300 s" in finding.evidence
 
 
-def test_hang_fails_on_canary_or_drain_timeout():
-    canary = bare_run(RUN_S, server=server(), events=(Event(100.0, "canary_timeout", "no token in 30 s"),))
-    assert check_hang(canary, Gates()).verdict == FAIL
+def test_hang_fails_on_a_drain_timeout_or_an_undrained_probe():
+    timeout = Event(500.0, EventKind.PROBE_DRAIN_TIMEOUT, "idle probe 0: 3 still in flight after 60s")
+    finding = check_hang(bare_run(RUN_S, server=server(), events=(timeout,)), Gates())
+    assert finding.verdict == FAIL and "1 probe drain(s) timed out" in finding.evidence
     drain = bare_run(RUN_S, probes=(ProbeReading(500.0, 0.2, 3, 0, drained=False),), probes_ran=True)
     finding = check_hang(drain, Gates())
     assert finding.verdict == FAIL and "did not drain" in finding.evidence
+
+
+def test_kinds_nothing_emits_are_ignored():
+    # No canary exists yet, and no stage records server exits: such events must not decide a verdict.
+    events = (Event(0.0, "server_start"), Event(100.0, "canary_timeout", "no token in 30 s"),
+              Event(200.0, "server_exit", "", {"exit_code": -9}))
+    run = bare_run(RUN_S, server=server(), events=events)
+    assert check_hang(run, Gates()).verdict == PASS
+    assert check_crashes(run, Gates()).verdict == PASS
 
 
 def test_hang_pass_and_skip():
@@ -69,18 +80,17 @@ def test_short_run_uses_a_shorter_hang_limit():
 
 
 def test_crash_fails_with_exit_code_and_log_tail():
-    events = (Event(0.0, "server_start"),
-              Event(4000.0, "crash", "EngineCore died", {"exit_code": -9, "log_tail": "a\nCUDA error: illegal address"}),
-              Event(4001.0, "server_exit", "", {"exit_code": -9}),
-              Event(4030.0, "restart", "restarted"))
+    events = (Event(0.0, EventKind.SERVER_START),
+              Event(4000.0, EventKind.CRASH, "EngineCore died",
+                    {"exit_code": -9, "log_tail": "a\nCUDA error: illegal address"}),
+              Event(4030.0, EventKind.RESTART, "restarted"))
     finding = check_crashes(bare_run(RUN_S, events=events), Gates())
     assert finding.verdict == FAIL and finding.value == 1
     assert "exit code -9" in finding.evidence and "illegal address" in finding.evidence
 
 
-def test_expected_exit_and_exit_after_the_run_are_not_crashes():
-    events = (Event(0.0, "server_start"), Event(3000.0, "server_exit", "", {"expected": True}),
-              Event(RUN_S + 5, "server_exit", "", {"exit_code": 0}))
+def test_a_crash_after_the_run_is_not_counted():
+    events = (Event(0.0, EventKind.SERVER_START), Event(RUN_S + 5, EventKind.CRASH, "", {"exit_code": 0}))
     assert check_crashes(bare_run(RUN_S, events=events), Gates()).verdict == PASS
 
 

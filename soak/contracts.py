@@ -1,0 +1,213 @@
+"""The typed contracts between a run's stages: verdicts, run-event kinds, `summary.json` and progress.
+
+A leaf module (pydantic and the standard library only), so the analysis, the conductor, telemetry, the load
+generator and the CLI can all share it without importing one another.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
+
+SUMMARY_SCHEMA = "soak.run.summary/1"
+
+# An int stays an int and a float a float, so summary.json reads back exactly as it was written.
+Number = int | float
+
+
+class Verdict(StrEnum):
+    """A check's verdict, and the run's (which is never SUSPECT or SKIPPED)."""
+
+    PASS = "PASS"
+    SUSPECT = "SUSPECT"
+    FAIL = "FAIL"
+    INCONCLUSIVE = "INCONCLUSIVE"
+    SKIPPED = "SKIPPED"
+    INVALID = "INVALID"
+
+
+class EventKind(StrEnum):
+    """Every kind of run event (the `events` table); tests/unit/test_contracts_events.py checks each is emitted."""
+
+    # the conductor
+    SERVER_START = "server_start"
+    CRASH = "crash"
+    RESTART = "restart"
+    RESTART_FAILED = "restart_failed"
+    OUTAGE_START = "outage_start"
+    OUTAGE_END = "outage_end"
+    RUN_END = "run_end"
+    VRAM_NOT_RELEASED = "vram_not_released"
+    # telemetry
+    NO_GPU = "no_gpu"
+    GPU_XID = "gpu_xid"
+    PROBE_READING = "probe_reading"
+    # the load generator
+    WARMUP_END = "warmup_end"
+    PHASE = "phase"
+    PROBE_START = "probe_start"
+    PROBE_DRAINED = "probe_drained"
+    PROBE_DRAIN_TIMEOUT = "probe_drain_timeout"
+    PROBE_END = "probe_end"
+    LOAD_PAUSED = "load_paused"
+    LOAD_RESUMED = "load_resumed"
+
+
+# -- summary.json ---------------------------------------------------------------------------------------------
+class SummaryTarget(BaseModel):
+    """The server the run loaded."""
+
+    kind: str = Field(description="`reference`, `vllm` or `external`")
+    url: str | None = Field(description="base URL (no /v1)")
+    model: str | None = Field(description="the model name requests were sent with")
+
+
+FIXED_FINDING_KEYS = ("check", "verdict", "value", "unit", "ci", "threshold", "evidence")
+
+
+class SummaryFinding(BaseModel):
+    """One check's verdict: seven fixed keys, then the optional ones a check sets (absent when unset)."""
+
+    check: str = Field(description="the check's name, e.g. `leak.rss`")
+    verdict: Verdict
+    value: Number | None = Field(description="the number the verdict rests on, in `unit`")
+    unit: str
+    ci: list[Number | None] | None = Field(description="[low, high] confidence interval of `value`")
+    threshold: Number | None = Field(description="the practical threshold `value` is judged against")
+    evidence: str = Field(description="one or two sentences saying why")
+    per_process: list[dict[str, Any]] | None = Field(None, description="leak checks: each process's own trend")
+    per_request: dict[str, Any] | None = Field(None, description="leak checks: slope ÷ request rate, with CI")
+    percentile_used: str | None = Field(None, description="creep checks: the percentile the series uses")
+    trend: dict[str, Any] | None = Field(None, description="the fitted line: slope_per_s, intercept, t0_s, space")
+    details: dict[str, Any] | None = Field(None, description="check-specific figures")
+
+    @model_serializer(mode="wrap")
+    def _drop_unset_optionals(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # summary.json leaves an optional key out rather than writing null.
+        data = handler(self)
+        return {key: value for key, value in data.items() if value is not None or key in FIXED_FINDING_KEYS}
+
+
+class ErrorsByClass(BaseModel):
+    """Errors per class (soak.store.models.ERROR_CLASSES)."""
+
+    connect: int
+    timeout: int
+    http_4xx: int
+    http_5xx: int
+    bad_stream: int
+
+
+class Totals(BaseModel):
+    """Request counts over every window of the run, warm-up included."""
+
+    requests: int
+    errors: int = Field(description="deliberate cancels and the expected 4xx of `bad_input` excluded")
+    error_rate: float = Field(description="errors ÷ (requests − cancelled)")
+    output_tokens: int
+    cancelled: int
+    errors_by_class: ErrorsByClass
+
+
+class Percentiles(BaseModel):
+    """Exact percentiles (ms) of the merged per-window HDR histograms after warm-up."""
+
+    p50: float | None
+    p95: float | None
+    p99: float | None
+    count: int = Field(description="samples merged")
+
+
+class LatencyMs(BaseModel):
+    """Run-wide latency percentiles per metric."""
+
+    ttft: Percentiles
+    itl: Percentiles
+    e2e: Percentiles
+
+
+class Summary(BaseModel):
+    """`summary.json`: what scripts and CI read of a finished run."""
+
+    model_config = ConfigDict(populate_by_name=True)
+
+    # `schema` would shadow a BaseModel attribute, so the field goes by an alias.
+    schema_id: Literal[SUMMARY_SCHEMA] = Field(SUMMARY_SCHEMA, alias="schema")
+    run_id: str
+    status: str = Field(description="`completed`, `aborted`, `crashed` (or `running` for a report mid-run)")
+    started_at: str = Field(description="ISO-8601 UTC")
+    ended_at: str | None
+    duration_s: float | None
+    planned_duration_s: float
+    target: SummaryTarget
+    verdict: Verdict
+    verdict_reason: str
+    findings: list[SummaryFinding]
+    totals: Totals
+    latency_ms: LatencyMs
+    report_html: str | None
+
+    def finding(self, check: str) -> SummaryFinding | None:
+        """The finding of `check`, if the run has one."""
+        return next((finding for finding in self.findings if finding.check == check), None)
+
+    def to_json_dict(self) -> dict[str, Any]:
+        """The summary.json document as plain JSON values, keys in the documented order."""
+        return self.model_dump(mode="json", by_alias=True)
+
+
+# -- progress -------------------------------------------------------------------------------------------------
+class Stage(StrEnum):
+    """Where a run stands."""
+
+    STARTING = "starting"
+    WARM_UP = "warm-up"
+    MEASURING = "measuring"
+    FINALISING = "finalising"
+    STORAGE_FAILURE = "storage_failure"
+
+
+class P99Ms(BaseModel):
+    """P99 latencies (ms) since the warm-up ended."""
+
+    ttft: float | None = None
+    e2e: float | None = None
+
+
+class Progress(BaseModel):
+    """A run's progress: the live line of `soak start` and `soak status` (read from the database) alike.
+
+    Counts and P99s cover the requests since the warm-up ended. A field a source cannot know stays None:
+    `in_flight` only the live run knows, `heartbeat_at` and `verdict` only the database.
+    """
+
+    stage: Stage | None = None
+    run_id: str | None = None
+    status: str | None = Field(None, description="the run row's status: running, completed, aborted, crashed")
+    verdict: Verdict | None = None
+    target: str | None = Field(None, description="the target's kind, while it starts")
+    message: str | None = Field(None, description="what failed, at a storage failure")
+    elapsed_s: float | None = None
+    duration_s: float | None = Field(None, description="the planned duration")
+    remaining_s: float | None = None
+    requests: int | None = None
+    errors: int | None = None
+    rate_rps: float | None = None
+    p99_ms: P99Ms | None = None
+    server_rss_bytes: int | None = None
+    in_flight: int | None = None
+    heartbeat_at: str | None = None
+    out_dir: str | None = None
+
+
+def stage_at(elapsed_s: float, warmup_s: float) -> Stage:
+    """The stage of a running run `elapsed_s` after its start."""
+    return Stage.WARM_UP if elapsed_s < warmup_s else Stage.MEASURING
+
+
+def measured_rate_rps(requests: int, elapsed_s: float, warmup_s: float) -> float | None:
+    """Requests per second since the warm-up ended; None during it."""
+    measured_s = elapsed_s - warmup_s
+    return requests / measured_s if measured_s > 0 else None
