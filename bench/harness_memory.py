@@ -33,7 +33,7 @@ from soak.load import client
 from soak.load.locust_stats import trim_per_second_counts
 from soak.load.records import RequestRecord
 from soak.store import StoreWriter, open_database
-from soak.store.models import LatencyWindow, RequestWindow, Run
+from soak.store.models import LatencyWindowRow, RequestWindowRow, Run
 from soak.store.recorder import Recorder
 from soak.telemetry.latency import LatencyWindows
 from soak.telemetry.sampler import Telemetry, TelemetrySources
@@ -148,9 +148,9 @@ def pipeline_growth_mib(total: int, db_path: Path) -> tuple[float, float, int]:
             trim_per_second_counts(environment.stats, CLOCK.now_s)  # soak's trimmer runs every 30 s
             latency_rows, request_rows = windows.flush_rows(now_s=RUN_S * i / total)
             for row in latency_rows:
-                writer.upsert(LatencyWindow, row)
+                writer.upsert(LatencyWindowRow, row)
             for row in request_rows:
-                writer.upsert(RequestWindow, row)
+                writer.upsert(RequestWindowRow, row)
             writer.flush(60)
             if i >= WARMUP_REQUESTS:
                 readings.append(rss_mib())

@@ -25,7 +25,7 @@ from locust.env import Environment
 
 from soak.config import LoadSettings, RunConfig
 from soak.load import LoadHooks, OpenAIUser, start_load
-from soak.load.user import ClientSettings
+from soak.load.settings import ClientSettings
 
 MOCK = Path(__file__).resolve().parents[1] / "tests" / "integration" / "load" / "mockserver.py"
 SERVER_DELAY = {"ttft_ms": 200, "itl_ms": 20, "tokens": 91}  # 0.2 s + 90 × 20 ms = 2 s per request
@@ -72,7 +72,7 @@ def open_loop(url: str, rate: float, duration_s: float, stall: bool) -> dict:
     cpu_s = time.process_time() - cpu0
     counters = handle.counters()
     handle.stop(drain_timeout_s=5.0)
-    span_s = handle.schedule.end_t - handle.schedule.begin_t
+    span_s = handle.phase_plan.end_t - handle.phase_plan.begin_t
     return {"mode": "open loop", "rate": rate, "stall": stall, "achieved": counters["sends"] / span_s,
             "cv": cv(sorted(r.sent_t for r in records)), "lag_p99_ms": counters["lag_p99_ms"],
             "late_1s": counters["late_sends_1s"], "cpu": cpu_s / duration_s, "server": server_count(url, tag)}
@@ -96,7 +96,7 @@ def closed_loop(url: str, rate: float, duration_s: float, stall: bool) -> dict:
     tag = f"closed-{rate}-{stall}-{time.time_ns()}"
     ClosedLoop.records = []
     environment = Environment(user_classes=[ClosedLoop], host=url)
-    environment.soak_settings = ClientSettings(model=model_for(tag))
+    ClosedLoop.settings = ClientSettings(model=model_for(tag))  # plain Locust builds users from the class
     runner = environment.create_local_runner()
     t0 = time.time()
     runner.start(int(rate), spawn_rate=int(rate))

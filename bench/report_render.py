@@ -24,12 +24,12 @@ from soak.report.context import build_context
 from soak.report.render import render_html
 from soak.store.db import open_database
 from soak.store.models import (
-    Event,
+    EventRow,
     GpuProcessSample,
     GpuSample,
-    LatencyWindow,
+    LatencyWindowRow,
     ProcessSample,
-    RequestWindow,
+    RequestWindowRow,
     Run,
     ServerSample,
 )
@@ -159,13 +159,13 @@ def build_run(engine: Engine, run_id: str, hours: float, seed: int = 1) -> None:
     rng = np.random.default_rng(seed)
     t_s = np.arange(0.0, duration_s, 1.0)
     insert_batched(engine, Run, [run_row(run_id, duration_s, warmup_s, window_s)])
-    insert_batched(engine, Event, event_rows(run_id, duration_s, warmup_s))
+    insert_batched(engine, EventRow, event_rows(run_id, duration_s, warmup_s))
     insert_batched(engine, ProcessSample, process_rows(run_id, t_s, rng))
     for model, rows in gpu_and_server_rows(run_id, t_s, rng).items():
         insert_batched(engine, model, rows)
     latency, requests = window_rows(run_id, window_bounds(duration_s, warmup_s, window_s), rng)
-    insert_batched(engine, LatencyWindow, latency)
-    insert_batched(engine, RequestWindow, requests)
+    insert_batched(engine, LatencyWindowRow, latency)
+    insert_batched(engine, RequestWindowRow, requests)
 
 
 def time_report(engine: Engine, run_id: str, out: Path, warmup_s: float) -> dict[str, float]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from soak.analysis import client, error_checks, kv, latency, liveness, memory, throughput
+from soak.analysis import error_checks, kv, latency, liveness, memory, saturation, throughput
 from soak.analysis.findings import CHECK_ORDER, Finding, inconclusive
 from soak.analysis.gates import Gates
 from soak.analysis.inputs import RunData
@@ -28,7 +28,7 @@ CHECKS: dict[str, Check] = {
     "hang": liveness.check_hang,
     "crashes": liveness.check_crashes,
     "throughput.decay": throughput.check_decay,
-    "client.saturation": client.check_saturation,
+    "client.saturation": saturation.check_saturation,
 }
 assert tuple(CHECKS) == CHECK_ORDER
 

@@ -24,9 +24,16 @@ from soak.analysis.inputs import (
     ServerSeries,
     WindowInfo,
 )
-from soak.store.models import ALL_SCENARIOS, ERROR_CLASSES, GpuProcessSample, GpuSample, ProcessSample, ServerSample
-from soak.store.models import LatencyWindow as LatencyWindowRow
-from soak.store.models import RequestWindow as RequestWindowRow
+from soak.store.models import (
+    ALL_SCENARIOS,
+    ERROR_CLASSES,
+    GpuProcessSample,
+    GpuSample,
+    LatencyWindowRow,
+    ProcessSample,
+    RequestWindowRow,
+    ServerSample,
+)
 from soak.store.queries import read_events, read_rows
 
 INTERVAL_KINDS = {"probe": ("probe_start", "probe_end"), "outage": ("outage_start", "outage_end")}

@@ -16,7 +16,7 @@ _EXPORTS = {
     "start_load": "soak.load.runner", "LoadHandle": "soak.load.runner", "LoadHooks": "soak.load.hooks",
     "RequestRecord": "soak.load.records", "OpenAIUser": "soak.load.user", "OpenAIClient": "soak.load.client",
     "Reply": "soak.load.client", "task": "locust", "tag": "locust",
-    "builtin_names": "soak.load.scenarios",
+    "builtin_names": "soak.load.scenarios", "ClientSettings": "soak.load.settings",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -14,7 +14,7 @@ import socket
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import gevent
 import gevent.local
@@ -22,11 +22,9 @@ from geventhttpclient._parser import HTTPParseError
 from geventhttpclient.response import HTTPConnectionClosed
 from geventhttpclient.url import URL
 
-from soak.load.prompts import utf8_len
+from soak.load.prompts import TokenRatio, utf8_len
 from soak.load.records import CANCELLED, RequestRecord
-
-if TYPE_CHECKING:
-    from soak.load.user import OpenAIUser
+from soak.load.settings import ClientSettings
 
 log = logging.getLogger(__name__)
 
@@ -192,22 +190,55 @@ def discard_connection(response: Any) -> None:
         sock.close()
 
 
+@dataclass
+class ClientContext:
+    """What the client needs of the scenario instance it serves, handed over explicitly."""
+
+    scenario: str  # the name of a request made outside any planned arrival
+    model: Callable[[], str]  # the default model, resolved on first use
+    token_ratio: TokenRatio
+    on_record: Callable[[RequestRecord], None]
+
+
 class OpenAIClient:
     """`self.client` of an OpenAIUser: chat/completion calls that measure and report themselves.
 
-    Any other attribute (get, post, …) falls through to the user's FastHttpSession.
+    `get`, `post`, … are the FastHttpSession's (`http`), unmeasured, as under plain Locust.
     """
 
-    def __init__(self, user: OpenAIUser) -> None:
-        self.user = user
-        self.http = user.http
-        self.settings = user.settings
+    def __init__(self, http: Any, settings: ClientSettings, events: Any, context: ClientContext) -> None:
+        self.http = http
+        self.settings = settings
+        self.events = events
+        self.context = context
         self._base = URL(self.http.base_url.rstrip("/"))
         self._pool_client = self.http.client.clientpool.get_client(self._base)
         self._headers = self._make_headers()
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.http, name)
+    # FastHttpSession's HTTP verbs, named one by one: any other attribute is an AttributeError, not a guess.
+    def request(self, *args: Any, **kwargs: Any) -> Any:
+        return self.http.request(*args, **kwargs)
+
+    def get(self, *args: Any, **kwargs: Any) -> Any:
+        return self.http.get(*args, **kwargs)
+
+    def post(self, *args: Any, **kwargs: Any) -> Any:
+        return self.http.post(*args, **kwargs)
+
+    def put(self, *args: Any, **kwargs: Any) -> Any:
+        return self.http.put(*args, **kwargs)
+
+    def patch(self, *args: Any, **kwargs: Any) -> Any:
+        return self.http.patch(*args, **kwargs)
+
+    def delete(self, *args: Any, **kwargs: Any) -> Any:
+        return self.http.delete(*args, **kwargs)
+
+    def head(self, *args: Any, **kwargs: Any) -> Any:
+        return self.http.head(*args, **kwargs)
+
+    def options(self, *args: Any, **kwargs: Any) -> Any:
+        return self.http.options(*args, **kwargs)
 
     def _make_headers(self) -> dict[str, str]:
         headers = {"Content-Type": "application/json", "Accept-Encoding": "identity"}
@@ -220,7 +251,7 @@ class OpenAIClient:
              model: str | None = None, name: str | None = None, cancel_after_tokens: int | None = None,
              expect_error: bool = False, **params: Any) -> Reply:
         """POST /v1/chat/completions. `cancel_after_tokens` disconnects after that many content chunks."""
-        body = {"model": model or self.user.model, "messages": messages, **_generation(max_tokens, stream), **params}
+        body = {"model": model or self.context.model(), "messages": messages, **_generation(max_tokens, stream), **params}
         prompt_bytes = sum(utf8_len(m["content"]) for m in messages
                            if isinstance(m, dict) and isinstance(m.get("content"), str))
         return self._send("chat", "/v1/chat/completions", body, stream, name, cancel_after_tokens, expect_error,
@@ -230,7 +261,7 @@ class OpenAIClient:
                    model: str | None = None, name: str | None = None, cancel_after_tokens: int | None = None,
                    expect_error: bool = False, **params: Any) -> Reply:
         """POST /v1/completions."""
-        body = {"model": model or self.user.model, "prompt": prompt, **_generation(max_tokens, stream), **params}
+        body = {"model": model or self.context.model(), "prompt": prompt, **_generation(max_tokens, stream), **params}
         return self._send("completion", "/v1/completions", body, stream, name, cancel_after_tokens, expect_error,
                           utf8_len(prompt) if isinstance(prompt, str) else None)
 
@@ -270,7 +301,7 @@ class OpenAIClient:
     def _begin(self, kind: str) -> tuple[_Exchange, Arrival | None]:
         """Intended time and queue wait from the arrival for its first request; later ones start now."""
         arrival = current_arrival()
-        scenario = arrival.scenario if arrival else type(self.user).__name__
+        scenario = arrival.scenario if arrival else self.context.scenario
         if arrival is not None and not arrival.used:
             arrival.used = True
             return _Exchange(scenario, kind, arrival.intended_t, arrival.queue_ms), arrival
@@ -368,13 +399,13 @@ class OpenAIClient:
         exchange.expected_error = expect_error and exchange.error_class == "http_4xx"
         record = exchange.record()
         if prompt_bytes is not None:
-            self.user.token_ratio.observe(prompt_bytes, record.prompt_tokens)
+            self.context.token_ratio.observe(prompt_bytes, record.prompt_tokens)
         self._report(record, len(payload), name)
         return Reply("".join(exchange.parts), record, exchange.finish_reason)
 
     def _report(self, record: RequestRecord, payload_bytes: int, name: str | None) -> None:
-        fire_request_event(self.user.environment.events, record, payload_bytes, name)
-        self.user.emit_record(record)
+        fire_request_event(self.events, record, payload_bytes, name)
+        self.context.on_record(record)
 
 
 def fire_request_event(events: Any, record: RequestRecord, payload_bytes: int, name: str | None) -> None:

@@ -28,6 +28,7 @@ from soak.load.health import ClientHealth
 from soak.load.plan import ArrivalClock, DealtClock, GapSampler, RatePlan, Segment, arrival_rng
 from soak.load.records import CANCELLED, RequestRecord
 from soak.load.scenarios import LoadedScenario, weighted_tasks
+from soak.load.settings import ClientSettings
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +80,7 @@ class DispatchSettings:
     burstiness: float | None = None
     max_concurrency: int | None = None
     dealt: bool = False  # take intended times from the master instead of running a clock
+    client: ClientSettings = ClientSettings()  # handed to every scenario instance
 
 
 class Dispatcher:
@@ -89,6 +91,7 @@ class Dispatcher:
         self.environment = environment
         self.board = board
         self.sink = sink
+        self.client_settings = settings.client
         gaps = GapSampler(arrival_rng(settings.seed, settings.worker_index, 0), settings.burstiness)
         self.clock = board.dealt if settings.dealt else ArrivalClock(board.plan, gaps)
         self._choice_rng = random.Random(int(arrival_rng(settings.seed, settings.worker_index, 1).integers(2**63)))
@@ -109,7 +112,7 @@ class Dispatcher:
         tasks = []
         for name, cls, task, weight in weighted_tasks(scenarios):
             if cls not in instances:
-                instances[cls] = cls(self.environment)
+                instances[cls] = cls(self.environment, self.client_settings)
                 instances[cls].record_sink = self.sink
             tasks.append((name, instances[cls], task, weight))
         self.instances = list(instances.values())

@@ -30,14 +30,14 @@ from locust.env import Environment
 
 from soak.config import RunConfig
 from soak.errors import TargetError
+from soak.load.backend import PLAN_MESSAGE, QueueSink, dispatcher_user_class
 from soak.load.health import ClientHealth
 from soak.load.hooks import HookCaller
 from soak.load.locust_stats import keep_stats_bounded
 from soak.load.plan import ArrivalClock, GapSampler, RatePlan, arrival_rng
 from soak.load.records import RequestRecord
-from soak.load.runner import PLAN_MESSAGE, QueueSink, dispatcher_user_class
-from soak.load.shape import LOOKAHEAD_S, LoadController, Schedule, SoakShape
-from soak.load.user import ClientSettings
+from soak.load.settings import ClientSettings
+from soak.load.shape import LOOKAHEAD_S, LoadController, PhasePlan, SoakShape
 
 log = logging.getLogger(__name__)
 
@@ -88,8 +88,8 @@ def deals_times(config: RunConfig) -> bool:
 class Dealer:
     """One arrival clock for all workers; its intended times go round-robin, in worker-index order."""
 
-    def __init__(self, schedule: Schedule, seed: int, burstiness: float | None) -> None:
-        self.schedule = schedule
+    def __init__(self, phase_plan: PhasePlan, seed: int, burstiness: float | None) -> None:
+        self.phase_plan = phase_plan
         self.plan = RatePlan()
         self.clock = ArrivalClock(self.plan, GapSampler(arrival_rng(seed, 0, 0), burstiness))
         self.dealt = 0
@@ -98,7 +98,7 @@ class Dealer:
         """Send every intended time up to the look-ahead horizon (the plan is final that far)."""
         now = time.time()
         horizon_t = now + LOOKAHEAD_S
-        self.plan.extend(self.schedule.segments(now, horizon_t))
+        self.plan.extend(self.phase_plan.segments(now, horizon_t))
         workers = sorted(runner.clients.all, key=lambda node: runner.get_worker_index(node.id))
         if not workers:
             return
@@ -122,38 +122,44 @@ def _write_spec(config: RunConfig, settings: ClientSettings, base_url: str, t0: 
     return Path(handle.name)
 
 
-def _spawn_workers(count: int, spec_path: Path) -> list[subprocess.Popen]:
-    logs = [tempfile.NamedTemporaryFile(prefix=f"soak-worker-{i}-", suffix=".log", delete=False) for i in range(count)]
-    procs = [subprocess.Popen([sys.executable, "-m", "soak.load.worker", str(spec_path)],
-                              stdout=subprocess.DEVNULL, stderr=log_file) for log_file in logs]
-    for log_file in logs:
-        log_file.close()
-    for proc, log_file in zip(procs, logs):
-        proc.soak_log_path = log_file.name  # type: ignore[attr-defined]
-    atexit.register(_kill_all, procs)
-    return procs
+@dataclass(frozen=True)
+class SpawnedWorker:
+    """One spawned worker and the file its stderr goes to."""
+
+    popen: subprocess.Popen
+    log_path: Path
+
+    def log_tail(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-600:]
+        except OSError:
+            return ""
 
 
-def _kill_all(procs: list[subprocess.Popen]) -> None:
-    for proc in procs:
-        if proc.poll() is None:
-            proc.kill()
+def _spawn_workers(count: int, spec_path: Path) -> list[SpawnedWorker]:
+    workers = []
+    for index in range(count):
+        with tempfile.NamedTemporaryFile(prefix=f"soak-worker-{index}-", suffix=".log", delete=False) as log_file:
+            popen = subprocess.Popen([sys.executable, "-m", "soak.load.worker", str(spec_path)],
+                                     stdout=subprocess.DEVNULL, stderr=log_file)
+        workers.append(SpawnedWorker(popen, Path(log_file.name)))
+    atexit.register(_kill_all, workers)
+    return workers
 
 
-def _log_tail(proc: subprocess.Popen) -> str:
-    try:
-        return Path(proc.soak_log_path).read_text(errors="replace")[-600:]  # type: ignore[attr-defined]
-    except OSError:
-        return ""
+def _kill_all(workers: list[SpawnedWorker]) -> None:
+    for worker in workers:
+        if worker.popen.poll() is None:
+            worker.popen.kill()
 
 
-def _wait_for_workers(runner: Any, procs: list[subprocess.Popen], count: int) -> None:
+def _wait_for_workers(runner: Any, workers: list[SpawnedWorker], count: int) -> None:
     deadline = time.monotonic() + CONNECT_TIMEOUT_S
     while runner.worker_count < count:
-        dead = [p for p in procs if p.poll() is not None]
+        dead = [w for w in workers if w.popen.poll() is not None]
         if dead or time.monotonic() > deadline:
-            _kill_all(procs)
-            tail = _log_tail(dead[0]) if dead else ""
+            _kill_all(workers)
+            tail = dead[0].log_tail() if dead else ""
             raise TargetError(f"load workers did not start ({runner.worker_count}/{count} connected): {tail}")
         gevent.sleep(0.05)
 
@@ -165,7 +171,7 @@ class DistributedBackend:
     environment: Environment
     controller: LoadController
     statuses: WorkerStatuses
-    procs: list[subprocess.Popen]
+    workers: list[SpawnedWorker]
     sink: QueueSink
     spec_path: Path
     stats_trimmer: gevent.Greenlet
@@ -174,7 +180,7 @@ class DistributedBackend:
         return self.statuses.drain_state()[0]
 
     def counters(self) -> dict[str, Any]:
-        return {**self.statuses.health().counters(self.in_flight()), "workers": len(self.procs)}
+        return {**self.statuses.health().counters(self.in_flight()), "workers": len(self.workers)}
 
     def stop(self, drain_timeout_s: float) -> None:
         runner = self.environment.runner
@@ -189,12 +195,12 @@ class DistributedBackend:
 
     def _reap(self) -> None:
         deadline = time.monotonic() + EXIT_WAIT_S
-        while any(p.poll() is None for p in self.procs) and time.monotonic() < deadline:
+        while any(w.popen.poll() is None for w in self.workers) and time.monotonic() < deadline:
             gevent.sleep(0.05)
-        _kill_all(self.procs)
+        _kill_all(self.workers)
         self.spec_path.unlink(missing_ok=True)
-        for proc in self.procs:
-            Path(proc.soak_log_path).unlink(missing_ok=True)  # type: ignore[attr-defined]
+        for worker in self.workers:
+            worker.log_path.unlink(missing_ok=True)
 
 
 def _deliver_records(sink: QueueSink, data: dict[str, Any]) -> None:
@@ -214,8 +220,8 @@ def start_distributed(config: RunConfig, base_url: str, t0: float, settings: Cli
     runner.register_message(STOPPED_MESSAGE, lambda environment, msg, **_kw: _on_stopped(statuses, sink, msg))
     environment.events.worker_report.add_listener(lambda client_id, data, **_kw: _deliver_records(sink, data))
     spec_path = _write_spec(config, settings, base_url, t0, port)
-    procs = _spawn_workers(count, spec_path)
-    _wait_for_workers(runner, procs, count)
+    workers = _spawn_workers(count, spec_path)
+    _wait_for_workers(runner, workers, count)
     dealer: list[Dealer] = []
 
     def publish(message: dict[str, Any]) -> None:
@@ -226,13 +232,13 @@ def start_distributed(config: RunConfig, base_url: str, t0: float, settings: Cli
     controller = LoadController(config, t0, time.time() + START_DELAY_S, callers, send=publish,
                                 drain_state=statuses.drain_state)
     if deals_times(config):
-        dealer.append(Dealer(controller.schedule, config.load.seed, config.load.burstiness))
+        dealer.append(Dealer(controller.phase_plan, config.load.seed, config.load.burstiness))
     environment.shape_class = SoakShape(controller, users=count)
     environment.shape_class.runner = runner
     controller.publish()
     runner.start_shape()
     controller.start()
-    return DistributedBackend(environment, controller, statuses, procs, sink, spec_path,
+    return DistributedBackend(environment, controller, statuses, workers, sink, spec_path,
                               keep_stats_bounded(environment))
 
 

@@ -7,101 +7,41 @@ and N local worker processes (see `soak.load.distributed`).
 from __future__ import annotations
 
 import logging
-import os
-import resource
 import time
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import gevent
-import gevent.queue
-from locust import User, constant, task
 from locust.env import Environment
-from locust.exception import StopUser
 
 from soak.config import RunConfig
-from soak.load.dispatcher import Dispatcher, DispatchSettings, PlanBoard
+from soak.load.backend import (
+    PLAN_MESSAGE,
+    QueueSink,
+    api_key_from,
+    dispatch_settings,
+    dispatcher_user_class,
+    make_client_settings,
+    raise_fd_limit,
+)
+from soak.load.dispatcher import Dispatcher, PlanBoard
+from soak.load.distributed import start_distributed
 from soak.load.hooks import HookCaller, LoadHooks
 from soak.load.locust_stats import keep_stats_bounded
-from soak.load.records import RequestRecord
 from soak.load.scenarios import LoadedScenario, check_dataset, effective_specs, load_scenarios
-from soak.load.shape import LoadController, Schedule, SoakShape, build_phases
-from soak.load.user import ClientSettings, fetch_model_cards, max_model_len_of
+from soak.load.settings import ClientSettings
+from soak.load.shape import LoadController, PhasePlan, SoakShape, build_phases
+from soak.load.user import fetch_model_cards, max_model_len_of
 
 log = logging.getLogger(__name__)
 
-PLAN_MESSAGE = "soak_plan"
 START_DELAY_S = 0.2
-SINK_FLUSH_S = 10.0
-
-
-def api_key_from(config: RunConfig) -> str | None:
-    """The API key from the environment variable the config names (never stored or logged)."""
-    name = config.target.api_key_env
-    return os.environ.get(name) or None if name else None
 
 
 def client_settings(config: RunConfig, base_url: str, model: str) -> ClientSettings:
     """What every scenario instance needs, including max_model_len as /v1/models reports it."""
-    api_key = api_key_from(config)
-    cards = fetch_model_cards(base_url, api_key)
-    return ClientSettings(model=model, max_model_len=max_model_len_of(cards, model),
-                          request_timeout_s=config.load.request_timeout_s, api_key=api_key,
-                          dataset_path=config.load.dataset, seed=config.load.seed)
-
-
-def dispatch_settings(config: RunConfig, worker_index: int = 0) -> DispatchSettings:
-    load = config.load
-    return DispatchSettings(seed=load.seed, worker_index=worker_index, burstiness=load.burstiness,
-                            max_concurrency=load.max_concurrency)
-
-
-def raise_fd_limit() -> None:
-    """Open loop can hold many connections at once: lift the soft file limit to the hard one."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if hard == resource.RLIM_INFINITY or soft < hard:
-        try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-        except (ValueError, OSError):
-            log.debug("could not raise the open-file limit from %s", soft)
-
-
-def dispatcher_user_class(get_dispatcher: Any) -> type[User]:
-    """The single Locust user of each process: it runs that process's dispatcher until arrivals stop."""
-
-    class SoakDispatcher(User):
-        wait_time = constant(0)
-
-        @task
-        def dispatch(self) -> None:
-            get_dispatcher(self.environment).run()
-            raise StopUser()
-
-    return SoakDispatcher
-
-
-class QueueSink:
-    """Hands records to `deliver` from one greenlet of its own, so a slow or failing consumer never runs
-    inside (or is killed with) a request's greenlet."""
-
-    def __init__(self, deliver: Any) -> None:
-        self._deliver = deliver
-        self._queue: gevent.queue.Queue = gevent.queue.Queue()
-        self._greenlet = gevent.spawn(self._loop)
-        self.delivered = 0
-
-    def put(self, record: RequestRecord) -> None:
-        self._queue.put(record)
-
-    def _loop(self) -> None:
-        for record in self._queue:
-            self._deliver(record)
-            self.delivered += 1
-
-    def flush(self, timeout_s: float = SINK_FLUSH_S) -> None:
-        """Deliver what is queued, then end."""
-        self._queue.put(StopIteration)
-        self._greenlet.join(timeout=timeout_s)
+    cards = fetch_model_cards(base_url, api_key_from(config))
+    return make_client_settings(config, model, max_model_len_of(cards, model))
 
 
 class _Backend(Protocol):
@@ -126,9 +66,9 @@ class LoadHandle:
         return self._backend.environment
 
     @property
-    def schedule(self) -> Schedule:
+    def phase_plan(self) -> PhasePlan:
         """The rate plan in absolute time: its phases, `begin_t` (first possible arrival) and `end_t`."""
-        return self._backend.controller.schedule
+        return self._backend.controller.phase_plan
 
     @property
     def in_flight(self) -> int:
@@ -198,8 +138,6 @@ def start_load(config: RunConfig, base_url: str, model: str, t0: float, hooks: L
     raise_fd_limit()
     callers = HookCaller(hooks)
     if config.load.workers > 0:
-        from soak.load.distributed import start_distributed
-
         return LoadHandle(start_distributed(config, base_url, t0, settings, callers))
     return LoadHandle(_start_local(config, base_url, t0, settings, scenarios, callers))
 
@@ -211,8 +149,8 @@ def _start_local(config: RunConfig, base_url: str, t0: float, settings: ClientSe
     holder: dict[str, Dispatcher] = {}
     environment = Environment(user_classes=[dispatcher_user_class(lambda _env: holder["dispatcher"])],
                               host=base_url, stop_timeout=config.load.request_timeout_s)
-    environment.soak_settings = settings
-    dispatcher = holder["dispatcher"] = Dispatcher(environment, scenarios, board, dispatch_settings(config), sink.put)
+    dispatcher = holder["dispatcher"] = Dispatcher(environment, scenarios, board, dispatch_settings(config, settings),
+                                                   sink.put)
     controller = LoadController(
         config, t0, time.time() + START_DELAY_S, callers,
         send=lambda message: environment.runner.send_message(PLAN_MESSAGE, message),

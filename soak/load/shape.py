@@ -150,7 +150,7 @@ def build_phases(config: RunConfig, t0: float) -> list[Phase]:
     return phases
 
 
-class Schedule:
+class PhasePlan:
     """The run's rate plan as a function of time: nothing before `begin_t` or after the run's end."""
 
     def __init__(self, phases: list[Phase], t0: float, begin_t: float, end_t: float) -> None:
@@ -192,7 +192,7 @@ class LoadController:
                  send: Callable[[dict[str, Any]], None], drain_state: Callable[[], tuple[int, float]]) -> None:
         self.config = config
         self.t0 = t0
-        self.schedule = Schedule(build_phases(config, t0), t0, begin_t, t0 + config.duration_s)
+        self.phase_plan = PhasePlan(build_phases(config, t0), t0, begin_t, t0 + config.duration_s)
         self.hooks = hooks
         self._send = send
         self._drain_state = drain_state
@@ -206,7 +206,7 @@ class LoadController:
         """Send the segments in force and starting within the look-ahead, plus the skip windows."""
         now = time.time()
         self.closed = [w for w in self.closed if w[1] is None or w[1] > now - KEEP_CLOSED_S]
-        segments = self.schedule.segments(now, now + LOOKAHEAD_S)
+        segments = self.phase_plan.segments(now, now + LOOKAHEAD_S)
         self._send({"segments": [[s.start_t, s.rate_rps] for s in segments], "closed": [list(w) for w in self.closed]})
 
     def start(self) -> None:
@@ -241,7 +241,7 @@ class LoadController:
     # -- phases -----------------------------------------------------------------------------------------
     def _announce_phases(self) -> None:
         warmup_end_t = self.t0 + self.config.warmup_s
-        marks = [(p.start_t, "phase", p) for p in self.schedule.phases] + [(warmup_end_t, "warmup_end", None)]
+        marks = [(p.start_t, "phase", p) for p in self.phase_plan.phases] + [(warmup_end_t, "warmup_end", None)]
         for at_t, kind, phase in sorted(marks, key=lambda m: (m[0], m[1] != "warmup_end")):
             _sleep_until(at_t)
             if kind == "warmup_end":
@@ -257,7 +257,7 @@ class LoadController:
         hold_s = self.config.probe_hold_s
         start_t = self.t0 + self.config.warmup_s + every_s
         index = 0
-        while start_t + hold_s < self.schedule.end_t:
+        while start_t + hold_s < self.phase_plan.end_t:
             end_t = self._probe(index, start_t, hold_s)
             index += 1
             start_t = max(start_t + every_s, end_t + every_s / 2)

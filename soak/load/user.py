@@ -12,37 +12,19 @@ import logging
 import random
 import urllib.request
 from collections.abc import Callable
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from locust import FastHttpUser, constant
 
-from soak.load.client import OpenAIClient, current_arrival
+from soak.load.client import ClientContext, OpenAIClient, current_arrival
 from soak.load.prompts import TokenRatio
 from soak.load.records import RequestRecord
+from soak.load.settings import DEFAULT_MAX_MODEL_LEN, ClientSettings
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MAX_MODEL_LEN = 2048
 # Room left for the chat template and special tokens when sizing prompts against max_model_len.
 TEMPLATE_MARGIN_TOKENS = 64
-
-
-@dataclass(frozen=True)
-class ClientSettings:
-    """What soak tells every scenario instance; attached to the Locust Environment as `soak_settings`."""
-
-    model: str | None = None
-    max_model_len: int = DEFAULT_MAX_MODEL_LEN
-    request_timeout_s: float = 300.0
-    api_key: str | None = None
-    dataset_path: Path | None = None
-    seed: int = 0
-
-
-def settings_of(environment: Any) -> ClientSettings:
-    return getattr(environment, "soak_settings", None) or ClientSettings()
 
 
 def fetch_model_cards(base_url: str, api_key: str | None = None, timeout_s: float = 10.0) -> list[dict[str, Any]]:
@@ -77,9 +59,12 @@ class OpenAIUser(FastHttpUser):
     max_retries = 0
     connection_timeout = 30.0
     wait_time = constant(0)
+    # Under plain Locust, which builds users from the environment alone, set this on the class.
+    settings: ClientSettings = ClientSettings()
 
-    def __init__(self, environment: Any) -> None:
-        self.settings = settings_of(environment)
+    def __init__(self, environment: Any, settings: ClientSettings | None = None) -> None:
+        if settings is not None:
+            self.settings = settings
         # Every request runs under our own deadline (request_timeout_s); a socket timeout on top would only
         # cost a timer per read of every stream chunk.
         self.network_timeout = None
@@ -91,7 +76,9 @@ class OpenAIUser(FastHttpUser):
         self.record_sink: Callable[[RequestRecord], None] | None = None
         self._model = self.settings.model
         self._fallback_rng = random.Random(self.settings.seed)
-        self.client: OpenAIClient = OpenAIClient(self)  # type: ignore[assignment]
+        context = ClientContext(type(self).__name__, lambda: self.model, self.token_ratio, self.emit_record)
+        client = OpenAIClient(self.http, self.settings, environment.events, context)
+        self.client: OpenAIClient = client  # type: ignore[assignment]
 
     @property
     def model(self) -> str:

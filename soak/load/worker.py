@@ -18,6 +18,13 @@ import gevent
 from locust.env import Environment
 
 from soak.config import RunConfig
+from soak.load.backend import (
+    PLAN_MESSAGE,
+    dispatch_settings,
+    dispatcher_user_class,
+    make_client_settings,
+    raise_fd_limit,
+)
 from soak.load.dispatcher import Dispatcher, PlanBoard
 from soak.load.distributed import (
     RECORDS_KEY,
@@ -27,9 +34,7 @@ from soak.load.distributed import (
     STOPPED_MESSAGE,
     deals_times,
 )
-from soak.load.runner import PLAN_MESSAGE, api_key_from, dispatch_settings, dispatcher_user_class, raise_fd_limit
 from soak.load.scenarios import effective_specs, load_scenarios
-from soak.load.user import ClientSettings
 
 log = logging.getLogger("soak.load.worker")
 
@@ -45,10 +50,8 @@ class WorkerProcess:
         self.dispatcher: Dispatcher | None = None
         self.environment = Environment(user_classes=[dispatcher_user_class(self.get_dispatcher)],
                                        host=spec["base_url"], stop_timeout=self.config.load.request_timeout_s)
-        self.environment.soak_settings = ClientSettings(
-            model=spec["settings"]["model"], max_model_len=spec["settings"]["max_model_len"],
-            request_timeout_s=self.config.load.request_timeout_s, api_key=api_key_from(self.config),
-            dataset_path=self.config.load.dataset, seed=self.config.load.seed)
+        self.client_settings = make_client_settings(self.config, spec["settings"]["model"],
+                                                    spec["settings"]["max_model_len"])
         self.runner = self.environment.create_worker_runner("127.0.0.1", spec["master_port"])
         self.runner.register_message(PLAN_MESSAGE, lambda environment, msg, **_kw: self.board.update(msg.data))
         self.runner.register_message(STOP_MESSAGE, self.on_stop, concurrent=True)
@@ -56,7 +59,8 @@ class WorkerProcess:
 
     def get_dispatcher(self, environment: Any) -> Dispatcher:
         if self.dispatcher is None:
-            settings = dispatch_settings(self.config, worker_index=max(self.runner.worker_index, 0))
+            settings = dispatch_settings(self.config, self.client_settings,
+                                         worker_index=max(self.runner.worker_index, 0))
             settings.dealt = deals_times(self.config)
             self.dispatcher = Dispatcher(environment, self.scenarios, self.board, settings,
                                          lambda record: self.outbox.append(record.to_wire()))

@@ -36,7 +36,9 @@ SSE_HEADERS = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-
 
 
 @dataclass(frozen=True)
-class ServerInfo:
+class ModelCard:
+    """The one model this server serves, as /v1/models describes it."""
+
     model_name: str
     max_model_len: int
     created: int
@@ -122,12 +124,12 @@ async def _full_text(events: asyncio.Queue) -> tuple[str, TokenEvent]:
 class RefServerApi:
     """Route handlers bound to one engine, fault injector and metrics registry."""
 
-    def __init__(self, engine: Engine, injector: FaultInjector, metrics: ServerMetrics, info: ServerInfo) -> None:
+    def __init__(self, engine: Engine, injector: FaultInjector, metrics: ServerMetrics, card: ModelCard) -> None:
         self.engine = engine
         self.injector = injector
         self.metrics = metrics
-        self.info = info
-        self.limits = Limits(info.model_name, info.max_model_len)
+        self.card = card
+        self.limits = Limits(card.model_name, card.max_model_len)
 
     def routes(self) -> list[Route]:
         return [
@@ -154,9 +156,9 @@ class RefServerApi:
         return Response(self.metrics.render(self.engine.snapshot()), media_type=CONTENT_TYPE_LATEST)
 
     async def models(self, request: Request) -> Response:
-        card = {"id": self.info.model_name, "object": "model", "created": self.info.created,
-                "owned_by": "soak", "root": self.info.model_name, "parent": None,
-                "max_model_len": self.info.max_model_len, "permission": []}
+        card = {"id": self.card.model_name, "object": "model", "created": self.card.created,
+                "owned_by": "soak", "root": self.card.model_name, "parent": None,
+                "max_model_len": self.card.max_model_len, "permission": []}
         return JSONResponse({"object": "list", "data": [card]})
 
     async def chat_completions(self, request: Request):
@@ -173,7 +175,7 @@ class RefServerApi:
         failure = self.injector.request_error()
         if failure is not None:
             return error_response(500, failure)
-        fmt = format_class(self.info.model_name, generation.include_usage)
+        fmt = format_class(self.card.model_name, generation.include_usage)
         events: asyncio.Queue = asyncio.Queue()
         self.engine.submit(generation.prompt_tokens, generation.params, events, fmt.request_id)
         abort = partial(self.engine.abort, fmt.request_id)

@@ -9,33 +9,14 @@ line on stderr); 70 when the crash-after fault fires.
 import argparse
 import socket
 import sys
-from dataclasses import dataclass
 
-from soak.refserver.faults import FAULT_NAMES, FaultSet, FaultSpecError, parse_faults
+from soak.refserver.faults import FAULT_NAMES, FaultSpecError, parse_faults
 from soak.refserver.sampling import DEFAULT_EOS_PROBABILITY
+from soak.refserver.settings import Settings, check_settings
 from soak.refserver.units import parse_duration
 
 DEFAULT_MODEL_NAME = "soak-reference"
 EXIT_OK, EXIT_USAGE = 0, 2
-
-
-@dataclass(frozen=True)
-class Settings:
-    host: str
-    port: int
-    model_name: str
-    seed: int
-    device: str
-    max_num_seqs: int
-    num_blocks: int
-    block_size: int
-    max_model_len: int
-    enable_prefix_caching: bool
-    eos_probability: float
-    faults: FaultSet
-    time_scale: float
-    fault_horizon_s: float
-    log_level: str
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -74,23 +55,6 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         fault_horizon_s=parse_duration(args.fault_horizon), log_level=args.log_level)
     check_settings(settings)
     return settings
-
-
-def check_settings(s: Settings) -> None:
-    positive = {"--max-num-seqs": s.max_num_seqs, "--num-blocks": s.num_blocks, "--block-size": s.block_size,
-                "--max-model-len": s.max_model_len, "--time-scale": s.time_scale}
-    for flag, value in positive.items():
-        if value <= 0:
-            raise ValueError(f"{flag} must be > 0, got {value}")
-    if not 0 <= s.port <= 65535:
-        raise ValueError(f"--port must be in 0..65535, got {s.port}")
-    if not 0.0 <= s.eos_probability <= 1.0:
-        raise ValueError(f"--eos-probability must be in [0, 1], got {s.eos_probability}")
-    if s.num_blocks * s.block_size < s.max_model_len:
-        raise ValueError(f"the KV cache ({s.num_blocks} blocks x {s.block_size} tokens) cannot hold one sequence "
-                         f"of --max-model-len {s.max_model_len}: add blocks or lower --max-model-len")
-    if s.faults.vram_leak_bytes and s.device != "cuda":
-        raise ValueError("fault vram-leak needs --device cuda")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -9,14 +9,14 @@ import time
 import torch
 import uvicorn
 
-from soak.refserver.api import RefServerApi, ServerInfo, build_app, publish_to_loop
-from soak.refserver.cli import Settings
+from soak.refserver.api import ModelCard, RefServerApi, build_app, publish_to_loop
 from soak.refserver.clock import ModelClock
 from soak.refserver.engine import Engine, EngineConfig
 from soak.refserver.injector import FaultInjector
 from soak.refserver.kvcache import BlockPool, KVCacheManager
 from soak.refserver.metrics import ServerMetrics
 from soak.refserver.model import ModelConfig, PagedKVCache, build_model
+from soak.refserver.settings import Settings
 
 READY_PREFIX = "SOAK_REFSERVER_READY"
 GRACEFUL_SHUTDOWN_S = 2
@@ -35,8 +35,8 @@ def serve(settings: Settings, sock: socket.socket) -> None:
     injector = FaultInjector(settings.faults, clock, settings.seed, settings.fault_horizon_s, settings.device)
     metrics = ServerMetrics(settings.model_name)
     engine = build_engine(settings, metrics, injector)
-    info = ServerInfo(settings.model_name, settings.max_model_len, int(time.time()))
-    config = uvicorn.Config(build_app(RefServerApi(engine, injector, metrics, info)), lifespan="off",
+    card = ModelCard(settings.model_name, settings.max_model_len, int(time.time()))
+    config = uvicorn.Config(build_app(RefServerApi(engine, injector, metrics, card)), lifespan="off",
                             log_level=settings.log_level, access_log=False,
                             timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S)
     server = uvicorn.Server(config)

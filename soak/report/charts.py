@@ -25,7 +25,14 @@ PALETTE = ("#2563eb", "#dc2626", "#059669", "#d97706", "#7c3aed", "#0891b2", "#b
            "#9333ea", "#0f766e", "#b45309", "#1d4ed8")
 ERROR_COLOURS = {"connect": "#7c3aed", "timeout": "#d97706", "http_4xx": "#0891b2", "http_5xx": "#dc2626",
                  "bad_stream": "#be185d"}
-LAG_SUSPECT_MS, LAG_INVALID_MS = 10.0, 100.0  # client.saturation's default lag gates (docs/gates.md)
+
+
+@dataclass(frozen=True)
+class LagLimits:
+    """The schedule-lag P99 limits (ms) client.saturation judged the run by: SUSPECT above one, INVALID above the other."""
+
+    suspect_ms: float
+    invalid_ms: float
 
 
 @dataclass(frozen=True)
@@ -374,8 +381,9 @@ def _hline(y: float, colour_hex: str) -> dict[str, Any]:
             "line": {"color": colour_hex, "dash": "dash", "width": 1}}
 
 
-def lag_chart(rows: list[dict[str, Any]], frame: Frame, trends: list[dict[str, Any]]) -> dict[str, Any]:
-    """Schedule lag P99 per window (sent − intended), with the 10 ms and 100 ms limits of client.saturation."""
+def lag_chart(rows: list[dict[str, Any]], frame: Frame, trends: list[dict[str, Any]], limits: LagLimits
+              ) -> dict[str, Any]:
+    """Schedule lag P99 per window (sent − intended), with the run's client.saturation limits."""
     t_s = midpoints_s(rows)
     p99 = np.array([window_percentile_ms(row, 99) for row in rows], dtype=float)
     trace = line("schedule lag P99", t_s, p99, frame, decimals=3, mode="lines+markers", marker={"size": 4},
@@ -384,9 +392,10 @@ def lag_chart(rows: list[dict[str, Any]], frame: Frame, trends: list[dict[str, A
     peak_ms = np.nanmax(p99, initial=0.0) if len(p99) else 0.0
     if fig:  # a limit line far above the data would squash it flat, so draw only the limits it comes near
         fig["layout"]["shapes"] += [_hline(limit_ms, hexcolour) for limit_ms, hexcolour in
-                                    ((LAG_SUSPECT_MS, "#d97706"), (LAG_INVALID_MS, "#dc2626"))
+                                    ((limits.suspect_ms, "#d97706"), (limits.invalid_ms, "#dc2626"))
                                     if peak_ms >= limit_ms / 2]
     return chart("chart-lag", "Schedule lag P99 per window",
                  "How late soak sent requests against their planned times; "
-                 "above 10 ms (amber) the client is suspect, above 100 ms (red) the run is invalid.",
+                 f"above {limits.suspect_ms:g} ms (amber) the client is suspect, "
+                 f"above {limits.invalid_ms:g} ms (red) the run is invalid.",
                  fig, "No schedule lag was recorded.")

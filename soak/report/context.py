@@ -12,8 +12,9 @@ from typing import Any
 import numpy as np
 from sqlalchemy import Engine
 
+from soak.analysis.gates import ClientGate
 from soak.report import charts, sections
-from soak.report.charts import GIB, MIB, Frame
+from soak.report.charts import GIB, MIB, Frame, LagLimits
 from soak.report.latency import latency_tables
 from soak.report.markers import build_markers, legend_items, marker_shapes, marker_trace
 from soak.report.reading import Columns, read_columns, read_dicts
@@ -22,9 +23,9 @@ from soak.store.models import (
     ERROR_CLASSES,
     GpuProcessSample,
     GpuSample,
-    LatencyWindow,
+    LatencyWindowRow,
     ProcessSample,
-    RequestWindow,
+    RequestWindowRow,
     ServerSample,
 )
 from soak.store.queries import get_run, read_events
@@ -68,8 +69,8 @@ def read_data(engine: Engine, run_id: str) -> dict[str, Any]:
         "gpus": read_columns(engine, GpuSample, run_id, ("t_s", "gpu_index", "mem_used_bytes", "mem_total_bytes")),
         "gpu_procs": read_columns(engine, GpuProcessSample, run_id, ("t_s", "gpu_index", "pid", "used_bytes")),
         "server": read_columns(engine, ServerSample, run_id, ("t_s", "source", "kv_usage", "running", "waiting")),
-        "latency_windows": read_dicts(engine, LatencyWindow, run_id),
-        "request_windows": read_dicts(engine, RequestWindow, run_id),
+        "latency_windows": read_dicts(engine, LatencyWindowRow, run_id),
+        "request_windows": read_dicts(engine, RequestWindowRow, run_id),
     }
 
 
@@ -133,8 +134,16 @@ def _star_rows(rows: list[dict[str, Any]], **equals: Any) -> list[dict[str, Any]
     return sorted(picked, key=lambda row: row["window_index"])
 
 
+def lag_limits(findings: list[dict[str, Any]]) -> LagLimits:
+    """The lag limits client.saturation recorded with its finding; the gates' defaults for a summary without them."""
+    details = next((f.get("details") for f in findings if f.get("check") == "client.saturation"), None)
+    details, default = details if isinstance(details, dict) else {}, ClientGate()
+    return LagLimits(suspect_ms=float(details.get("lag_p99_suspect_ms", default.lag_p99_suspect_ms)),
+                     invalid_ms=float(details.get("lag_p99_invalid_ms", default.lag_p99_invalid_ms)))
+
+
 def build_charts(data: dict[str, Any], frame: Frame, trends: dict[str, list[dict]],
-                 events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+                 events: list[dict[str, Any]], lag: LagLimits) -> list[dict[str, Any]]:
     """Every chart of the report, in page order."""
     lat, req, gpu_note = data["latency_windows"], data["request_windows"], no_gpu_note(events)
     trend = lambda chart_id: trends.get(chart_id, [])  # noqa: E731 - a short local lookup
@@ -151,7 +160,7 @@ def build_charts(data: dict[str, Any], frame: Frame, trends: dict[str, list[dict
         charts.errors_chart(_star_rows(req), frame, ERROR_CLASSES, trend("chart-errors")),
         charts.fds_chart(data["server_procs"], frame, trend("chart-fds")),
         charts.client_chart(data["client_procs"], frame),
-        charts.lag_chart(_star_rows(lat, metric="lag"), frame, trend("chart-lag")),
+        charts.lag_chart(_star_rows(lat, metric="lag"), frame, trend("chart-lag"), lag),
     ]
 
 
@@ -175,6 +184,7 @@ def build_context(engine: Engine, run_id: str, summary: dict[str, Any] | None,
     markers = build_markers(events, run.get("warmup_s"), end_s)
     frame = make_frame(end_s, markers)
     findings = [finding for finding in summary.get("findings") or [] if isinstance(finding, dict)]
+    trends = trends_by_chart(findings, frame, run.get("warmup_s") or 0.0)
     return {
         "header": sections.header(run, summary, duration_s),
         "gates": sections.gates(findings),
@@ -182,7 +192,7 @@ def build_context(engine: Engine, run_id: str, summary: dict[str, Any] | None,
         "latency": latency_tables(data["latency_windows"]),
         "events": sections.events_table(events),
         "environment": sections.environment(run),
-        "charts": build_charts(data, frame, trends_by_chart(findings, frame, run.get("warmup_s") or 0.0), events),
+        "charts": build_charts(data, frame, trends, events, lag_limits(findings)),
         "marker_legend": legend_items(markers),
         "baseline": sections.baseline_table(baseline),
         "generated_at": datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),

@@ -12,6 +12,8 @@ from typing import Any
 import psutil
 
 from soak import __version__
+from soak.config import RunConfig
+from soak.load.scenarios import scenario_sources
 
 
 def _version(distribution: str) -> str | None:
@@ -21,16 +23,19 @@ def _version(distribution: str) -> str | None:
         return None
 
 
-def config_hash(config_json: str, scenario_texts: list[str]) -> str:
-    """A short hash of the resolved config and the scenario sources, to tell two runs' setups apart."""
-    digest = hashlib.sha256(config_json.encode())
-    for text in scenario_texts:
+def config_hash(config: RunConfig) -> str:
+    """A short hash of the resolved config and its scenarios' sources, to tell two runs' setups apart.
+
+    It reads nothing of the machine, so one setup hashes the same on a GPU host and a CPU one.
+    """
+    digest = hashlib.sha256(config.model_dump_json().encode())
+    for text in scenario_sources(config.load.scenarios):
         digest.update(text.encode())
     return digest.hexdigest()[:16]
 
 
-def capture_environment(gpus: list[dict[str, Any]], server: dict[str, Any], hash_text: str) -> dict[str, Any]:
-    """Host, CPU, GPUs, versions and the server command."""
+def capture_environment(config: RunConfig, server_cmd: list[str], gpus: list[dict[str, Any]]) -> dict[str, Any]:
+    """Host, CPU, GPUs, versions, the server command, the scenarios and the config's hash."""
     first_gpu = gpus[0] if gpus else {}
     return {
         "host": socket.gethostname(),
@@ -46,8 +51,9 @@ def capture_environment(gpus: list[dict[str, Any]], server: dict[str, Any], hash
         "vllm": _version("vllm"),
         "locust": _version("locust"),
         "soak": __version__,
-        "config_hash": hash_text,
-        **server,
+        "config_hash": config_hash(config),
+        "server_cmd": " ".join(server_cmd) or None,
+        "scenarios": [spec.name for spec in config.load.scenarios],
     }
 
 

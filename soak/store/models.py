@@ -43,7 +43,7 @@ class Run(Base):
     summary_json: Mapped[str | None] = mapped_column(Text)
 
 
-class Event(Base):
+class EventRow(Base):
     """Something that happened at a point in time: server start/crash, phase change, probe, error burst…"""
 
     __tablename__ = "events"
@@ -152,7 +152,7 @@ class MetricSample(Base):
     value: Mapped[float] = mapped_column(Float)
 
 
-class LatencyWindow(Base):
+class LatencyWindowRow(Base):
     """A mergeable latency histogram (HDR, base64) of one metric, scenario and window; scenario "*" = all."""
 
     __tablename__ = "latency_windows"
@@ -173,7 +173,7 @@ class LatencyWindow(Base):
     hist: Mapped[str | None] = mapped_column(Text)
 
 
-class RequestWindow(Base):
+class RequestWindowRow(Base):
     """Request counts of one scenario and window: outcomes by error class, tokens, and the client's sends."""
 
     __tablename__ = "request_windows"

@@ -12,7 +12,7 @@ from sqlalchemy import Engine, select
 from sqlalchemy.exc import SQLAlchemyError
 
 from soak.errors import StorageError, UnknownRunError
-from soak.store.models import Base, Event, Run
+from soak.store.models import Base, EventRow, Run
 
 STALE_HEARTBEAT_S = 30.0
 
@@ -102,7 +102,7 @@ def read_rows(engine: Engine, model: type[Base], run_id: str, **equals: Any) -> 
 
 def read_events(engine: Engine, run_id: str) -> list[dict[str, Any]]:
     """A run's events in time order, with `data` decoded."""
-    events = read_rows(engine, Event, run_id)
+    events = read_rows(engine, EventRow, run_id)
     for event in events:
         event["data"] = json.loads(event["data_json"]) if event["data_json"] else {}
     return events

@@ -8,7 +8,7 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from soak.store.models import Base, Event
+from soak.store.models import Base, EventRow
 from soak.store.writer import StoreWriter
 
 log = logging.getLogger(__name__)
@@ -34,7 +34,7 @@ class Recorder:
     def event(self, kind: str, message: str = "", data: dict[str, Any] | None = None) -> None:
         """Record an event now, with optional structured data."""
         log.info("event %s: %s", kind, message)
-        self.writer.insert(Event, {
+        self.writer.insert(EventRow, {
             "run_id": self.run_id, "t_s": self.elapsed_s(), "at": utc_now_iso(), "kind": kind,
             "message": message, "data_json": json.dumps(data, default=str) if data else None,
         })

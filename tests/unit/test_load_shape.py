@@ -9,7 +9,7 @@ import pytest
 from soak.config import LoadSettings, PhaseSpec, RunConfig
 from soak.errors import ConfigError
 from soak.load.plan import RatePlan
-from soak.load.shape import Schedule, build_phases
+from soak.load.shape import PhasePlan, build_phases
 
 T0 = 1_800_000_000.0
 
@@ -19,8 +19,8 @@ def config(duration_s=100.0, warmup_s=10.0, **load):
                      load=LoadSettings(**load))
 
 
-def schedule_of(cfg, begin_t=T0):
-    return Schedule(build_phases(cfg, T0), T0, begin_t, T0 + cfg.duration_s)
+def phase_plan_of(cfg, begin_t=T0):
+    return PhasePlan(build_phases(cfg, T0), T0, begin_t, T0 + cfg.duration_s)
 
 
 def test_no_phases_is_steady_at_the_rate_after_a_warm_up_at_the_same_rate():
@@ -58,35 +58,35 @@ def test_only_the_last_phase_may_lack_a_duration():
 
 
 def test_ramp_segments_step_each_second_at_the_midpoint_rate_then_hold():
-    sched = schedule_of(config(warmup_s=0, phases=[PhaseSpec(kind="ramp", rate_rps=0, to_rate_rps=10, duration_s=10)]))
-    segments = sched.segments(T0, T0 + 12)
+    phases = phase_plan_of(config(warmup_s=0, phases=[PhaseSpec(kind="ramp", rate_rps=0, to_rate_rps=10, duration_s=10)]))
+    segments = phases.segments(T0, T0 + 12)
     assert [(s.start_t - T0, s.rate_rps) for s in segments[:3]] == [(0, 0.5), (1, 1.5), (2, 2.5)]
     assert (segments[-1].start_t - T0, segments[-1].rate_rps) == (10, 10)
     assert RatePlan(segments).expected_arrivals(T0 + 10) == pytest.approx(50.0)  # the integral of the ramp
 
 
 def test_wave_averages_to_its_rate_over_a_period_and_swings_by_the_amplitude():
-    sched = schedule_of(config(warmup_s=0, phases=[PhaseSpec(kind="wave", rate_rps=10, period_s=64, amplitude=0.5)]))
-    plan = RatePlan(sched.segments(T0, T0 + 64))
+    phases = phase_plan_of(config(warmup_s=0, phases=[PhaseSpec(kind="wave", rate_rps=10, period_s=64, amplitude=0.5)]))
+    plan = RatePlan(phases.segments(T0, T0 + 64))
     assert plan.expected_arrivals(T0 + 64) == pytest.approx(640.0, rel=1e-6)
     rates = [s.rate_rps for s in plan.segments]
     assert max(rates) == pytest.approx(15, abs=0.1) and min(rates) == pytest.approx(5, abs=0.1)
 
 
 def test_burst_multiplies_the_rate_for_burst_s_every_period():
-    sched = schedule_of(config(warmup_s=0, phases=[PhaseSpec(kind="burst", rate_rps=2, factor=5, burst_s=3,
+    phases = phase_plan_of(config(warmup_s=0, phases=[PhaseSpec(kind="burst", rate_rps=2, factor=5, burst_s=3,
                                                              period_s=10)]))
-    segments = sched.segments(T0 + 5, T0 + 24)
+    segments = phases.segments(T0 + 5, T0 + 24)
     assert [(s.start_t - T0, s.rate_rps) for s in segments] == [(3, 2), (10, 10), (13, 2), (20, 10), (23, 2)]
 
 
 def test_the_published_window_holds_the_segment_in_force_and_those_starting_soon():
-    sched = schedule_of(config(rate_rps=3, warmup_s=10, phases=[PhaseSpec(kind="steady", rate_rps=3, duration_s=20),
+    phases = phase_plan_of(config(rate_rps=3, warmup_s=10, phases=[PhaseSpec(kind="steady", rate_rps=3, duration_s=20),
                                                                 PhaseSpec(kind="steady", rate_rps=7)]))
-    assert [(s.start_t - T0, s.rate_rps) for s in sched.segments(T0 + 29, T0 + 30.5)] == [(10, 3), (30, 7)]
-    assert [(s.start_t - T0, s.rate_rps) for s in sched.segments(T0 + 99, T0 + 100.5)] == [(30, 7), (100, 0)]
+    assert [(s.start_t - T0, s.rate_rps) for s in phases.segments(T0 + 29, T0 + 30.5)] == [(10, 3), (30, 7)]
+    assert [(s.start_t - T0, s.rate_rps) for s in phases.segments(T0 + 99, T0 + 100.5)] == [(30, 7), (100, 0)]
 
 
 def test_nothing_is_planned_before_the_load_can_begin():
-    sched = schedule_of(config(rate_rps=5), begin_t=T0 + 0.7)
-    assert [(s.start_t - T0, s.rate_rps) for s in sched.segments(T0, T0 + 1.5)] == [(0, 0), (pytest.approx(0.7), 5)]
+    phases = phase_plan_of(config(rate_rps=5), begin_t=T0 + 0.7)
+    assert [(s.start_t - T0, s.rate_rps) for s in phases.segments(T0, T0 + 1.5)] == [(0, 0), (pytest.approx(0.7), 5)]

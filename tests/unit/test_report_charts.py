@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import pytest
@@ -100,3 +101,51 @@ def test_baseline_rows_in_analysis_shape_and_in_the_brief_shape():
         "error_rate", "1.20 %", "1.00 %", "± 0.5 pp")
     assert first["status_class"] == "b-within-noise"
     assert (second["metric"], second["delta"], second["tolerance"]) == ("ttft_p99_ms", "+23.1 %", "± 10.0 %")
+
+
+def run_with_lag(lag_p99_ms: float, windows: int = 6) -> Any:
+    """An in-memory database holding one run whose schedule-lag P99 is `lag_p99_ms` in every window."""
+    from sqlalchemy import create_engine, insert
+
+    from soak.store.models import ALL_SCENARIOS, Base, LatencyWindowRow, Run
+
+    engine = create_engine("sqlite://")
+    Base.metadata.create_all(engine)
+    run = {"id": "r", "status": "completed", "started_at": "2026-01-01T00:00:00+00:00", "t0_epoch_s": 0.0,
+           "planned_duration_s": 60.0 * windows, "duration_s": 60.0 * windows, "warmup_s": 0.0, "window_s": 60.0,
+           "out_dir": "/tmp", "target_kind": "external", "config_json": "{}", "environment_json": "{}"}
+    lag = [{"run_id": "r", "window_index": i, "scenario": ALL_SCENARIOS, "metric": "lag", "start_s": 60.0 * i,
+            "end_s": 60.0 * (i + 1), "count": 100, "p99_ms": lag_p99_ms} for i in range(windows)]
+    with engine.begin() as connection:
+        connection.execute(insert(Run), [run])
+        connection.execute(insert(LatencyWindowRow), lag)
+    return engine
+
+
+def test_lag_chart_draws_the_limits_the_run_was_judged_by():
+    from soak.analysis.gates import ClientGate, Gates
+    from soak.analysis.inputs import ClientSeries
+    from soak.analysis.saturation import check_saturation
+    from soak.report.context import build_context
+    from support.synthetic import bare_run
+
+    gates = Gates(client=ClientGate(lag_p99_suspect_ms=50.0, lag_p99_invalid_ms=80.0))
+    client = ClientSeries(t_s=np.arange(0.0, 360.0, 10.0), sends=1000, late_sends_1s=0, lag_p99_ms=60.0)
+    finding = check_saturation(bare_run(360.0, client=client), gates)
+    assert finding.verdict == "SUSPECT"  # 60 ms is over this run's 50 ms limit, under its 80 ms one
+    context = build_context(run_with_lag(60.0), "r", {"verdict": "SUSPECT", "findings": [finding.to_dict()]})
+    [chart] = [chart for chart in context["charts"] if chart["id"] == "chart-lag"]
+    limits = sorted(shape["y0"] for shape in chart["figure"]["layout"]["shapes"] if shape.get("xref") == "paper")
+    assert limits == [50.0, 80.0]
+    assert "50 ms" in chart["description"] and "80 ms" in chart["description"]
+
+
+def test_lag_chart_falls_back_to_the_default_gates():
+    from soak.analysis.gates import ClientGate
+    from soak.report.context import build_context
+
+    context = build_context(run_with_lag(60.0), "r", {"verdict": "PASS", "findings": []})
+    [chart] = [chart for chart in context["charts"] if chart["id"] == "chart-lag"]
+    limits = sorted(shape["y0"] for shape in chart["figure"]["layout"]["shapes"] if shape.get("xref") == "paper")
+    default = ClientGate()
+    assert limits == [default.lag_p99_suspect_ms, default.lag_p99_invalid_ms]

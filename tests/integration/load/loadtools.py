@@ -122,15 +122,15 @@ def scenario_instances(url: str, name: str, model: str, records: list, **setting
 
     from soak.config import ScenarioSpec
     from soak.load.scenarios import load_scenarios
-    from soak.load.user import ClientSettings
+    from soak.load.settings import ClientSettings
 
     [scenario] = load_scenarios([ScenarioSpec(name=name)])
     environment = Environment(host=url)
     settings.setdefault("request_timeout_s", 10.0)
-    environment.soak_settings = ClientSettings(model=model, **settings)
+    client_settings = ClientSettings(model=model, **settings)
     instances = []
     for cls in scenario.user_classes:
-        instance = cls(environment)
+        instance = cls(environment, client_settings)
         instance.record_sink = records.append
         instance.on_start()
         instances.append(instance)

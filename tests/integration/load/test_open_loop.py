@@ -16,10 +16,10 @@ from soak.load.plan import RatePlan, plan_arrivals
 
 
 def planned_times(run, seed: int) -> list[float]:
-    """The arrivals the run's schedule and seed plan, computed independently of the dispatcher."""
-    schedule = run.handle.schedule
-    plan = RatePlan(schedule.segments(run.t0 - 1.0, schedule.end_t + 1.0))
-    return plan_arrivals(plan, seed=seed, until_t=schedule.end_t)
+    """The arrivals the run's phases and seed plan, computed independently of the dispatcher."""
+    phase_plan = run.handle.phase_plan
+    plan = RatePlan(phase_plan.segments(run.t0 - 1.0, phase_plan.end_t + 1.0))
+    return plan_arrivals(plan, seed=seed, until_t=phase_plan.end_t)
 
 
 @pytest.mark.timeout(60)

@@ -18,12 +18,12 @@ from sqlalchemy import insert
 
 from soak.store.db import open_database
 from soak.store.models import (
-    Event,
+    EventRow,
     GpuProcessSample,
     GpuSample,
-    LatencyWindow,
+    LatencyWindowRow,
     ProcessSample,
-    RequestWindow,
+    RequestWindowRow,
     Run,
     ServerSample,
 )
@@ -232,10 +232,10 @@ def build_run(db_path: Path, gpu: bool = True, with_hist: bool = True, seed: int
     latency, star_values = latency_rows(rng, with_hist)
     with engine.begin() as connection:
         connection.execute(insert(Run), [run_row(gpu)])
-        connection.execute(insert(Event), event_rows())
+        connection.execute(insert(EventRow), event_rows())
         for model, rows in sample_rows(rng, gpu).items():
             if rows:
                 connection.execute(insert(model), rows)
-        connection.execute(insert(LatencyWindow), latency)
-        connection.execute(insert(RequestWindow), request_rows())
+        connection.execute(insert(LatencyWindowRow), latency)
+        connection.execute(insert(RequestWindowRow), request_rows())
     return {"engine": engine, "run_id": RUN_ID, "star_values": star_values}

@@ -18,7 +18,7 @@ from soak.report import render_report
 from soak.report.downsample import MAX_POINTS
 from soak.report.formatting import format_number
 from soak.report.sections import ENVIRONMENT_KEYS
-from soak.store.models import Event, Run
+from soak.store.models import EventRow, Run
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -197,7 +197,7 @@ def test_baseline_table(rendered):
 def test_run_without_gpu_says_so(tmp_path):
     built = build_run(tmp_path / "soak.db", gpu=False)
     with built["engine"].begin() as connection:
-        connection.execute(insert(Event), [{"run_id": RUN_ID, "t_s": 1.0, "at": "2026-12-02T10:15:01+00:00",
+        connection.execute(insert(EventRow), [{"run_id": RUN_ID, "t_s": 1.0, "at": "2026-12-02T10:15:01+00:00",
                                             "kind": "no_gpu", "message": "NVML not found"}])
     html = render_report(built["engine"], RUN_ID, summary_dict(), tmp_path / "r.html").read_text()
     assert html.count("No GPU: NVML not found.") == 2

@@ -78,14 +78,19 @@ def saturation_verdict(lag: ClientLag, cpu_p95: float | None, gate: ClientGate) 
     return (SUSPECT, reasons_suspect) if reasons_suspect else (PASS, [])
 
 
+def lag_limits(gate: ClientGate) -> dict[str, float]:
+    """The gate's lag limits, kept in the finding's details: the report's lag chart draws what the run was judged by."""
+    return {"lag_p99_suspect_ms": gate.lag_p99_suspect_ms, "lag_p99_invalid_ms": gate.lag_p99_invalid_ms}
+
+
 def check_saturation(run: RunData, gates: Gates) -> Finding:
     lag, cpu_p95 = client_lag(run), _cpu_p95(run)
     if lag.lag_p99_ms is None and lag.late_frac is None and cpu_p95 is None:
-        return skipped("client.saturation", "No schedule-lag or client CPU measurements.")
+        return skipped("client.saturation", "No schedule-lag or client CPU measurements.", **lag_limits(gates.client))
     verdict, reasons = saturation_verdict(lag, cpu_p95, gates.client)
     details = {"sends": lag.sends, "late_sends_1s": lag.late_sends_1s, "late_frac": lag.late_frac,
                "lag_p99_ms": lag.lag_p99_ms, "lag_p99_estimated": lag.lag_estimated,
-               "cpu_p95_percent": cpu_p95}
+               "cpu_p95_percent": cpu_p95, **lag_limits(gates.client)}
     return Finding(check="client.saturation", verdict=verdict, value=lag.lag_p99_ms, unit="ms",
                    threshold=gates.client.lag_p99_invalid_ms,
                    evidence=_text(verdict, reasons, lag, cpu_p95), details=details)

@@ -2,10 +2,10 @@
 
 import numpy as np
 
-from soak.analysis.client import check_saturation
 from soak.analysis.findings import INVALID, PASS, SKIPPED, SUSPECT
 from soak.analysis.gates import Gates
 from soak.analysis.inputs import ClientSeries, RequestWindow
+from soak.analysis.saturation import check_saturation
 from support.synthetic import bare_run
 
 RUN_S = 3600.0

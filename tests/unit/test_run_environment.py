@@ -1,0 +1,78 @@
+"""The recorded environment: the config hash depends on the config and scenario sources, never on the machine."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from soak.config import LoadSettings, RunConfig, ScenarioSpec, TargetSettings
+from soak.run.conductor import Conductor
+from soak.run.environment import config_hash
+from soak.target import ServerInfo
+
+FAKE_GPU = {"index": 0, "name": "NVIDIA H200", "driver": "550.54", "cuda_driver_version": "12.4",
+            "mem_total_bytes": 141 * 2**30}
+
+
+class FakeGpus:
+    def __init__(self, gpus: list[dict[str, Any]]) -> None:
+        self.gpus = gpus
+
+    def describe(self) -> list[dict[str, Any]]:
+        return self.gpus
+
+
+class FakeTelemetry:
+    def __init__(self, gpus: list[dict[str, Any]]) -> None:
+        self.gpus = FakeGpus(gpus)
+
+
+class FakeRecorder:
+    """Keeps the run-row updates the conductor makes."""
+
+    def __init__(self) -> None:
+        self.updates: list[dict[str, Any]] = []
+
+    def update_run(self, **values: Any) -> None:
+        self.updates.append(values)
+
+
+def make_config(tmp_path: Path, scenario: Path) -> RunConfig:
+    return RunConfig(duration_s=60, warmup_s=0, window_s=5.0, out_dir=tmp_path, db_url="sqlite://",
+                     target=TargetSettings(url="http://127.0.0.1:9"),
+                     load=LoadSettings(scenarios=[ScenarioSpec(name=str(scenario))]))
+
+
+def recorded_environment(config: RunConfig, gpus: list[dict[str, Any]]) -> dict[str, Any]:
+    """The environment a run on a machine with `gpus` ends up recording, through the conductor's own steps."""
+    conductor = Conductor(config)
+    conductor.state.info = ServerInfo(kind="external", base_url="http://127.0.0.1:9", model="m")
+    environment = json.loads(conductor._run_row()["environment_json"])
+    conductor.state.telemetry, conductor.state.recorder = FakeTelemetry(gpus), FakeRecorder()
+    conductor._record_gpus()
+    for update in conductor.state.recorder.updates:
+        environment = json.loads(update.get("environment_json", json.dumps(environment)))
+    return environment
+
+
+def scenario_file(tmp_path: Path, body: str = "x = 1\n") -> Path:
+    path = tmp_path / "my_scenario.py"
+    path.write_text(body)
+    return path
+
+
+def test_same_config_hashes_the_same_on_gpu_and_cpu_hosts(tmp_path):
+    config = make_config(tmp_path, scenario_file(tmp_path))
+    on_cpu, on_gpu = recorded_environment(config, []), recorded_environment(config, [FAKE_GPU])
+    assert on_gpu["gpus"] == [FAKE_GPU] and on_cpu["gpus"] == []
+    assert on_gpu["config_hash"] == on_cpu["config_hash"]
+    assert on_gpu["scenarios"] == on_cpu["scenarios"] == [str(tmp_path / "my_scenario.py")]
+
+
+def test_hash_follows_the_scenario_source(tmp_path):
+    config = make_config(tmp_path, scenario_file(tmp_path))
+    before = config_hash(config)
+    scenario_file(tmp_path, "x = 2\n")
+    assert config_hash(config) != before
+    assert recorded_environment(config, [FAKE_GPU])["config_hash"] == config_hash(config)
