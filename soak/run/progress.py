@@ -73,7 +73,7 @@ def status_lines(progress: Progress) -> list[tuple[str, Any]]:
         ("elapsed", format_duration(progress.elapsed_s or 0.0)),
         ("remaining", format_duration(progress.remaining_s or 0.0)),
         ("requests", progress.requests), ("errors", progress.errors),
-        ("p99_e2e_ms_latest", None if e2e is None else round(e2e, 1)),
+        ("p99_e2e_ms_since_warmup", None if e2e is None else round(e2e, 1)),
         ("server_rss_mib", None if rss is None else round(rss / 2**20, 1)),
         ("heartbeat_at", progress.heartbeat_at), ("out_dir", progress.out_dir),
     ]

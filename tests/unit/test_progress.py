@@ -92,5 +92,5 @@ def test_status_prints_the_same_lines_as_before(tmp_path):
     progress = read_progress(stored_run(tmp_path, t0, fed_windows(t0)), RUN_ID)
     lines = dict(status_lines(progress))
     assert list(lines) == ["run", "status", "verdict", "elapsed", "remaining", "requests", "errors",
-                           "p99_e2e_ms_latest", "server_rss_mib", "heartbeat_at", "out_dir"]
+                           "p99_e2e_ms_since_warmup", "server_rss_mib", "heartbeat_at", "out_dir"]
     assert lines["verdict"] == "—" and lines["server_rss_mib"] == 323.0 and lines["requests"] == 36
