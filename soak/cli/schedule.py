@@ -214,6 +214,6 @@ def daemon(locations: Locations, on_stop: str, stop_timeout: str, poll_every: st
                         format="%(asctime)s soak daemon: %(message)s", datefmt="%Y-%m-%dT%H:%M:%S%z")
     for noisy in ("apscheduler", "alembic"):  # soak's own lines say what happened
         logging.getLogger(noisy).setLevel(logging.WARNING)
-    settings = DaemonSettings(out_dir=locations.out_dir, db_url=locations.db_url, on_stop=on_stop,
-                              stop_timeout_s=_duration_s(stop_timeout), poll_s=_duration_s(poll_every))
+    settings = DaemonSettings(out_dir=locations.out_dir, db_url=locations.db_url, config_file=locations.config_file,
+                              on_stop=on_stop, stop_timeout_s=_duration_s(stop_timeout), poll_s=_duration_s(poll_every))
     run_daemon(open_store(locations), settings)

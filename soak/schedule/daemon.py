@@ -60,6 +60,7 @@ class DaemonSettings:
     poll_s: float = DEFAULT_POLL_S
     stop_timeout_s: float = DEFAULT_STOP_TIMEOUT_S
     soak_command: tuple[str, ...] = field(default=SOAK_COMMAND)  # argv before "start"
+    config_file: Path | None = None  # the daemon's own --config, handed on so its runs read the same file
 
 
 def fire_scheduled(spec: dict[str, Any]) -> None:
@@ -283,7 +284,10 @@ class Daemon:
         """The child's command line: soak start with the schedule's arguments, in this daemon's folder and DB."""
         # A database password would show in `ps`; such a URL goes through SOAK_DB instead (see start_env).
         db = [] if self._db_has_password() else ["--db", self.settings.db_url]
-        return [*self.settings.soak_command, "start", *spec.start_args, "--out", str(self.settings.out_dir), *db]
+        # SOAK_CONFIG reaches the child through the environment; a --config flag has to be passed on.
+        config = ["--config", os.path.abspath(self.settings.config_file)] if self.settings.config_file else []
+        return [*self.settings.soak_command, "start", *spec.start_args, *config, "--out", str(self.settings.out_dir),
+                *db]
 
     def start_env(self, spec: ScheduleSpec) -> dict[str, str]:
         """The daemon's environment plus the schedule's name (and the database URL when it holds a password)."""

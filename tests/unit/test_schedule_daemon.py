@@ -315,6 +315,14 @@ def test_a_database_password_never_reaches_the_command_line(out, fake_start):
     assert plain[-4:] == ["--out", str(out), "--db", f"sqlite:///{out / 'soak.db'}"]
 
 
+def test_the_daemons_config_file_reaches_its_runs(out, fake_start, tmp_path):
+    config = tmp_path / "soak.toml"
+    argv = Daemon(None, settings(out, fake_start, config_file=config)).start_argv(spec("finish"))
+    assert argv[argv.index("--config") + 1] == str(config)
+    assert argv[-4:] == ["--out", str(out), "--db", f"sqlite:///{out / 'soak.db'}"]  # flags still win
+    assert "--config" not in Daemon(None, settings(out, fake_start)).start_argv(spec("finish"))
+
+
 def test_stored_jobs_name_a_function_that_still_resolves():
     from apscheduler.util import ref_to_obj
 
