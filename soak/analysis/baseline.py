@@ -26,11 +26,16 @@ class Metric:
     relative: bool  # tolerance is a fraction of the baseline (else an absolute difference)
 
 
+def _is_percentile(level: str) -> bool:
+    return level.startswith("p") and level[1:].replace(".", "", 1).isdigit()
+
+
 def _latency_values(summary: dict) -> dict[str, float]:
+    """Latency percentiles in ms; a stats entry's sample `count` is no latency and is left out."""
     values = {}
     for metric, stats in (summary.get("latency_ms") or {}).items():
         for level, value in (stats or {}).items():
-            if isinstance(value, (int, float)):
+            if _is_percentile(level) and isinstance(value, (int, float)):
                 values[f"{metric}.{level}"] = float(value)
     return values
 

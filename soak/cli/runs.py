@@ -152,9 +152,15 @@ def compare(run_a: str, run_b: str, locations: Locations, gates: str | None, jso
     if json_output:
         print_json({"baseline": run_a, "current": run_b, "finding": finding.to_dict(), "rows": rows})
         return
-    _table(f"{run_b} against baseline {run_a}", ["metric", "baseline", "current", "delta %", "tolerance %",
+    _table(f"{run_b} against baseline {run_a}", ["metric", "unit", "baseline", "current", "delta", "tolerance",
                                                   "status"],
-           [[r["metric"], r["baseline"], r["current"], r["delta_pct"], r["tolerance_pct"], r["status"]]
-            for r in rows])
+           [_compare_cells(r) for r in rows])
     click.echo(f"{finding.verdict}: {finding.evidence}")
+
+
+def _compare_cells(row: dict[str, Any]) -> list[Any]:
+    """One table row of `soak compare`, numbers rounded to what they mean."""
+    delta = None if row["delta_pct"] is None else f"{row['delta_pct']:+.1f} %"
+    return [row["name"], row["unit"], f"{row['baseline']:.4g}", f"{row['current']:.4g}", delta,
+            row["tolerance_text"], row["status"]]
 

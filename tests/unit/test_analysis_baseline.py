@@ -63,3 +63,11 @@ def test_verdict_changes_are_listed():
     before = summary(findings=[{"check": "leak.rss", "verdict": "PASS"}])
     finding, _ = compare_baseline(now, before, Gates())
     assert finding.details["verdict_changes"] == [{"check": "leak.rss", "baseline": "PASS", "current": "FAIL"}]
+
+
+def test_sample_counts_are_not_compared_as_latency():
+    current, baseline = summary(), summary(run_id="base")
+    current["latency_ms"]["ttft"]["count"], baseline["latency_ms"]["ttft"]["count"] = 50, 5000
+    finding, rows = compare_baseline(current, baseline, Gates())
+    assert not any(r["name"].endswith(".count") for r in rows)
+    assert finding.verdict == PASS and "0 improved" in finding.evidence

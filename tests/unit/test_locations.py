@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import pathlib
 import time
 from datetime import UTC, datetime
 
@@ -114,3 +115,17 @@ def test_doctor_checks_the_database_the_config_file_names(here, configured):
     database = next(c for c in json.loads(result.output)["checks"] if c["name"] == "database")
     assert str(configured["db_path"]) in database["detail"]
     assert list(here.iterdir()) == []
+
+
+def test_compare_prints_a_table_of_two_finished_runs(here, configured):
+    from sqlalchemy import update
+
+    summary = json.loads((pathlib.Path(__file__).parent / "data" / "reference_run_summary.json").read_text())
+    engine = open_database(f"sqlite:///{configured['db_path']}")
+    with engine.begin() as connection:
+        connection.execute(update(Run).values(summary_json=json.dumps(summary)))
+    engine.dispose()
+    result = invoke("compare", RUN_ID, RUN_ID, "--config", str(configured["config"]))
+    assert result.exit_code == 0, result.output
+    assert "latency.ttft.p99" in result.output and "within noise" in result.output
+    assert ".count" not in result.output
