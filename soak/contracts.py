@@ -81,6 +81,12 @@ class SummaryFinding(BaseModel):
     per_request: dict[str, Any] | None = Field(None, description="leak checks: slope ÷ request rate, with CI")
     percentile_used: str | None = Field(None, description="creep checks: the percentile the series uses")
     trend: dict[str, Any] | None = Field(None, description="the fitted line: slope_per_s, intercept, t0_s, space")
+    detection_limit: Number | None = Field(
+        None, description="trend checks: the smallest change the run rules out, in `unit` (the CI's upper end)")
+    exhaustion: dict[str, Any] | None = Field(
+        None, description="leak checks: resource, headroom, hours until it runs out at the slope")
+    attribution: list[dict[str, Any]] | None = Field(
+        None, description="leak checks: growth per request of each scenario, with CI")
     details: dict[str, Any] | None = Field(None, description="check-specific figures")
 
     @model_serializer(mode="wrap")

@@ -15,6 +15,7 @@ from soak.analysis.inputs import (
     ClientSeries,
     Event,
     GpuProcessSeries,
+    HostSeries,
     LatencyStats,
     LatencyWindow,
     ProbeReading,
@@ -30,6 +31,6 @@ from soak.analysis.verdict import overall_verdict
 __all__ = [
     "analyse", "overall_verdict", "compare_baseline", "Finding", "RunData", "Gates", "load_gates",
     "CHECK_NAMES", "CHECK_ORDER", "VERDICTS",
-    "ClientSeries", "Event", "GpuProcessSeries", "LatencyStats", "LatencyWindow", "ProbeReading",
+    "ClientSeries", "Event", "GpuProcessSeries", "HostSeries", "LatencyStats", "LatencyWindow", "ProbeReading",
     "ProcessReading", "ProcessSeries", "RequestWindow", "ServerSeries", "WindowInfo",
 ]

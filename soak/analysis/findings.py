@@ -26,7 +26,10 @@ CHECK_NAMES = CHECK_ORDER + ("baseline.regression",)
 class Finding:
     """One check's verdict with the number it rests on and a sentence of evidence.
 
-    `value`, `ci` and `threshold` share `unit`. `trend` lets a chart draw the fitted line:
+    `value`, `ci`, `threshold` and `detection_limit` share `unit`; `detection_limit` is the smallest
+    change the run rules out (the upper end of a trend's CI). `exhaustion` (leak checks) says when the
+    headroom runs out at the measured slope; `attribution` (leak checks) the growth per request of
+    each scenario. `trend` lets a chart draw the fitted line:
     {"slope_per_s", "intercept", "t0_s", "space"}; in "log" space the line is
     exp(intercept + slope_per_s·(t − t0_s)), in "linear" space intercept + slope_per_s·(t − t0_s),
     with t in seconds since run start and the result in the finding's series unit (see details).
@@ -43,6 +46,9 @@ class Finding:
     per_request: dict[str, Any] | None = None
     percentile_used: str | None = None
     trend: dict[str, Any] | None = None
+    detection_limit: float | None = None
+    exhaustion: dict[str, Any] | None = None
+    attribution: list[dict[str, Any]] | None = None
     details: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -57,7 +63,8 @@ class Finding:
             "unit": self.unit, "ci": None if self.ci is None else [_num(v) for v in self.ci],
             "threshold": _num(self.threshold), "evidence": self.evidence,
         }
-        for key in ("per_process", "per_request", "percentile_used", "trend"):
+        for key in ("per_process", "per_request", "percentile_used", "trend", "detection_limit",
+                    "exhaustion", "attribution"):
             if getattr(self, key) is not None:
                 out[key] = _clean(getattr(self, key))
         if self.details:

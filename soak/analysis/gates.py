@@ -1,12 +1,14 @@
 """Gates: the thresholds every check judges against, loadable from a TOML file.
 
-Defaults suit a 24 h run; docs/gates.md documents each key and how it scales for short runs.
-Thresholds are rates (per hour) combined with growth relative to the run's own level, so the same
-file serves a 5-minute and a 72-hour run: a short run simply needs a larger relative change to FAIL.
+docs/gates.md documents each key. Leak thresholds are absolute rates that do not loosen when a run
+is shorter: a short run is not held to a laxer standard, it is only less able to prove a PASS
+(its CI is wider, so it ends INCONCLUSIVE more often). A memory threshold left unset is derived
+from the run's headroom and the service horizon (`soak start --horizon`, default 7 d).
 """
 
 from __future__ import annotations
 
+import logging
 import tomllib
 from pathlib import Path
 from typing import Annotated, Any
@@ -19,6 +21,14 @@ from soak.errors import ConfigError
 from soak.units import parse_bytes
 
 MIB = 2**20
+HOUR_S = 3600.0
+DEFAULT_HORIZON_S = 7 * 86400.0
+# Keys older gates files may still carry; ignored with a warning (thresholds no longer scale with run length).
+RETIRED_KEYS = {("suspect_min_fraction",), ("leak", "rss", "growth_frac"), ("leak", "rss", "min_growth_bytes"),
+                ("leak", "vram", "growth_frac"), ("leak", "vram", "min_growth_bytes"),
+                ("leak", "fds", "growth_frac"), ("leak", "fds", "min_growth_fds")}
+
+log = logging.getLogger(__name__)
 
 DEFAULT_REQUIRED = (
     "leak.rss", "leak.vram", "leak.kv", "creep.ttft_p99", "creep.e2e_p99",
@@ -46,20 +56,26 @@ class _Strict(BaseModel):
 
 
 class MemoryLeakGate(_Strict):
-    """A memory trend FAILs when slope ≥ slope_bytes_per_h and the growth projected over the
-    judged span ≥ max(growth_frac × starting floor, min_growth_bytes)."""
+    """A memory trend FAILs when its slope reaches the threshold: `slope_bytes_per_h` when set,
+    else the rate that would use up the run's headroom within the horizon, capped at
+    `max_default_bytes_per_h` (see `threshold_bytes_per_h`)."""
 
-    slope_bytes_per_h: Bytes
-    growth_frac: Fraction
-    min_growth_bytes: Bytes = 0.0
+    slope_bytes_per_h: Bytes | None = None
+    max_default_bytes_per_h: Bytes = 16 * MIB
+
+    def threshold_bytes_per_h(self, headroom_bytes: float | None, horizon_s: float) -> float:
+        """The user's figure, else min(cap, headroom ÷ horizon); the cap when headroom is unknown."""
+        if self.slope_bytes_per_h is not None:
+            return self.slope_bytes_per_h
+        if headroom_bytes is None or headroom_bytes <= 0 or horizon_s <= 0:
+            return self.max_default_bytes_per_h
+        return min(self.max_default_bytes_per_h, headroom_bytes / (horizon_s / HOUR_S))
 
 
 class FdLeakGate(_Strict):
-    """Like MemoryLeakGate, counted in open file descriptors."""
+    """An fd trend FAILs when its slope reaches `slope_fds_per_h` (an absolute rate)."""
 
     slope_fds_per_h: Annotated[float, Field(ge=0)] = 4.0
-    growth_frac: Fraction = 0.05
-    min_growth_fds: Annotated[float, Field(ge=0)] = 8.0
 
 
 class KvGate(_Strict):
@@ -70,9 +86,8 @@ class KvGate(_Strict):
 
 
 class LeakGates(_Strict):
-    rss: MemoryLeakGate = MemoryLeakGate(slope_bytes_per_h=16 * MIB, growth_frac=0.05)
-    vram: MemoryLeakGate = MemoryLeakGate(slope_bytes_per_h=16 * MIB, growth_frac=0.0,
-                                          min_growth_bytes=64 * MIB)
+    rss: MemoryLeakGate = MemoryLeakGate()
+    vram: MemoryLeakGate = MemoryLeakGate()
     fds: FdLeakGate = FdLeakGate()
     kv: KvGate = KvGate()
 
@@ -141,7 +156,6 @@ class Gates(_Strict):
     min_windows: Annotated[int, Field(ge=3)] = 20
     p_value: Annotated[float, Field(gt=0, lt=0.5)] = 0.01
     confidence: Annotated[float, Field(gt=0.5, lt=1)] = 0.95
-    suspect_min_fraction: Fraction = 0.25
     leak: LeakGates = LeakGates()
     creep: CreepGates = CreepGates()
     errors: ErrorGates = ErrorGates()
@@ -154,7 +168,7 @@ class Gates(_Strict):
         """The trend test's settings for one series, with the run-wide statistics gates."""
         return TrendSpec(min_slope_per_s=min_slope_per_s, p_value=self.p_value,
                          confidence=self.confidence, min_points=self.min_windows,
-                         persistence=persistence, suspect_min_fraction=self.suspect_min_fraction)
+                         persistence=persistence)
 
     @field_validator("required")
     @classmethod
@@ -182,11 +196,28 @@ def load_gates(path: str | Path | None) -> Gates:
 def gates_from_dict(data: dict[str, Any], source: str = "gates") -> Gates:
     """Validate a parsed mapping into Gates; raise ConfigError with one line on the first problem."""
     # A table in the file overrides single keys; the rest keep their defaults.
-    merged = _deep_merge(Gates().model_dump(), data)
+    merged = _deep_merge(Gates().model_dump(), _drop_retired(data, source))
     try:
         return Gates.model_validate(merged)
     except ValidationError as exc:
         raise ConfigError(f"gates file {source}: {_first_problem(exc)}") from None
+
+
+def _drop_retired(data: dict[str, Any], source: str) -> dict[str, Any]:
+    """A copy of `data` without the retired keys, each one named in a warning."""
+    def strip(table: dict[str, Any], path: tuple[str, ...]) -> dict[str, Any]:
+        out = {}
+        for key, value in table.items():
+            if path + (key,) in RETIRED_KEYS:
+                log.warning("gates file %s: %s is no longer used (thresholds do not scale with run length)",
+                            source, ".".join(path + (key,)))
+            elif isinstance(value, dict):
+                out[key] = strip(value, path + (key,))
+            else:
+                out[key] = value
+        return out
+
+    return strip(data, ())
 
 
 def _deep_merge(defaults: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:

@@ -228,6 +228,21 @@ class ServerSeries:
 
 
 @dataclass(frozen=True, eq=False)  # numpy arrays do not compare as one bool
+class HostSeries:
+    """The headroom the server has: host memory available (MemAvailable) and, per sample, the
+    free memory of the GPUs serving it summed (None without a GPU), in bytes, sampled at `t_s`."""
+
+    t_s: np.ndarray
+    available_bytes: np.ndarray
+    gpu_free_bytes: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "t_s", _array(self.t_s))
+        object.__setattr__(self, "available_bytes", _array(self.available_bytes))
+        object.__setattr__(self, "gpu_free_bytes", _optional_array(self.gpu_free_bytes))
+
+
+@dataclass(frozen=True, eq=False)  # numpy arrays do not compare as one bool
 class ClientSeries:
     """The load generator's own health.
 
@@ -275,6 +290,10 @@ class RunData:
     ran. `server_managed` is True when soak started the server (so an exit would be an event; it
 only changes wording — `crashes` needs a server event, a health series or process samples to PASS).
     `total_requests` counts finished requests over the run (cancelled excluded).
+    `scenario_windows` maps each scenario's name to its own per-window counts (the same windows as
+    `request_windows`, which hold all scenarios together); empty when not recorded. `host` is the
+    headroom series; `horizon_s` the service horizon leak thresholds and projections use
+    (`soak start --horizon`).
     """
 
     planned_duration_s: float
@@ -295,6 +314,9 @@ only changes wording — `crashes` needs a server event, a health series or proc
     client: ClientSeries | None = None
     events: tuple[Event, ...] = ()
     total_requests: int = 0
+    scenario_windows: Mapping[str, tuple[RequestWindow, ...]] = field(default_factory=dict)
+    host: HostSeries | None = None
+    horizon_s: float = 7 * 86400.0
 
     def judged_windows(self) -> list[WindowInfo]:
         """Windows that trends use: not excluded and starting after the warm-up."""

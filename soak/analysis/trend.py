@@ -2,10 +2,16 @@
 
 A FAIL needs all of: Mann–Kendall p < p_value, the Theil–Sen CI lower bound > 0, a slope at least
 the practical threshold and — for leaks — persistence (the second half alone still slopes ≥ half
-the threshold). SUSPECT when at least two of those hold but not all and the slope is at least
-`suspect_min_fraction` of the practical threshold (a significant but negligible drift stays PASS,
-its evidence still saying so); PASS otherwise; INCONCLUSIVE below `min_points`.
-The series is oriented so that "bad" is upward; callers negate a series whose bad direction is down.
+the threshold). A PASS has to be earned: the upper end of the CI must stay under the threshold, so
+the run has ruled out a trend of that size. Anything between is SUSPECT when the estimate itself
+is at or over the threshold, else INCONCLUSIVE (the run could not tell). INCONCLUSIVE below
+`min_points`. The series is oriented so that "bad" is upward; callers negate a series whose bad
+direction is down.
+
+The Theil–Sen CI assumes independent points; window series drift slowly, so its half-width is
+widened by sqrt((1 + φ)/(1 − φ)), φ the lag-1 autocorrelation of the residuals (clamped to
+[0, 0.9]) — the usual AR(1) effective-sample-size correction. Without it a run would claim to rule
+out leaks it could not have seen.
 
 Mann–Kendall p is the larger of the original test and the Hamed–Rao autocorrelation-corrected one:
 window series are autocorrelated (slow drift), which makes the original test liberal, and
@@ -35,7 +41,6 @@ class TrendSpec:
     confidence: float = 0.95
     min_points: int = 20
     persistence: bool = False
-    suspect_min_fraction: float = 0.25
 
 
 @dataclass(frozen=True)
@@ -53,11 +58,32 @@ class TrendResult:
     half_slope_per_s: float | None = None
     min_slope_per_s: float = math.nan
     gates: dict[str, bool] = field(default_factory=dict)
+    autocorrelation: float = 0.0
 
     @property
     def projected_change(self) -> float:
         """Slope times the judged span: how much the fitted line rises over the run."""
         return self.slope_per_s * self.span_s
+
+    @property
+    def detection_limit_per_s(self) -> float:
+        """The smallest upward slope this run rules out: the upper end of the CI (nan if untested)."""
+        return self.ci_per_s[1]
+
+    def span_needed_s(self) -> float | None:
+        """About how long a run of the same shape must judge to rule out the threshold, or None
+        when this one already does (or cannot say). With a fixed number of windows the CI
+        half-width shrinks as 1/span — the conservative reading, since more windows shrink it faster."""
+        low, high = self.ci_per_s
+        if not (math.isfinite(low) and math.isfinite(high)) or self.span_s <= 0:
+            return None
+        if high < self.min_slope_per_s or self.min_slope_per_s <= 0:
+            return None
+        half_width = 0.5 * (high - low)
+        room = self.min_slope_per_s - max(self.slope_per_s, 0.0)
+        if half_width <= 0 or room <= 0:
+            return None
+        return self.span_s * half_width / room
 
     def line(self, space: str = "linear") -> dict:
         """The fitted line for a chart."""
@@ -75,6 +101,8 @@ def assess_trend(t_s: np.ndarray, y: np.ndarray, spec: TrendSpec) -> TrendResult
         return TrendResult(verdict=INCONCLUSIVE, n=len(y), min_slope_per_s=spec.min_slope_per_s)
     t0_s = float(t_s[0])
     slope, intercept, low, high = theil_sen(t_s - t0_s, y, spec.confidence)
+    phi = residual_autocorrelation(t_s - t0_s, y, slope, intercept)
+    low, high = widen(slope, low, high, phi)
     mk_p = mann_kendall_p(y)
     gates = {
         "significant": mk_p < spec.p_value,
@@ -84,19 +112,37 @@ def assess_trend(t_s: np.ndarray, y: np.ndarray, spec: TrendSpec) -> TrendResult
     half_slope = second_half_slope(t_s, y) if spec.persistence else None
     if spec.persistence:
         gates["persistent"] = half_slope is not None and half_slope >= spec.min_slope_per_s / 2
-    big_enough = slope >= spec.suspect_min_fraction * spec.min_slope_per_s
     return TrendResult(
-        verdict=_verdict(gates, big_enough), n=len(y), t0_s=t0_s, span_s=float(t_s[-1] - t0_s),
-        slope_per_s=slope, ci_per_s=(low, high), intercept=intercept, mk_p=mk_p,
-        half_slope_per_s=half_slope, min_slope_per_s=spec.min_slope_per_s, gates=gates)
+        verdict=trend_verdict(gates, slope, high, spec.min_slope_per_s), n=len(y), t0_s=t0_s,
+        span_s=float(t_s[-1] - t0_s), slope_per_s=slope, ci_per_s=(low, high), intercept=intercept,
+        mk_p=mk_p, half_slope_per_s=half_slope, min_slope_per_s=spec.min_slope_per_s, gates=gates,
+        autocorrelation=phi)
 
 
-def _verdict(gates: dict[str, bool], big_enough: bool) -> str:
-    """FAIL when every gate holds; SUSPECT when two or more do and the slope is not negligible."""
-    held = sum(gates.values())
-    if held == len(gates):
+def trend_verdict(gates: dict[str, bool], slope: float, ci_high: float, threshold: float) -> str:
+    """FAIL when every gate holds; PASS only when the CI's upper end is under the threshold;
+    otherwise SUSPECT if the estimate itself reaches the threshold, else INCONCLUSIVE."""
+    if all(gates.values()):
         return FAIL
-    return SUSPECT if held >= 2 and big_enough else PASS
+    if ci_high < threshold:
+        return PASS
+    return SUSPECT if slope >= threshold else INCONCLUSIVE
+
+
+def residual_autocorrelation(t_s: np.ndarray, y: np.ndarray, slope: float, intercept: float) -> float:
+    """Lag-1 autocorrelation of the residuals around the fitted line, clamped to [0, 0.9]."""
+    residuals = y - (intercept + slope * t_s)
+    if residuals.size < 4 or np.ptp(residuals) == 0:
+        return 0.0
+    centred = residuals - residuals.mean()
+    phi = float(np.dot(centred[:-1], centred[1:]) / np.dot(centred, centred))
+    return float(np.clip(phi, 0.0, 0.9))
+
+
+def widen(slope: float, low: float, high: float, phi: float) -> tuple[float, float]:
+    """The CI widened around the slope by the AR(1) factor sqrt((1 + φ)/(1 − φ))."""
+    factor = math.sqrt((1 + phi) / (1 - phi))
+    return slope - factor * (slope - low), slope + factor * (high - slope)
 
 
 def _finite_pairs(t_s: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
