@@ -7,9 +7,9 @@ bench/detector_power.py prints the full table.
 import pytest
 
 from soak.analysis.findings import FAIL, PASS
-from support.proof import TRIALS, Rates, detector_rates
+from support.proof import Rates, detector_rates, steady_checks
 
-DETECTORS = list(TRIALS)
+DETECTORS = steady_checks()
 
 
 def flagged(rates: Rates) -> int:
