@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from soak.analysis.fmt import p_text
+from collections.abc import Callable
+
+from soak.analysis.findings import PASS
+from soak.analysis.fmt import duration_text, p_text
 from soak.analysis.trend import TrendResult
 
 
@@ -31,3 +34,19 @@ def trend_sentence(result: TrendResult, subject: str, change_text: str, ci_text:
         text += ", persists in 2nd half"
     caveats = trend_caveats(result, threshold_text)
     return f"{text}; {caveats}" if caveats else f"{text}; threshold {threshold_text}"
+
+
+def detection_sentence(result: TrendResult, amount: Callable[[float], str]) -> str:
+    """What the run could rule out, for a finding short of FAIL: `amount` words a slope per second
+    in the finding's terms. E.g. "this run rules out rises above 610 MiB/h; about 9h00m of this load
+    would rule out 16.0 MiB/h"."""
+    limit = result.detection_limit_per_s
+    if not result.n or limit != limit:  # nan: untested
+        return ""
+    text = f"this run rules out rises above {amount(max(limit, 0.0))}"
+    if result.verdict == PASS:
+        return text
+    needed = result.span_needed_s()
+    if needed is not None:
+        text += f"; about {duration_text(needed)} of this load would rule out {amount(result.min_slope_per_s)}"
+    return text
