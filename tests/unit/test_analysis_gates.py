@@ -15,7 +15,7 @@ def test_defaults():
     gates = Gates()
     assert gates.min_windows == 20 and gates.p_value == 0.01 and gates.confidence == 0.95
     assert gates.errors.budget == 0.01
-    assert gates.leak.rss.slope_bytes_per_h == 16 * 2**20
+    assert gates.leak.rss.slope_bytes_per_h is None and gates.leak.rss.max_default_bytes_per_h == 16 * 2**20
     assert gates.required == DEFAULT_REQUIRED
     assert gates.hang.after_s == 60.0
 
@@ -34,8 +34,24 @@ def test_partial_table_keeps_other_defaults(tmp_path):
     gates = load_gates(path)
     assert gates.p_value == 0.005
     assert gates.leak.rss.slope_bytes_per_h == 8 * 2**20
-    assert gates.leak.rss.growth_frac == Gates().leak.rss.growth_frac
+    assert gates.leak.rss.max_default_bytes_per_h == Gates().leak.rss.max_default_bytes_per_h
     assert gates.leak.vram == Gates().leak.vram
+
+
+def test_leak_threshold_is_the_users_figure_or_headroom_over_horizon():
+    week_s, gib = 7 * 86400.0, 2**30
+    default = Gates().leak.rss
+    assert default.threshold_bytes_per_h(None, week_s) == 16 * 2**20  # headroom unknown: the cap
+    assert default.threshold_bytes_per_h(64 * gib, week_s) == 16 * 2**20  # plenty of room: the cap
+    assert default.threshold_bytes_per_h(1 * gib, week_s) == pytest.approx(gib / 168)  # lasts the week
+    fixed = gates_from_dict({"leak": {"rss": {"slope_bytes_per_h": "8MiB"}}}).leak.rss
+    assert fixed.threshold_bytes_per_h(1 * gib, week_s) == 8 * 2**20
+
+
+def test_retired_keys_load_with_a_warning(caplog):
+    gates = gates_from_dict({"suspect_min_fraction": 0.3, "leak": {"rss": {"growth_frac": 0.1}}}, source="old.toml")
+    assert gates == Gates()
+    assert "leak.rss.growth_frac is no longer used" in caplog.text and "suspect_min_fraction" in caplog.text
 
 
 @pytest.mark.parametrize("text, needle", [
