@@ -81,13 +81,29 @@ def describe_progress(progress: dict[str, Any]) -> str:
     if stage == "storage_failure":
         return f"storage failure: {progress.get('message')}"
     elapsed, total = progress["elapsed_s"], progress["duration_s"]
-    p99 = progress.get("p99_ms") or {}
-    rate = progress.get("rate_rps")
     return (f"{progress['run_id']} {stage} {format_duration(elapsed)}/{format_duration(total)} "
-            f"(left {format_duration(max(total - elapsed, 0))}) | "
-            f"{progress['requests']} req, {rate if rate is None else f'{rate:.2f}'} req/s, "
-            f"{progress['errors']} errors | P99 TTFT {p99.get('ttft', 0):.0f} ms, E2E {p99.get('e2e', 0):.0f} ms | "
-            f"server RSS {progress['server_rss_bytes'] / 2**20:.0f} MiB | in flight {progress['in_flight']}")
+            f"(left {format_duration(max(total - elapsed, 0))}) | {_traffic_text(progress)} | "
+            f"{_server_memory_text(progress.get('server_rss_bytes'))} | in flight {progress['in_flight']}")
+
+
+def _traffic_text(progress: dict[str, Any]) -> str:
+    """Requests, rate, errors and P99s — which are measured only after the warm-up, so during it
+    the line says so rather than showing "None req/s" and "0 ms"."""
+    rate = progress.get("rate_rps")
+    if rate is None:
+        return f"{progress['requests']} req, {progress['errors']} errors | rate and P99s from the end of warm-up"
+    p99 = progress.get("p99_ms") or {}
+    latency = ", ".join(f"{label} {p99[key]:.0f} ms" for key, label in (("ttft", "P99 TTFT"), ("e2e", "E2E"))
+                        if p99.get(key))
+    return (f"{progress['requests']} req, {rate:.2f} req/s, {progress['errors']} errors | "
+            f"{latency or 'P99s after the first finished window'}")
+
+
+def _server_memory_text(rss_bytes: float | None) -> str:
+    """Server RSS, or why it is not known (a server soak did not start and was not given a PID)."""
+    if not rss_bytes:
+        return "server RSS not sampled (no server PID)"
+    return f"server RSS {rss_bytes / 2**20:.0f} MiB"
 
 
 def print_verdict(summary: dict[str, Any]) -> None:
