@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -44,8 +45,18 @@ def runs(locations: Locations, limit: int, json_output: bool) -> None:
                                        "target_kind", "model", "schedule_name", "out_dir")} for r in found])
         return
     _table("soak runs", ["run", "status", "verdict", "started (UTC)", "duration", "target", "model"], [
-        [r["id"], r["status"], r["verdict"], r["started_at"][:19], format_duration(r["duration_s"] or 0),
+        [r["id"], r["status"], r["verdict"], r["started_at"][:19], _duration_text(r),
          r["target_kind"], r["model"]] for r in found])
+
+
+def _duration_text(run: dict) -> str:
+    """How long the run took, or for one still running how long it has run so far."""
+    if run["status"] == "running" or run["duration_s"] is None:
+        started = datetime.fromisoformat(run["started_at"])
+        if started.tzinfo is None:
+            started = started.replace(tzinfo=UTC)
+        return f"{format_duration((datetime.now(UTC) - started).total_seconds())} so far"
+    return format_duration(run["duration_s"])
 
 
 def _resolve_run_id(engine, run_id: str | None) -> str:  # engine: a SQLAlchemy Engine

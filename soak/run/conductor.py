@@ -84,6 +84,9 @@ def setup_run_logging(run_dir: Path) -> logging.Handler:
     root = logging.getLogger()
     root.setLevel(logging.INFO)
     root.addHandler(handler)
+    # APScheduler logs "Running job …" at INFO on every sampling tick (most of a run's log); its
+    # warnings (missed runs) still come through.
+    logging.getLogger("apscheduler").setLevel(logging.WARNING)
     return handler
 
 
