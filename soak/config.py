@@ -24,6 +24,7 @@ WINDOWS_PER_RUN = 48
 WINDOW_MIN_S, WINDOW_MAX_S = 5.0, 1800.0
 PROBE_EVERY_MIN_S, PROBE_EVERY_MAX_S = 60.0, 3600.0
 PROBE_HOLD_S, PROBE_DRAIN_S = 30.0, 60.0
+DEFAULT_HORIZON_S = 7 * 86400.0  # a week between restarts is the service life the leak gates protect by default
 
 
 class _Model(BaseModel):
@@ -170,6 +171,7 @@ class RunConfig(_Model):
     duration_s: float = Field(gt=0)
     warmup_s: float = Field(ge=0)
     window_s: float = Field(gt=0)
+    horizon_s: float = Field(default=DEFAULT_HORIZON_S, gt=0)
     out_dir: Path
     db_url: str
     gates_file: Path | None = None
@@ -181,6 +183,8 @@ class RunConfig(_Model):
     target: TargetSettings = TargetSettings()
     load: LoadSettings = LoadSettings()
     telemetry: TelemetrySettings = TelemetrySettings()
+
+    _durations = field_validator("horizon_s", mode="before")(_duration_field)
 
     @model_validator(mode="after")
     def _check_spans(self) -> RunConfig:

@@ -3,6 +3,7 @@ the database."""
 
 from __future__ import annotations
 
+import json
 import math
 from collections import defaultdict
 from typing import Any
@@ -14,6 +15,7 @@ from soak.analysis.inputs import (
     ClientSeries,
     Event,
     GpuProcessSeries,
+    HostSeries,
     LatencyStats,
     LatencyWindow,
     ProbeReading,
@@ -30,11 +32,17 @@ from soak.store.models import (
     GpuProcessSample,
     GpuSample,
     LatencyWindowRow,
+    MetricSample,
     ProcessSample,
     RequestWindowRow,
     ServerSample,
 )
 from soak.store.queries import read_events, read_rows
+
+# Kept in step with soak.config.DEFAULT_HORIZON_S and soak.telemetry.sampler.HOST_AVAILABLE_METRIC; the analysis stage
+# imports neither the config nor telemetry.
+DEFAULT_HORIZON_S = 7 * 86400.0
+HOST_AVAILABLE_METRIC = "soak_host_memory_available_bytes"
 
 INTERVAL_KINDS = {"probe": ("probe_start", "probe_end"), "outage": ("outage_start", "outage_end")}
 
@@ -136,15 +144,71 @@ def load_latency(engine: Engine, run_id: str) -> tuple[tuple[LatencyWindow, ...]
     return tuple(windows), lag_p99
 
 
+def _request_window(row: dict[str, Any], lag_p99: dict[int, float]) -> RequestWindow:
+    """One stored request_windows row (requests exclude cancelled ones; sends include them)."""
+    return RequestWindow(index=row["window_index"], start_s=row["start_s"], end_s=row["end_s"],
+                         requests=row["requests"] - row["cancelled"],
+                         errors={name: row["err_" + name] for name in ERROR_CLASSES}, cancelled=row["cancelled"],
+                         output_tokens=row["output_tokens"], sends=row["requests"], late_sends_1s=row["late_sends_1s"],
+                         lag_p99_ms=lag_p99.get(row["window_index"]))
+
+
 def load_request_windows(engine: Engine, run_id: str, lag_p99: dict[int, float]) -> tuple[RequestWindow, ...]:
-    """Per-window counts of all scenarios (requests exclude cancelled ones; sends include them)."""
-    return tuple(
-        RequestWindow(index=row["window_index"], start_s=row["start_s"], end_s=row["end_s"],
-                      requests=row["requests"] - row["cancelled"],
-                      errors={name: row["err_" + name] for name in ERROR_CLASSES}, cancelled=row["cancelled"],
-                      output_tokens=row["output_tokens"], sends=row["requests"], late_sends_1s=row["late_sends_1s"],
-                      lag_p99_ms=lag_p99.get(row["window_index"]))
-        for row in read_rows(engine, RequestWindowRow, run_id, scenario=ALL_SCENARIOS))
+    """Per-window counts of all scenarios."""
+    return tuple(_request_window(row, lag_p99)
+                 for row in read_rows(engine, RequestWindowRow, run_id, scenario=ALL_SCENARIOS))
+
+
+def load_scenario_windows(engine: Engine, run_id: str) -> dict[str, tuple[RequestWindow, ...]]:
+    """Per-window counts of each scenario on its own, with that scenario's schedule-lag P99."""
+    lag_p99: dict[str, dict[int, float]] = defaultdict(dict)
+    for row in read_rows(engine, LatencyWindowRow, run_id, metric="lag"):
+        if row["scenario"] != ALL_SCENARIOS and row["count"]:
+            lag_p99[row["scenario"]][row["window_index"]] = row["p99_ms"]
+    by_scenario: dict[str, list[RequestWindow]] = defaultdict(list)
+    for row in read_rows(engine, RequestWindowRow, run_id):  # in window order, so each list is too
+        if row["scenario"] != ALL_SCENARIOS:
+            by_scenario[row["scenario"]].append(_request_window(row, lag_p99[row["scenario"]]))
+    return {name: tuple(windows) for name, windows in sorted(by_scenario.items())}
+
+
+def load_host(engine: Engine, run_id: str) -> HostSeries | None:
+    """The headroom series: host memory available per sample and, with GPUs, their free memory summed per sample.
+
+    None when the host was not sampled (a run stored before it was, or a server soak could not see). GPU free memory
+    is aligned to the host samples by sample time, which telemetry takes together (nan where one is missing).
+    """
+    rows = read_rows(engine, MetricSample, run_id, name=HOST_AVAILABLE_METRIC)
+    if not rows:
+        return None
+    t_s = [row["t_s"] for row in rows]
+    gpu_free = _gpu_free_by_time(engine, run_id)
+    return HostSeries(t_s=t_s, available_bytes=[row["value"] for row in rows],
+                      gpu_free_bytes=[gpu_free.get(t, np.nan) for t in t_s] if gpu_free else None)
+
+
+def _gpu_free_by_time(engine: Engine, run_id: str) -> dict[float, float]:
+    """Total minus used memory of the GPUs serving the tree, summed per sample time.
+
+    The serving GPUs are those on which a server process held memory; when NVML named none, every GPU counts. A GPU
+    missing either reading is skipped.
+    """
+    serving = {row["gpu_index"] for row in read_rows(engine, GpuProcessSample, run_id) if row["used_bytes"]}
+    free: dict[float, float] = defaultdict(float)
+    for row in read_rows(engine, GpuSample, run_id):
+        if serving and row["gpu_index"] not in serving:
+            continue
+        if row["mem_total_bytes"] is not None and row["mem_used_bytes"] is not None:
+            free[row["t_s"]] += row["mem_total_bytes"] - row["mem_used_bytes"]
+    return dict(free)
+
+
+def horizon_s(run: dict[str, Any]) -> float:
+    """The service horizon stored with the run's config; runs stored before `--horizon` existed get the default."""
+    config = run.get("config")
+    if config is None:
+        config = json.loads(run.get("config_json") or "{}")
+    return float(config.get("horizon_s") or DEFAULT_HORIZON_S)
 
 
 def load_client(engine: Engine, run_id: str, outage_indices: set[int]) -> ClientSeries | None:
@@ -202,4 +266,5 @@ def load_run_data(engine: Engine, run: dict[str, Any], stopped_early: bool) -> R
         request_windows=request_windows, server=load_server(engine, run_id), client=load_client(engine, run_id, outage_indices),
         events=tuple(Event(t_s=e["t_s"], kind=e["kind"], message=e["message"] or "", data=e["data"]) for e in events),
         total_requests=sum(w.requests for w in request_windows),
+        scenario_windows=load_scenario_windows(engine, run_id), host=load_host(engine, run_id), horizon_s=horizon_s(run),
     )

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import psutil
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from soak.contracts import EventKind
@@ -31,6 +32,8 @@ from soak.telemetry.prometheus import probe_health, scrape
 log = logging.getLogger(__name__)
 
 EXTRA_METRICS_EVERY_S = 60.0  # the long table grows fast: other series at most once a minute
+# The host's headroom goes to the long table under a name no scraped series has, so no schema change is needed.
+HOST_AVAILABLE_METRIC = "soak_host_memory_available_bytes"
 HEARTBEAT_EVERY_S = 5.0
 
 
@@ -43,6 +46,7 @@ class Snapshot:
     server: dict[str, Any] = field(default_factory=dict)
     client: dict[str, Any] = field(default_factory=dict)
     gpu_process_bytes: int = 0
+    host_available_bytes: int | None = None
 
     @property
     def server_rss_bytes(self) -> int:
@@ -116,6 +120,7 @@ class Telemetry:
         t_s = self.recorder.elapsed_s()
         snapshot = Snapshot(t_s=t_s)
         self._sample_processes(snapshot, t_s)
+        self._sample_host(snapshot, t_s)
         self._sample_gpus(snapshot, t_s)
         self._sample_servers(snapshot, t_s)
         self.latest = snapshot
@@ -127,6 +132,18 @@ class Telemetry:
         snapshot.client = self.me.sample()
         self.recorder.rows(ProcessSample, [{**row, "role": "server"} for row in snapshot.server_processes], t_s)
         self.recorder.rows(ProcessSample, [{**snapshot.client, "role": "client"}], t_s)
+
+    def _sample_host(self, snapshot: Snapshot, t_s: float) -> None:
+        """The host's available memory (MemAvailable), the headroom a leak eats into.
+
+        Only while server processes were sampled on this host: without them the server may run elsewhere, and this
+        host's memory would say nothing about its headroom.
+        """
+        if not snapshot.server_processes:
+            return
+        available = int(psutil.virtual_memory().available)
+        snapshot.host_available_bytes = available
+        self.recorder.rows(MetricSample, [{"name": HOST_AVAILABLE_METRIC, "labels_json": "{}", "value": available}], t_s)
 
     def _sample_gpus(self, snapshot: Snapshot, t_s: float) -> None:
         if not self.gpus.available:

@@ -53,7 +53,7 @@ def repeated(values: list[str], expected: Any, toml: str | None = None) -> Examp
 
 FLAG = Example((), "true", "true", True)
 EXAMPLES: dict[str, Example] = {
-    "duration": ex("10m", 600.0), "warmup": ex("2m", 120.0), "window": ex("30s", 30.0),
+    "duration": ex("10m", 600.0), "warmup": ex("2m", 120.0), "window": ex("30s", 30.0), "horizon": ex("72h", 259200.0),
     "target": ex("http://127.0.0.1:9/v1", "http://127.0.0.1:9"), "model": ex("org/model", "org/model"),
     "served_model": ex("model", "model"), "vllm_bin": ex("/opt/vllm", "/opt/vllm"),
     "serve_arg": repeated(["--enforce-eager", "--max-num-seqs=8"], ("--enforce-eager", "--max-num-seqs=8")),

@@ -1,0 +1,43 @@
+"""Each telemetry tick records the host's available memory, the headroom a leak eats into."""
+
+from __future__ import annotations
+
+import psutil
+
+from soak.store.models import MetricSample
+from soak.telemetry.sampler import HOST_AVAILABLE_METRIC, Snapshot, Telemetry
+
+
+class FakeRecorder:
+    """Keeps what the sampler records: (model, rows, t_s) per call."""
+
+    def __init__(self):
+        self.calls: list[tuple[type, list[dict], float]] = []
+
+    def rows(self, model: type, rows: list[dict], t_s: float) -> None:
+        self.calls.append((model, rows, t_s))
+
+    def rows_of(self, model: type) -> list[dict]:
+        return [row for kind, rows, _ in self.calls for row in rows if kind is model]
+
+
+def _telemetry() -> tuple[Telemetry, FakeRecorder]:
+    telemetry = Telemetry.__new__(Telemetry)  # no scheduler, no NVML: only the host reading is under test
+    telemetry.recorder = recorder = FakeRecorder()
+    return telemetry, recorder
+
+
+def test_the_host_reading_is_stored_as_a_metric_sample_at_the_tick():
+    telemetry, recorder = _telemetry()
+    snapshot = Snapshot(t_s=5.0, server_processes=[{"pid": 1, "rss_bytes": 10}])
+    telemetry._sample_host(snapshot, 5.0)
+    [row] = recorder.rows_of(MetricSample)
+    assert row["name"] == HOST_AVAILABLE_METRIC and recorder.calls[0][2] == 5.0
+    assert 0 < row["value"] <= psutil.virtual_memory().total
+    assert snapshot.host_available_bytes == row["value"]
+
+
+def test_no_host_reading_without_a_server_process_on_this_host():
+    telemetry, recorder = _telemetry()
+    telemetry._sample_host(Snapshot(t_s=5.0), 5.0)
+    assert recorder.calls == []
