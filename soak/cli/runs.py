@@ -91,11 +91,20 @@ def status(run_id: str | None, locations: Locations, json_output: bool) -> None:
 @click.option("--baseline", metavar="RUN", help="Add a before/after table against this run.")
 @click.option("--gates", metavar="FILE", type=click.Path(dir_okay=False), help="Gates file (TOML).")
 @click.option("--junit", metavar="FILE", type=click.Path(dir_okay=False), help="Also write JUnit XML, a case per check.")
+@click.option("--report-dir", metavar="DIR", type=click.Path(file_okay=False),
+              help="Write report.html and summary.json here and leave the run's own files and stored verdict "
+                   "as they are. Default: the run's folder, or RUN_FOLDER/vs-BASELINE with --baseline.")
 @click.option("--json", "json_output", is_flag=True, help="Print summary.json to stdout.")
 def report(run_id: str, locations: Locations, baseline: str | None, gates: str | None, junit: str | None,
-           json_output: bool) -> None:
-    """Rebuild a run's report.html and summary.json from the database alone."""
-    summary = _finalise(run_id, locations, baseline, gates, close=False)
+           report_dir: str | None, json_output: bool) -> None:
+    """Rebuild a run's report.html and summary.json from the database alone.
+
+    --out/--db say where runs are stored, not where this report goes: use --report-dir for that.
+    A report with --baseline goes to a vs-BASELINE folder inside the run's folder, so the run's own
+    summary.json is never overwritten by a comparison.
+    """
+    summary = _finalise(run_id, locations, baseline, gates, close=False,
+                        report_dir=Path(report_dir) if report_dir else None)
     _emit(summary, junit, json_output, exit_with_verdict=False)
 
 
@@ -111,7 +120,7 @@ def close(run_id: str, locations: Locations, gates: str | None, json_output: boo
 
 
 def _finalise(run_id: str, locations: Locations, baseline: str | None, gates: str | None,
-              close: bool) -> Summary:
+              close: bool, report_dir: Path | None = None) -> Summary:
     from soak.run.finalise import finalise_run
     from soak.store.queries import get_run
 
@@ -124,8 +133,10 @@ def _finalise(run_id: str, locations: Locations, baseline: str | None, gates: st
     stopped_early = run["status"] != "completed"
     if run["status"] == "running":
         click.echo(f"run {run_id} is still running; the report covers what is stored so far", err=True)
+    if baseline and report_dir is None:
+        report_dir = Path(run["out_dir"]) / f"vs-{baseline}"
     return finalise_run(engine, run_id, stopped_early=stopped_early, gates_file=Path(gates) if gates else None,
-                        baseline=baseline)
+                        baseline=baseline, report_dir=report_dir)
 
 
 def _emit(summary: Summary, junit: str | None, json_output: bool, exit_with_verdict: bool) -> None:

@@ -58,11 +58,13 @@ def apply_baseline_verdict(summary: Summary) -> None:
         summary.verdict_reason = f"baseline.regression FAIL: {regression.evidence}"
 
 
-def write_outputs(engine: Engine, run: dict[str, Any], summary: Summary, baseline: dict[str, Any] | None) -> None:
-    """report.html and summary.json in the run's folder (the summary records where the report is)."""
+def write_outputs(engine: Engine, run: dict[str, Any], summary: Summary, baseline: dict[str, Any] | None,
+                  report_dir: Path | None = None) -> None:
+    """report.html and summary.json in `report_dir`, by default the run's folder (the summary records
+    where the report is)."""
     from soak.report import render_report
 
-    run_dir = Path(run["out_dir"])
+    run_dir = Path(report_dir or run["out_dir"])
     run_dir.mkdir(parents=True, exist_ok=True)
     report_path = run_dir / "report.html"
     summary.report_html = str(report_path)
@@ -84,8 +86,12 @@ def store_verdict(engine: Engine, run_id: str, summary: Summary, status: str | N
 
 
 def finalise_run(engine: Engine, run_id: str, stopped_early: bool, gates_file: Path | None = None,
-                 baseline: str | None = None, status: str | None = None) -> Summary:
-    """Analyse a stored run, write its summary and report, store the verdict; returns the summary."""
+                 baseline: str | None = None, status: str | None = None, report_dir: Path | None = None) -> Summary:
+    """Analyse a stored run, write its summary and report, store the verdict; returns the summary.
+
+    With `report_dir` the report and summary go there and the run's own record — its folder's
+    summary.json and the verdict in the database — is left as it was.
+    """
     run = get_run(engine, run_id)
     if status:
         run["status"] = status
@@ -93,6 +99,7 @@ def finalise_run(engine: Engine, run_id: str, stopped_early: bool, gates_file: P
     summary = build_summary(run, engine, findings, verdict, reason, report_html=None)
     comparison = baseline_comparison(engine, summary, baseline, gates_file)
     apply_baseline_verdict(summary)
-    write_outputs(engine, run, summary, comparison)
-    store_verdict(engine, run_id, summary, status)
+    write_outputs(engine, run, summary, comparison, report_dir)
+    if report_dir is None:
+        store_verdict(engine, run_id, summary, status)
     return summary

@@ -105,8 +105,16 @@ def test_compare_and_baseline_report(finished_run, soak_cli):
     assert compared.returncode == 0, compared.stderr
     rows = json.loads(compared.stdout)["rows"]
     assert rows and all(row["status"] == "within noise" for row in rows)
+    own_summary = (out / run_id / "summary.json").read_bytes()
     rebuilt = soak_cli("report", run_id, "--baseline", run_id, "--out", str(out), "--json")
     assert rebuilt.returncode == 0, rebuilt.stderr
     checks = {f["check"]: f for f in json.loads(rebuilt.stdout)["findings"]}
     assert checks["baseline.regression"]["verdict"] == "PASS"
-    assert "Baseline" in (out / run_id / "report.html").read_text()
+    # The comparison goes beside the run's record, never over it.
+    assert "Baseline" in (out / run_id / f"vs-{run_id}" / "report.html").read_text()
+    assert (out / run_id / "summary.json").read_bytes() == own_summary
+    elsewhere = out / "for-review"
+    again = soak_cli("report", run_id, "--baseline", run_id, "--out", str(out), "--report-dir", str(elsewhere))
+    assert again.returncode == 0, again.stderr
+    assert (elsewhere / "report.html").exists() and (elsewhere / "summary.json").exists()
+    assert (out / run_id / "summary.json").read_bytes() == own_summary
