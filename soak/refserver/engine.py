@@ -297,4 +297,4 @@ class Engine:
         del self._live[seq.request_id]
         self.metrics.finished[reason].inc()
         self.metrics.e2e.observe(time.perf_counter() - seq.arrival_s)
-        self.injector.on_request_finished()
+        self.injector.on_request_finished(reason, seq.prompt_len)

@@ -6,12 +6,17 @@ scale), stall and error-burst lengths are in wall seconds. See docs/refserver.md
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
+from typing import Literal
 
 from soak.refserver.units import parse_bytes, parse_duration
 
 DEFAULT_BURST_LENGTH_S = 3.0
 DEFAULT_RATCHET = (16 * 2**20, 300.0)  # 16 MiB per step, over the first 5 model minutes
 DEFAULT_SAWTOOTH = (64 * 2**20, 120.0)  # 64 MiB peak, one cycle per 2 model minutes
+# Half the default 2048-token context: every long_context prompt (80-95 % of the context) is above it, chat_short and
+# cancel prompts (a question and at most 400 bytes) far below.
+LONG_PROMPT_TOKENS = 1024
+LEAK_KINDS = ("cancel", "long-prompt")
 
 
 class FaultSpecError(ValueError):
@@ -41,6 +46,26 @@ class KVLeak:
 
 
 @dataclass(frozen=True)
+class KindLeak:
+    """rss-leak-on: each finished request of one kind leaves `size_bytes` of host memory allocated.
+
+    `cancel`: requests the client abandoned before they finished (a disconnect, streaming or not);
+    `long-prompt`: requests whose prompt has at least `min_prompt_tokens` tokens, however they ended.
+    """
+
+    kind: Literal["cancel", "long-prompt"]
+    size_bytes: int
+    min_prompt_tokens: int = LONG_PROMPT_TOKENS
+
+    def leaks(self, reason: str, prompt_tokens: int) -> bool:
+        """Whether a request that ended with finish `reason` ("stop", "length", "abort") after a prompt of
+        `prompt_tokens` leaks."""
+        if self.kind == "cancel":
+            return reason == "abort"
+        return prompt_tokens >= self.min_prompt_tokens
+
+
+@dataclass(frozen=True)
 class MemoryShape:
     """Healthy memory noise: `size_bytes` per ratchet step / sawtooth peak, over `span_s` model seconds."""
 
@@ -54,6 +79,7 @@ class FaultSet:
 
     texts: tuple[str, ...] = ()
     rss_leak_bytes: int = 0
+    rss_leak_on: KindLeak | None = None
     kv_leak_on_abort: KVLeak | None = None
     latency_creep_pct: float = 0.0
     error_rise: tuple[float, float] | None = None
@@ -83,6 +109,20 @@ def _positive_bytes(value: str | None) -> int:
     if size <= 0:
         raise ValueError("BYTES must be > 0")
     return size
+
+
+def _kind_leak(value: str | None) -> KindLeak:
+    form = "KIND:BYTES[:N], KIND cancel or long-prompt, e.g. cancel:2MiB or long-prompt:2MiB:1024"
+    kind, sep, rest = _require(value, form).partition(":")
+    if kind not in LEAK_KINDS:
+        raise ValueError(f"KIND must be {' or '.join(LEAK_KINDS)}, got {kind!r}")
+    if not sep:
+        raise ValueError(f"needs a size: {form}")
+    size_text, sep, tokens_text = rest.partition(":")
+    if sep and kind != "long-prompt":
+        raise ValueError("only long-prompt takes N, the shortest prompt in tokens that leaks")
+    tokens = _count(tokens_text) if sep else LONG_PROMPT_TOKENS
+    return KindLeak(kind, _positive_bytes(size_text), tokens)  # type: ignore[arg-type]  # KIND was checked above
 
 
 def _percent(value: str | None) -> float:
@@ -154,6 +194,7 @@ def _number(text: str, what: str) -> float:
 # fault name → (FaultSet field, value parser)
 _PARSERS: dict[str, tuple[str, Callable[[str | None], object]]] = {
     "rss-leak": ("rss_leak_bytes", _positive_bytes),
+    "rss-leak-on": ("rss_leak_on", _kind_leak),
     "kv-leak-on-abort": ("kv_leak_on_abort", _kv_leak),
     "latency-creep": ("latency_creep_pct", _percent),
     "error-rise": ("error_rise", _probability_pair),

@@ -122,14 +122,21 @@ class FaultInjector:
         model_hours = self.clock.model_s() / SECONDS_PER_HOUR
         return compute_s * self.faults.latency_creep_pct / 100.0 * model_hours
 
-    def on_request_finished(self) -> None:
-        """Plant the per-request leaks (host memory, fds, device memory)."""
+    def on_request_finished(self, reason: str, prompt_tokens: int) -> None:
+        """Plant the per-request leaks (host memory, fds, device memory) of a request that ended with finish
+        `reason` ("stop", "length" or "abort") after a prompt of `prompt_tokens` tokens."""
         if self.faults.rss_leak_bytes:
-            self._retained.append(bytearray(b"\xa5") * self.faults.rss_leak_bytes)  # written, so resident
+            self._retain(self.faults.rss_leak_bytes)
+        kind_leak = self.faults.rss_leak_on
+        if kind_leak is not None and kind_leak.leaks(reason, prompt_tokens):
+            self._retain(kind_leak.size_bytes)
         for _ in range(self.faults.fd_leak):
             self._leaked_fds.append(os.open(os.devnull, os.O_RDONLY))
         if self.faults.vram_leak_bytes:
             self._vram.append(_device_bytes(self.faults.vram_leak_bytes, self._device))
+
+    def _retain(self, size_bytes: int) -> None:
+        self._retained.append(bytearray(b"\xa5") * size_bytes)  # written, so resident
 
     # -- introspection ---------------------------------------------------------------------------
 

@@ -115,6 +115,32 @@ def test_abort_frees_blocks_unless_the_leak_fault_is_set():
         assert (harness.usage > 0) == leaks
 
 
+def _retained_bytes(harness: Harness) -> int:
+    return harness.engine.injector.describe()["retained_bytes"]
+
+
+def test_a_leak_on_cancel_keeps_memory_only_for_aborted_requests():
+    harness = Harness(faults=("rss-leak-on=cancel:4KiB",))
+    harness.submit("done", max_tokens=3)
+    harness.run()
+    assert _retained_bytes(harness) == 0
+    harness.submit("gone", max_tokens=100)
+    harness.engine.step()
+    harness.engine.abort("gone")
+    harness.run()
+    assert _retained_bytes(harness) == 4096
+
+
+def test_a_leak_on_long_prompts_keeps_memory_only_for_prompts_of_n_tokens_or_more():
+    harness = Harness(num_blocks=256, faults=("rss-leak-on=long-prompt:4KiB:40",))
+    harness.submit("short", "x" * 38, max_tokens=2)  # BOS + 38 bytes: 39 tokens
+    harness.run()
+    assert _retained_bytes(harness) == 0
+    harness.submit("long", "x" * 39, max_tokens=2)
+    harness.run()
+    assert _retained_bytes(harness) == 4096
+
+
 def test_kv_leak_limited_to_one_block_per_abort():
     harness = Harness(faults=("kv-leak-on-abort=1",), block_size=4)
     harness.submit("gone", "a prompt of many tokens", max_tokens=100)

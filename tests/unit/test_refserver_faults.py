@@ -2,7 +2,16 @@
 
 import pytest
 
-from soak.refserver.faults import EventFault, FaultSet, FaultSpecError, KVLeak, MemoryShape, parse_faults
+from soak.refserver.faults import (
+    LONG_PROMPT_TOKENS,
+    EventFault,
+    FaultSet,
+    FaultSpecError,
+    KindLeak,
+    KVLeak,
+    MemoryShape,
+    parse_faults,
+)
 from soak.refserver.units import parse_bytes, parse_duration
 
 
@@ -28,9 +37,10 @@ def test_every_fault_parses():
     faults = parse_faults([
         "rss-leak=2MiB", "kv-leak-on-abort", "latency-creep=20%", "error-rise=0:0.2", "error-bursts=4",
         "fd-leak=3", "crash-after=1h30m", "hang-after=90s", "vram-leak=1MiB", "warmup-ratchet",
-        "gc-sawtooth=32MiB:30s", "stalls=2:1500ms"])
+        "gc-sawtooth=32MiB:30s", "stalls=2:1500ms", "rss-leak-on=cancel:1MiB"])
     assert faults == FaultSet(
-        texts=faults.texts, names=faults.names, rss_leak_bytes=2 * 2**20, kv_leak_on_abort=KVLeak(None),
+        texts=faults.texts, names=faults.names, rss_leak_bytes=2 * 2**20, rss_leak_on=KindLeak("cancel", 2**20),
+        kv_leak_on_abort=KVLeak(None),
         latency_creep_pct=20.0, error_rise=(0.0, 0.2), error_bursts=EventFault(4.0, 3.0), fd_leak=3,
         crash_after_s=5400.0, hang_after_s=90.0, vram_leak_bytes=2**20, warmup_ratchet=MemoryShape(16 * 2**20, 300.0),
         gc_sawtooth=MemoryShape(32 * 2**20, 30.0), stalls=EventFault(2.0, 1.5))
@@ -46,6 +56,20 @@ def test_kv_leak_can_be_limited_to_a_few_blocks_per_abort():
     leak = parse_faults(["kv-leak-on-abort=1"]).kv_leak_on_abort
     assert leak == KVLeak(1) and leak.blocks_kept(5) == 1 and leak.blocks_kept(0) == 0
     assert KVLeak().blocks_kept(5) == 5
+
+
+def test_a_leak_on_one_kind_of_request_names_the_kind_and_the_size():
+    assert parse_faults(["rss-leak-on=cancel:2MiB"]).rss_leak_on == KindLeak("cancel", 2 * 2**20)
+    assert parse_faults(["rss-leak-on=long-prompt:1MiB"]).rss_leak_on == KindLeak("long-prompt", 2**20,
+                                                                                     LONG_PROMPT_TOKENS)
+    assert parse_faults(["rss-leak-on=long-prompt:1MiB:512"]).rss_leak_on == KindLeak("long-prompt", 2**20, 512)
+
+
+def test_a_leak_on_cancel_takes_only_aborts_and_on_long_prompts_only_long_ones():
+    cancel, long_prompt = KindLeak("cancel", 1), KindLeak("long-prompt", 1, 1024)
+    assert cancel.leaks("abort", 10) and not cancel.leaks("stop", 5000) and not cancel.leaks("length", 5000)
+    assert long_prompt.leaks("stop", 1024) and long_prompt.leaks("abort", 2000)
+    assert not long_prompt.leaks("length", 1023) and not long_prompt.leaks("abort", 10)
 
 
 def test_stall_length_defaults_to_random():
@@ -67,6 +91,11 @@ def test_stall_length_defaults_to_random():
     ("fd-leak=1.5", "whole number"),
     ("crash-after=soon", "malformed duration"),
     ("gc-sawtooth=64MiB:", "malformed duration"),
+    ("rss-leak-on=cancel", "needs a size"),
+    ("rss-leak-on=errors:1MiB", "KIND must be cancel or long-prompt"),
+    ("rss-leak-on=cancel:1MiB:10", "only long-prompt takes N"),
+    ("rss-leak-on=long-prompt:1MiB:0", "whole number"),
+    ("rss-leak-on=long-prompt:0", "> 0"),
 ])
 def test_bad_faults_name_the_problem(text, fragment):
     with pytest.raises(FaultSpecError) as info:

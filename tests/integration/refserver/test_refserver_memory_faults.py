@@ -79,3 +79,36 @@ def test_gc_sawtooth_returns_to_floor(start_refserver):
     assert len(drops) >= 2  # two cycles ended with everything handed back at once
     last_cycle = samples[-len(samples) * 2 // 5:]  # the last 2 s hold a full cycle's low point
     assert min(last_cycle) - floor < 8 * MiB
+
+
+def _disconnect_mid_stream(server) -> None:
+    body = {"model": "soak-reference", "messages": [{"role": "user", "content": "go on"}],
+            "max_tokens": 1500, "ignore_eos": True, "stream": True}
+    with server.client() as client, client.stream("POST", server.url + "/v1/chat/completions", json=body) as response:
+        events = (line for line in response.iter_lines() if line)
+        for _ in range(3):
+            assert next(events).startswith("data: ")
+    # leaving both blocks closes the connection with the stream unread
+
+
+def test_rss_leak_on_cancel_leaks_only_for_streams_the_client_abandons(start_refserver):
+    server = start_refserver("--fault", "rss-leak-on=cancel:2MiB")
+    for _ in range(3):
+        assert server.stream_chat(max_tokens=8).done  # streamed to the end: no leak
+    _requests(server, 3)
+    assert server.debug()["retained_bytes"] == 0
+    for count in (1, 2):
+        _disconnect_mid_stream(server)
+        wait_until(lambda count=count: server.debug()["retained_bytes"] == count * 2 * MiB, 10,
+                   what=f"abort {count} to leak")
+
+
+def test_rss_leak_on_long_prompt_leaks_only_for_prompts_of_1024_tokens_or_more(start_refserver):
+    server = start_refserver("--fault", "rss-leak-on=long-prompt:2MiB")
+    for content in ("hello", "x" * 900):  # well under 1024 tokens with the chat template around them
+        assert server.chat(content, max_tokens=4).status_code == 200
+    assert server.stream_chat("y" * 900, max_tokens=4).done
+    assert server.debug()["retained_bytes"] == 0
+    assert server.chat("x" * 1100, max_tokens=4).status_code == 200
+    assert server.stream_chat("y" * 1100, max_tokens=4).done
+    assert server.debug()["retained_bytes"] == 2 * 2 * MiB
