@@ -82,9 +82,11 @@ def display_unit(unit: str | None, magnitude: float) -> tuple[float, str]:
     return 1.0, base + per
 
 
-def quantity_texts(value: Any, unit: str | None, ci: Any = None, threshold: Any = None) -> dict[str, str]:
-    """Value, CI and threshold of one finding as text, all in the same human unit chosen from their sizes."""
-    numbers = [x for x in [value, threshold, *(ci or [])] if is_number(x)]
+def quantity_texts(value: Any, unit: str | None, ci: Any = None, threshold: Any = None,
+                   detection_limit: Any = None) -> dict[str, str]:
+    """Value, CI, threshold and detection limit of one finding as text, all in the same human unit chosen from
+    their sizes ("" for an absent CI or detection limit)."""
+    numbers = [x for x in [value, threshold, detection_limit, *(ci or [])] if is_number(x)]
     magnitude = max((abs(x) for x in numbers), default=0.0)
     factor, label = display_unit(unit, magnitude)
 
@@ -98,7 +100,19 @@ def quantity_texts(value: Any, unit: str | None, ci: Any = None, threshold: Any 
         if has_ci
         else "",
         "threshold": show(threshold),
+        "detection_limit": show(detection_limit) if is_number(detection_limit) else "",
     }
+
+
+def format_hours(hours: Any) -> str:
+    """A time ahead in hours, as precise as it matters: `30m`, `2.2 h`, `31 h`, `12 days`."""
+    if not is_number(hours):
+        return MISSING
+    if hours < 1:
+        return format_span(hours * 3600)
+    if hours < 10:
+        return f"{hours:.1f} h"
+    return f"{hours:.0f} h" if hours < 72 else f"{hours / 24:.0f} days"
 
 
 def format_bytes(value: Any) -> str:

@@ -13,6 +13,7 @@ from soak.report.formatting import (
     MISSING,
     format_bytes,
     format_elapsed,
+    format_hours,
     format_number,
     format_percent,
     format_span,
@@ -69,6 +70,22 @@ def verdict_counts(findings: list[dict[str, Any]]) -> list[dict[str, Any]]:
             for word, n in sorted(counts.items(), key=lambda item: order.get(item[0], 99))]
 
 
+def exhaustion_lines(findings: list[dict[str, Any]]) -> list[str]:
+    """"host memory runs out in 31 h at this slope (leak.rss)" for each leak finding that found a leak (FAIL or
+    SUSPECT) and could say when its headroom runs out; the soonest first.
+
+    A PASS or INCONCLUSIVE slope is noise or unproven, so projecting it would put a guess in the banner.
+    """
+    found = []
+    for finding in findings:
+        exhaustion = finding.get("exhaustion") or {}
+        verdict = str(finding.get("verdict") or "").upper()
+        if verdict in ("FAIL", "SUSPECT") and is_number(exhaustion.get("hours")):
+            found.append((exhaustion["hours"], exhaustion.get("resource") or "the headroom", finding.get("check")))
+    return [f"{resource} runs out in {format_hours(hours)} at this slope ({check})"
+            for hours, resource, check in sorted(found, key=lambda item: item[0])]
+
+
 def header(run: dict[str, Any], summary: dict[str, Any], duration_s: float | None) -> dict[str, Any]:
     """The verdict banner and the run's identity, status, times and duration against plan."""
     verdict = str(summary.get("verdict") or run.get("verdict") or "UNKNOWN").upper()
@@ -85,6 +102,7 @@ def header(run: dict[str, Any], summary: dict[str, Any], duration_s: float | Non
         "target": {"kind": run.get("target_kind"), "url": run.get("target_url"), "model": run.get("model")},
         "schedule": run.get("schedule_name"),
         "counts": verdict_counts(summary.get("findings") or []),
+        "exhaustion": exhaustion_lines(summary.get("findings") or []),
     }
 
 
@@ -135,7 +153,8 @@ def gate_row(finding: dict[str, Any]) -> dict[str, Any]:
     """One row of the gates table: verdict, value with CI and threshold in human units, evidence, link."""
     check = str(finding.get("check") or "?")
     verdict = str(finding.get("verdict") or "?").upper()
-    texts = quantity_texts(finding.get("value"), finding.get("unit"), finding.get("ci"), finding.get("threshold"))
+    texts = quantity_texts(finding.get("value"), finding.get("unit"), finding.get("ci"), finding.get("threshold"),
+                           finding.get("detection_limit"))
     return {
         "check": check, "verdict": verdict, "verdict_class": verdict_class(verdict), **texts,
         "evidence": str(finding.get("evidence") or ""), "anchor": check_anchor(check),

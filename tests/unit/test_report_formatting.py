@@ -5,14 +5,17 @@ from __future__ import annotations
 import pytest
 
 from soak.report.formatting import (
+    MISSING,
     format_bytes,
     format_elapsed,
+    format_hours,
     format_number,
     format_percent,
     format_utc,
     format_value,
     quantity_texts,
 )
+from soak.report.sections import exhaustion_lines
 
 pytestmark = pytest.mark.timeout(30)
 MIB = 2**20
@@ -38,7 +41,8 @@ def test_quantity_value(value, unit, expected):
 
 def test_ci_and_threshold_share_the_value_unit():
     texts = quantity_texts(40 * MIB, "bytes/h", [35 * MIB, 45 * MIB], 16 * MIB)
-    assert texts == {"value": "40.0 MiB/h", "ci": "95 % CI 35.0 … 45.0 MiB/h", "threshold": "16.0 MiB/h"}
+    assert texts == {"value": "40.0 MiB/h", "ci": "95 % CI 35.0 … 45.0 MiB/h", "threshold": "16.0 MiB/h",
+                     "detection_limit": ""}
     assert quantity_texts(1.0, "ms", [float("nan"), 2.0])["ci"] == ""
 
 
@@ -57,3 +61,26 @@ def test_times_and_misc():
     assert format_utc("yesterday") == "yesterday" and format_utc(None) == "—"
     assert format_bytes(512) == "512 B" and format_percent(0.0042) == "0.42 %"
     assert format_value(["a", "b"]) == "a, b" and format_value({}) == "—" and format_value({"k": 1}) == '{"k": 1}'
+
+
+@pytest.mark.parametrize("hours, expected", [(0.5, "30m"), (2.25, "2.2 h"), (31.4, "31 h"), (300.0, "12 days"),
+                                             (None, MISSING)])
+def test_format_hours(hours, expected):
+    assert format_hours(hours) == expected
+
+
+def test_the_banner_projects_only_found_leaks_soonest_first():
+    def leak(check, verdict, resource, hours):
+        return {"check": check, "verdict": verdict, "exhaustion": {"resource": resource, "headroom": 1.0, "hours": hours}}
+
+    findings = [leak("leak.rss", "SUSPECT", "host memory", 60.0), leak("leak.vram", "FAIL", "GPU memory", 5.0),
+                leak("leak.fds", "PASS", "fds", 3.0), leak("leak.kv", "INCONCLUSIVE", "KV", 1.0),
+                leak("leak.rss", "FAIL", "host memory", None), {"check": "hang", "verdict": "FAIL"}]
+    assert exhaustion_lines(findings) == ["GPU memory runs out in 5.0 h at this slope (leak.vram)",
+                                          "host memory runs out in 60 h at this slope (leak.rss)"]
+
+
+def test_the_detection_limit_shares_the_value_unit():
+    texts = quantity_texts(1 * MIB, "bytes/h", [-2 * MIB, 3 * MIB], 16 * MIB, 3 * MIB)
+    assert texts["detection_limit"] == "3.00 MiB/h"
+    assert quantity_texts(1.0, "ms")["detection_limit"] == ""

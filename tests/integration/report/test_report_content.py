@@ -57,6 +57,9 @@ def test_banner_shows_verdict_reason_and_run_identity(rendered):
     assert RUN_ID in banner and "completed" in banner
     assert "2026-12-02 10:15:00 UTC" in banner and "2026-12-02 10:45:00 UTC" in banner
     assert "30m of 30m planned (100.0 %)" in banner
+    # The FAIL leak's projection is in the banner; a PASS finding's (a noise slope) is not.
+    assert '<div class="exhaustion">host memory runs out in 31 h at this slope (leak.rss)</div>' in banner
+    assert "GPU memory" not in banner
 
 
 def test_one_gates_row_per_finding_each_linking_to_an_existing_anchor(rendered):
@@ -74,6 +77,7 @@ def test_gate_values_are_in_human_units(rendered):
     rss = re.search(r'data-check="leak.rss">(.*?)</tr>', html, re.S).group(1)
     assert "40.0 MiB/h" in rss and "95 % CI 35.0 … 45.0 MiB/h" in rss and "16.0 MiB/h" in rss
     assert "1.80 KiB/request" in rss  # per_request: bytes per request in binary units
+    assert "detection limit 45.0 MiB/h" in rss  # next to the threshold, in the same unit
     kv = re.search(r'data-check="leak.kv">(.*?)</tr>', html, re.S).group(1)
     assert "1.00 % of KV cache" in kv
     assert "percentile used per window: p99" in re.search(r'data-check="creep.ttft_p99">(.*?)</tr>', html, re.S).group(1)
