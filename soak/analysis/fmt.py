@@ -58,3 +58,30 @@ def duration_text(seconds: float) -> str:
     minutes = int(round(seconds / 60))
     hours, minutes = divmod(minutes, 60)
     return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m"
+
+
+def count_text(value: float, digits: int = 2) -> str:
+    """A count that keeps its significant digits: `6.04` → `6.0`, `0.002` → `0.002`, `0.00314` → `0.0031`.
+
+    One decimal from 1 up; below that `digits` significant digits, so a small per-request figure
+    does not print as 0.0.
+    """
+    if value is None or not math.isfinite(value):
+        return "n/a"
+    if value == 0 or abs(value) >= 1:
+        return f"{value:.1f}"
+    return f"{value:.{digits}g}"
+
+
+def small_bytes_text(n_bytes: float) -> str:
+    """`bytes_text`, except that under 1 KiB it keeps two significant digits: `0.31 B`, `12 B`."""
+    if n_bytes is None or not math.isfinite(n_bytes) or abs(n_bytes) >= 1024:
+        return bytes_text(n_bytes)
+    return f"{n_bytes:.2g} B" if n_bytes and abs(n_bytes) < 100 else f"{n_bytes:.0f} B"
+
+
+def hours_text(hours: float) -> str:
+    """`31.4` → `31 h`, `2.25` → `2.2 h`, `0.5` → `30m`."""
+    if hours < 1:
+        return duration_text(hours * 3600)
+    return f"{hours:.0f} h" if hours >= 10 else f"{hours:.1f} h"

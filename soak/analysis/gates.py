@@ -79,10 +79,19 @@ class FdLeakGate(_Strict):
 
 
 class KvGate(_Strict):
-    """After an idle-probe drain the KV cache must be empty and nothing running."""
+    """After an idle-probe drain the KV cache must be empty and nothing running. Without probes the
+    floor of each window's KV usage is trend-tested against `floor_threshold_per_h`."""
 
     max_kv_usage: Fraction = 0.001
     max_running: Annotated[float, Field(ge=0)] = 0.0
+    floor_slope_per_h: Fraction | None = None
+
+    def floor_threshold_per_h(self, start_floor: float, horizon_s: float) -> float:
+        """The user's figure, else the rate that would fill the rest of the cache (1 − starting
+        floor, at least 1 %) within the horizon."""
+        if self.floor_slope_per_h is not None:
+            return self.floor_slope_per_h
+        return max(1.0 - start_floor, 0.01) / (max(horizon_s, 1.0) / HOUR_S)
 
 
 class LeakGates(_Strict):

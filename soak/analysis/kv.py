@@ -1,26 +1,46 @@
-"""`leak.kv`: the idle floor. After an idle probe's drain nothing may stay in the KV cache.
+"""`leak.kv`: the idle floor.
 
-No statistics: KV blocks or running requests left after every client request has finished are a
-leak by definition (vLLM #54947, #29906, #46502), so one residual reading is a FAIL. A probe whose drain
-timed out is judged only when the engine ran nothing at the reading: waiting requests hold no KV blocks
-(vLLM allocates at scheduling, and a preempted request gives its blocks back), so KV still in use then
-belongs to no request — the very leak that starves the queue. Other timed-out probes are left to `hang`.
+With idle probes: after a probe's drain nothing may stay in the KV cache. No statistics: KV blocks or
+running requests left after every client request has finished are a leak by definition (vLLM #54947,
+#29906, #46502), so one residual reading is a FAIL. A probe whose drain timed out is judged only when
+the engine ran nothing at the reading: waiting requests hold no KV blocks (vLLM allocates at scheduling,
+and a preempted request gives its blocks back), so KV still in use then belongs to no request — the
+very leak that starves the queue. Other timed-out probes are left to `hang`.
+
+Without probes the load never stops, but each judged window still has a least-busy moment: the floor
+of the window's KV usage (its minimum). Leaked blocks raise every reading, the floor included, so the
+floor series gets the trend test and the step gate, against a threshold from the headroom: the rate
+that would fill the rest of the cache (1 − the starting floor) within the service horizon, and a step
+at least as large as that rate builds over the judged span. PASS needs the CI to rule that rate out.
+SKIPPED only without a KV-usage series at all.
 """
 
 from __future__ import annotations
 
+import numpy as np
+
+from soak.analysis.evidence import detection_sentence, trend_sentence
 from soak.analysis.findings import FAIL, PASS, Finding, inconclusive, skipped
-from soak.analysis.fmt import duration_text
+from soak.analysis.fmt import duration_text, hours_text, p_text, pct_text
 from soak.analysis.gates import Gates, KvGate
 from soak.analysis.inputs import ProbeReading, RunData
+from soak.analysis.steps import StepResult, StepSpec, find_step
+from soak.analysis.trend import TrendResult, assess_trend
+from soak.analysis.windows import window_floors
 
 CHECK = "leak.kv"
+FLOOR_SOURCE = "window floors of KV usage"
+HOUR_S = 3600.0
 
 
 def check_kv(run: RunData, gates: Gates) -> Finding:
-    if not run.probes_ran or not run.probes:
-        return skipped(CHECK, "No idle probes ran, so the idle KV floor was not measured.",
-                       probes_ran=run.probes_ran)
+    if run.probes_ran and run.probes:
+        return check_probes(run, gates)
+    return check_floor(run, gates)
+
+
+def check_probes(run: RunData, gates: Gates) -> Finding:
+    """The residue rule at the idle probes' readings."""
     drained = [p for p in run.probes if p.drained or _engine_idle(p)]
     readable = [p for p in drained if p.kv_usage is not None or p.running is not None]
     if not readable:
@@ -83,3 +103,72 @@ def _clean_finding(readable: list[ProbeReading], probes_run: int, gate: KvGate) 
 def _reading_dict(probe: ProbeReading) -> dict:
     return {"t_s": probe.t_s, "kv_usage": probe.kv_usage, "running": probe.running,
             "waiting": probe.waiting, "drained": probe.drained}
+
+
+# ---- without probes: the floor of each window ---------------------------------------------------------
+
+def floor_series(run: RunData) -> tuple[np.ndarray, np.ndarray] | None:
+    """(window middles, KV-usage floor per judged window), or None without a KV-usage series."""
+    server = run.server
+    if server is None or server.kv_usage is None or not np.isfinite(server.kv_usage).any():
+        return None
+    windows = run.judged_windows()
+    return np.array([w.mid_s for w in windows]), window_floors(server.t_s, server.kv_usage, windows)
+
+
+def floor_threshold_per_s(floors: np.ndarray, gate: KvGate, horizon_s: float) -> tuple[float, float]:
+    """(threshold per second, starting floor: the median of the first five floors)."""
+    finite = floors[np.isfinite(floors)]
+    start = float(np.median(finite[:5])) if finite.size else 0.0
+    return gate.floor_threshold_per_h(start, horizon_s) / HOUR_S, start
+
+
+def check_floor(run: RunData, gates: Gates) -> Finding:
+    """Trend and step of the KV-usage floor when no probes ran."""
+    series = floor_series(run)
+    if series is None:
+        return skipped(CHECK, "No idle probes ran and the server exposes no KV usage, so the KV floor "
+                       "was not measured.", probes_ran=run.probes_ran)
+    t_s, floors = series
+    usable = int(np.isfinite(floors).sum())
+    if usable < gates.min_windows:
+        return inconclusive(CHECK, f"No idle probes ran and only {usable} judged windows have KV usage "
+                            f"(< {gates.min_windows} needed) for a trend of its floor.",
+                            details={"probes_ran": run.probes_ran, "source": FLOOR_SOURCE, "points": usable})
+    threshold_per_s, start = floor_threshold_per_s(floors, gates.leak.kv, run.horizon_s)
+    trend = assess_trend(t_s, floors, gates.trend_spec(threshold_per_s, persistence=True))
+    step = find_step(t_s, floors, StepSpec(threshold_per_s * trend.span_s, gates.p_value))
+    return _floor_finding(run, gates, trend, step, start)
+
+
+def _floor_finding(run: RunData, gates: Gates, trend: TrendResult, step: StepResult | None, start: float) -> Finding:
+    stepped = step is not None and step.found
+    verdict = FAIL if stepped else trend.verdict
+    return Finding(
+        check=CHECK, verdict=verdict, value=trend.slope_per_s * HOUR_S, unit="fraction of KV cache/h",
+        ci=(trend.ci_per_s[0] * HOUR_S, trend.ci_per_s[1] * HOUR_S), threshold=trend.min_slope_per_s * HOUR_S,
+        evidence=_floor_evidence(trend, step if stepped else None, verdict, start, run.horizon_s, gates.confidence),
+        trend={**trend.line("linear"), "series": "kv_usage"},
+        detection_limit=trend.detection_limit_per_s * HOUR_S,
+        details={"probes_ran": run.probes_ran, "source": FLOOR_SOURCE, "points": trend.n, "mk_p": trend.mk_p,
+                 "gates": trend.gates, "start_floor": start, "step": None if step is None else step.to_dict()})
+
+
+def _rate(per_s: float) -> str:
+    return f"{pct_text(per_s * HOUR_S, 2)}/h"
+
+
+def _floor_evidence(trend: TrendResult, step: StepResult | None, verdict: str, start: float,
+                    horizon_s: float, confidence: float) -> str:
+    subject = "Without idle probes, the KV-usage floor (each window's lowest reading)"
+    low, high = trend.ci_per_s
+    text = trend_sentence(trend, subject, _rate(trend.slope_per_s), f"{100 * low * HOUR_S:.2f}–{_rate(high)}",
+                          _rate(trend.min_slope_per_s), confidence)
+    text += (f" (the rate that fills the other {pct_text(1 - start)} of the cache within "
+             f"{hours_text(horizon_s / HOUR_S)})")
+    if step is not None:
+        text = (f"The KV-usage floor stepped up {pct_text(step.shift, 2)} at {duration_text(step.t_s)} and "
+                f"stayed ({pct_text(step.before, 2)} before, {pct_text(step.after, 2)} after, step gate "
+                f"{p_text(step.p_value)}); as a straight line: " + text[len("Without idle probes, "):])
+    limit = detection_sentence(trend, _rate) if verdict != FAIL else ""
+    return f"{text}; {limit}" if limit else text

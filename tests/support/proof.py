@@ -43,6 +43,8 @@ SCENARIOS = {
     "24h-noisy": Scenario("24h-noisy", 86400.0, 10.0, 2.0, memory_noise_frac=0.01),
     "1h": Scenario("1h", 3600.0, 2.0, 10.0),
     "5m": Scenario("5m", 300.0, 1.0, 60.0),
+    "2h": Scenario("2h", 7200.0, 2.0, 10.0),
+    "30m": Scenario("30m", 1800.0, 1.0, 10.0),
 }
 
 

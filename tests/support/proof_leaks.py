@@ -1,48 +1,88 @@
-"""Power cases of the leak detectors (leak.rss, leak.vram, leak.fds): see proof.py."""
+"""Power cases of the leak detectors (leak.rss, leak.vram, leak.fds, leak.kv): see proof.py.
+
+Thresholds are absolute (16 MiB/h for memory without a host series, 4 fds/h), so a short run has
+less power, not a laxer gate: the short scenarios claim no power, they show how often a short run
+still earns a PASS. `multiple` scales the planted fault against the practical threshold; for a step
+the fault is a step of `multiple` × the step gate's minimum shift (threshold × judged span).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 import numpy as np
 
-from soak.analysis import memory
+from soak.analysis import kv, memory
 from soak.analysis.findings import Finding
 from soak.analysis.gates import Gates
-from soak.analysis.inputs import GpuProcessSeries, ProcessSeries
+from soak.analysis.inputs import GpuProcessSeries, ProcessSeries, ServerSeries
 
 from .proof import Case, Scenario, bare_scenario_run, judged_span_h
-from .synthetic import MIB, memory_series, scaled_memory_model
+from .synthetic import MIB, MemoryModel, kv_usage_series, memory_series, scaled_memory_model
 
 TREE_FLOORS_BYTES = (600 * MIB, 1400 * MIB)
+HORIZON_S = 7 * 86400.0
+Planted = Callable[[np.ndarray], np.ndarray]
 
 
-def leak_threshold_bytes_per_h(scenario: Scenario, gates: Gates, floor_bytes: float) -> float:
-    """The effective practical threshold of leak.rss for a tree of `floor_bytes`."""
-    gate = gates.leak.rss
-    growth = max(gate.growth_frac * floor_bytes, gate.min_growth_bytes)
-    return max(gate.slope_bytes_per_h, growth / judged_span_h(scenario))
+def rss_threshold_bytes_per_h(gates: Gates) -> float:
+    """leak.rss's threshold on a run without a host series (headroom unknown)."""
+    return gates.leak.rss.threshold_bytes_per_h(None, HORIZON_S)
+
+
+def healthy_model(scenario: Scenario, floor_bytes: float) -> MemoryModel:
+    """The healthy memory model scaled to the scenario, with allocator ratchets at the 24 h model's
+    rate (3 a day) rather than 3 per run: 3 ratchets in 5 minutes would be a climb of hundreds of
+    MiB/h, a leak by any absolute standard (identical to `scaled_memory_model` for 24 h runs)."""
+    model = scaled_memory_model(scenario.run_s, floor_bytes=floor_bytes, noise_frac=scenario.memory_noise_frac)
+    return replace(model, ratchets_per_run=model.ratchets_per_run * scenario.run_s / 86400.0)
+
+
+def tree_run(rng: np.random.Generator, scenario: Scenario, planted: Planted | None = None):
+    """A healthy two-process tree; `planted(t_s)` bytes are added to the larger process."""
+    processes = []
+    for i, floor in enumerate(TREE_FLOORS_BYTES):
+        model = healthy_model(scenario, floor)
+        t_s, rss = memory_series(rng, model, scenario.run_s, scenario.sample_s)
+        if planted is not None and i == 1:
+            rss = rss + planted(t_s)
+        processes.append(ProcessSeries(pid=100 + i, name=f"proc{i}", t_s=t_s, rss_bytes=rss))
+    return bare_scenario_run(scenario, processes=tuple(processes))
 
 
 def trial_rss(rng: np.random.Generator, scenario: Scenario, multiple: float, gates: Gates) -> Finding:
-    """A two-process tree; the leak, if any, is planted in the larger process."""
-    slope = multiple * leak_threshold_bytes_per_h(scenario, gates, sum(TREE_FLOORS_BYTES))
-    processes = []
-    for i, floor in enumerate(TREE_FLOORS_BYTES):
-        model = scaled_memory_model(scenario.run_s, floor_bytes=floor,
-                                    noise_frac=scenario.memory_noise_frac,
-                                    slope_bytes_per_h=slope if i == 1 else 0.0)
-        t_s, rss = memory_series(rng, model, scenario.run_s, scenario.sample_s)
-        processes.append(ProcessSeries(pid=100 + i, name=f"proc{i}", t_s=t_s, rss_bytes=rss))
-    return memory.check_rss(bare_scenario_run(scenario, processes=tuple(processes)), gates)
+    """A two-process tree; the leak, if any, is a straight slope in the larger process."""
+    slope = multiple * rss_threshold_bytes_per_h(gates)
+    return memory.check_rss(tree_run(rng, scenario, lambda t: slope * t / 3600), gates)
+
+
+def trial_rss_below(rng: np.random.Generator, scenario: Scenario, multiple: float, gates: Gates) -> Finding:
+    """A leak under the threshold: `multiple` / 4 × threshold (0.5× at 2×). It should not FAIL
+    often, and should not PASS often either when the run cannot rule it out."""
+    return trial_rss(rng, scenario, multiple / 4, gates)
+
+
+def trial_rss_step(rng: np.random.Generator, scenario: Scenario, multiple: float, gates: Gates) -> Finding:
+    """One lasting step at 14/24 of the run (hour 14 of 24) of `multiple` × the step gate's minimum."""
+    size = multiple * rss_threshold_bytes_per_h(gates) * judged_span_h(scenario)
+    at_s = scenario.run_s * 14 / 24
+    return memory.check_rss(tree_run(rng, scenario, lambda t: size * (t >= at_s)), gates)
+
+
+def trial_rss_staircase(rng: np.random.Generator, scenario: Scenario, multiple: float, gates: Gates) -> Finding:
+    """A leak in eight stairs (every 3 h of 24 h) whose average slope is `multiple` × threshold."""
+    slope_per_s = multiple * rss_threshold_bytes_per_h(gates) / 3600
+    stair_s = scenario.run_s / 8
+    offset = rng.uniform(0, stair_s)
+    return memory.check_rss(tree_run(rng, scenario, lambda t: slope_per_s * stair_s * np.floor((t + offset) / stair_s)),
+                            gates)
 
 
 def trial_vram(rng: np.random.Generator, scenario: Scenario, multiple: float, gates: Gates) -> Finding:
     """A preallocated 60 GiB plateau: flat by design, with small NVML noise and rare steps."""
-    gate = gates.leak.vram
     floor = 60 * 2**30
-    threshold = max(gate.slope_bytes_per_h,
-                    max(gate.growth_frac * floor, gate.min_growth_bytes) / judged_span_h(scenario))
+    threshold = gates.leak.vram.threshold_bytes_per_h(None, HORIZON_S)
     model = replace(scaled_memory_model(scenario.run_s, floor_bytes=floor), warmup_gain_frac=0.0,
                     sawtooth_frac=0.0, noise_frac=2 * MIB / floor, ratchets_per_run=1.0,
                     ratchet_frac=2 * MIB / floor, slope_bytes_per_h=multiple * threshold)
@@ -53,15 +93,31 @@ def trial_vram(rng: np.random.Generator, scenario: Scenario, multiple: float, ga
 
 def trial_fds(rng: np.random.Generator, scenario: Scenario, multiple: float, gates: Gates) -> Finding:
     """40 fds at rest plus transient sockets; the leak adds whole descriptors over time."""
-    gate = gates.leak.fds
-    threshold = max(gate.slope_fds_per_h,
-                    max(gate.growth_frac * 40, gate.min_growth_fds) / judged_span_h(scenario))
+    threshold = gates.leak.fds.slope_fds_per_h
     t_s = np.arange(0.0, scenario.run_s, scenario.sample_s)
     fds = 40 + rng.poisson(2.0, t_s.size) + np.floor(multiple * threshold * t_s / 3600)
     process = ProcessSeries(pid=1, name="server", t_s=t_s, rss_bytes=np.full(t_s.size, 1e9), fds=fds)
     return memory.check_fds(bare_scenario_run(scenario, processes=(process,)), gates)
 
 
+def trial_kv_floor(rng: np.random.Generator, scenario: Scenario, multiple: float, gates: Gates) -> Finding:
+    """No idle probes; the KV floor starts climbing at a quarter of the run (hour 6 of 24) at
+    `multiple` × the threshold the check derives from the healthy run's starting floor."""
+    t_s, running, kv_usage = kv_usage_series(rng, scenario.run_s, scenario.sample_s, scenario.rate_per_s)
+    healthy = bare_scenario_run(scenario, server=ServerSeries(t_s=t_s, running=running, kv_usage=kv_usage))
+    threshold_per_s, _ = kv.floor_threshold_per_s(kv.floor_series(healthy)[1], gates.leak.kv, healthy.horizon_s)
+    onset_s = scenario.run_s / 4
+    leaked = np.clip(kv_usage + multiple * threshold_per_s * np.clip(t_s - onset_s, 0, None), 0, 1)
+    run = replace(healthy, server=ServerSeries(t_s=t_s, running=running, kv_usage=leaked))
+    return kv.check_kv(run, gates)
 
-CASES = [Case("leak.rss", "steady", trial_rss), Case("leak.vram", "steady", trial_vram),
-         Case("leak.fds", "steady", trial_fds)]
+
+LONG = ("24h", "24h-noisy")
+SHORT = ("2h", "1h", "30m", "5m")
+CASES = [Case("leak.rss", "steady", trial_rss, LONG), Case("leak.vram", "steady", trial_vram, ("24h", "1h")),
+         Case("leak.fds", "steady", trial_fds, LONG + ("1h",)),
+         Case("leak.rss", "short", trial_rss, SHORT, power=False),
+         Case("leak.rss", "late-step", trial_rss_step, LONG),
+         Case("leak.rss", "staircase", trial_rss_staircase, LONG),
+         Case("leak.rss", "below-threshold", trial_rss_below, LONG, power=False),
+         Case("leak.kv", "late-floor", trial_kv_floor, ("24h",))]

@@ -328,3 +328,12 @@ def bare_run(run_s: float, warmup_s: float | None = None, window_s: float | None
 def with_changes(model: RunModel, **changes) -> RunModel:
     """A copy of `model` with some fields changed (a planted fault, a shorter run)."""
     return replace(model, **changes)
+
+
+def kv_usage_series(rng: np.random.Generator, run_s: float, sample_s: float,
+                    rate_per_s: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(t_s, running, kv_usage) of a healthy server under steady load, no idle probes: each running
+    request holds 1/64 of the cache, so the KV floor of a window is where the fewest ran."""
+    t_s = np.arange(0.0, run_s, sample_s)
+    running = rng.poisson(rate_per_s * 4.0, t_s.size).astype(float) + 1
+    return t_s, running, np.clip(running / 64, 0, 1)

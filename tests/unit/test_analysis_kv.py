@@ -1,10 +1,14 @@
-"""leak.kv: the idle floor after a drain — any residue is a FAIL without statistics."""
+"""leak.kv: the idle floor after a drain — any residue is a FAIL without statistics; without probes,
+the trend and step of each window's KV floor."""
+
+import numpy as np
+import pytest
 
 from soak.analysis.findings import FAIL, INCONCLUSIVE, PASS, SKIPPED
 from soak.analysis.gates import Gates
-from soak.analysis.inputs import ProbeReading
+from soak.analysis.inputs import ProbeReading, ServerSeries
 from soak.analysis.kv import check_kv
-from support.synthetic import bare_run
+from support.synthetic import bare_run, kv_usage_series
 
 
 def run_with(*probes, probes_ran=True):
@@ -53,3 +57,49 @@ def test_server_without_gauges_is_inconclusive():
 def test_gate_is_configurable():
     gates = Gates.model_validate({"leak": {"kv": {"max_kv_usage": 0.05}}})
     assert check_kv(run_with(ProbeReading(600, 0.031, 0, 0)), gates).verdict == PASS
+
+
+# ---- without probes: the KV floor of each window -----------------------------------------------------
+
+def floor_run(leak_per_h=0.0, onset_s=6 * 3600.0, step=0.0, step_at_s=14 * 3600.0, run_s=86400.0, seed=0):
+    """A steady load without probes; each running request holds 1/64 of the cache, plus the planted leak."""
+    t_s, running, kv_usage = kv_usage_series(np.random.default_rng(seed), run_s, 10.0, 2.0)
+    kv_usage = kv_usage + leak_per_h * np.clip(t_s - onset_s, 0, None) / 3600 + step * (t_s >= step_at_s)
+    return bare_run(run_s, server=ServerSeries(t_s=t_s, running=running, kv_usage=np.clip(kv_usage, 0, 1)))
+
+
+def test_without_probes_a_late_floor_climb_fails():
+    # The KV floor starts climbing after 6 h of 24 h at 1.5 %/h: the seed's late KV leak without probes.
+    finding = check_kv(floor_run(leak_per_h=0.015), Gates())
+    assert finding.verdict == FAIL
+    assert finding.details["probes_ran"] is False and finding.details["source"] == "window floors of KV usage"
+    assert finding.unit == "fraction of KV cache/h" and finding.value > finding.threshold
+    assert finding.threshold == pytest.approx((1 - finding.details["start_floor"]) / 168)
+    assert "KV-usage floor" in finding.evidence
+
+
+def test_without_probes_a_late_lasting_step_of_the_floor_fails():
+    finding = check_kv(floor_run(step=0.15), Gates())
+    assert finding.verdict == FAIL and finding.details["step"]["found"]
+    assert "stepped up" in finding.evidence
+
+
+def test_without_probes_a_healthy_floor_passes_with_its_detection_limit():
+    finding = check_kv(floor_run(), Gates())
+    assert finding.verdict == PASS
+    assert finding.detection_limit < finding.threshold
+    assert "rules out rises above" in finding.evidence
+    assert finding.details["probes_ran"] is False  # so verdict.py does not require leak.kv
+
+
+def test_without_probes_or_kv_gauge_is_skipped_and_too_few_windows_inconclusive():
+    assert check_kv(bare_run(3600.0, server=ServerSeries(t_s=np.arange(0.0, 3600, 5))), Gates()).verdict == SKIPPED
+    short = floor_run(run_s=3600.0)
+    finding = check_kv(bare_run(3600.0, window_s=600.0, server=short.server), Gates())
+    assert finding.verdict == INCONCLUSIVE and "< 20" in finding.evidence
+
+
+def test_floor_threshold_is_configurable():
+    gates = Gates.model_validate({"leak": {"kv": {"floor_slope_per_h": 0.05}}})
+    finding = check_kv(floor_run(leak_per_h=0.015), gates)
+    assert finding.threshold == 0.05 and finding.verdict != FAIL
