@@ -164,8 +164,8 @@ def _floor_evidence(trend: TrendResult, step: StepResult | None, verdict: str, s
     low, high = trend.ci_per_s
     text = trend_sentence(trend, subject, _rate(trend.slope_per_s), f"{100 * low * HOUR_S:.2f}–{_rate(high)}",
                           _rate(trend.min_slope_per_s), confidence)
-    text += (f" (the rate that fills the other {pct_text(1 - start)} of the cache within "
-             f"{hours_text(horizon_s / HOUR_S)})")
+    text += (f"; {_rate(trend.min_slope_per_s)} would fill the other {pct_text(1 - start)} of the cache "
+             f"within {hours_text(horizon_s / HOUR_S)}")
     if step is not None:
         text = (f"The KV-usage floor stepped up {pct_text(step.shift, 2)} at {duration_text(step.t_s)} and "
                 f"stayed ({pct_text(step.before, 2)} before, {pct_text(step.after, 2)} after, step gate "

@@ -154,7 +154,8 @@ def check_leak(run: RunData, gates: Gates, kind: LeakKind, gate: MemoryLeakGate 
     threshold_per_s, headroom = leak_threshold_per_s(run, kind, gate)
     judged_total = judge(total, gates, threshold_per_s, gates.p_value)
     # Bonferroni over the k processes, so per-process escalation keeps the check's false-alarm rate.
-    per_process = [judge(row, gates, threshold_per_s, gates.p_value / len(rows)) for row in rows]
+    per_process = ([judge(row, gates, threshold_per_s, gates.p_value / len(rows)) for row in rows]
+                   if len(rows) > 1 else [judged_total])  # one process: the total is that process
     chosen, verdict = deciding(judged_total, per_process)
     outcome = Outcome(kind, source, judged_total, per_process, chosen, verdict, headroom)
     return leak_finding(run, gates, outcome)
@@ -311,7 +312,7 @@ def _summary(judged: Judged) -> dict:
             "ci": list(_per_h(result.ci_per_s)) if tested else None,
             "detection_limit": _h(result.detection_limit_per_s) if tested else None,
             "mk_p": result.mk_p, "points": result.n,
-            "step": None if judged.step is None else judged.step.to_dict()}
+            "step": judged.step.to_dict() if judged.step_found else None}  # only a found step is news
 
 
 def _exhaustion(kind: LeakKind, result: TrendResult, headroom: float | None) -> dict | None:

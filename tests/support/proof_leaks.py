@@ -16,7 +16,7 @@ import numpy as np
 from soak.analysis import kv, memory
 from soak.analysis.findings import Finding
 from soak.analysis.gates import Gates
-from soak.analysis.inputs import GpuProcessSeries, ProcessSeries, ServerSeries
+from soak.analysis.inputs import GpuProcessSeries, ProbeReading, ProcessReading, ProcessSeries, ServerSeries
 
 from .proof import Case, Scenario, bare_scenario_run, judged_span_h
 from .synthetic import MIB, MemoryModel, kv_usage_series, memory_series, scaled_memory_model
@@ -100,6 +100,23 @@ def trial_fds(rng: np.random.Generator, scenario: Scenario, multiple: float, gat
     return memory.check_fds(bare_scenario_run(scenario, processes=(process,)), gates)
 
 
+def trial_fds_at_rest(rng: np.random.Generator, scenario: Scenario, multiple: float, gates: Gates) -> Finding:
+    """Open connections follow a load that swings ±50 % over the run, so the fd floors under load
+    swing too; hourly idle probes read the fds at rest (40, plus the planted leak)."""
+    threshold = gates.leak.fds.slope_fds_per_h
+    t_s = np.arange(0.0, scenario.run_s, scenario.sample_s)
+    load = 1 + 0.5 * np.sin(2 * np.pi * (t_s / scenario.run_s + rng.uniform()))
+    leaked = np.floor(multiple * threshold * t_s / 3600)
+    fds = 40 + leaked + rng.poisson(scenario.rate_per_s * 4.0 * load) + 2
+    probe_t = np.arange(scenario.run_s / 24, scenario.run_s, scenario.run_s / 24)
+    probes = tuple(ProbeReading(t, 0.0, 0.0, 0.0, True,
+                                (ProcessReading(1, "server", 1e9, fds=40 + float(np.floor(multiple * threshold * t / 3600))),))
+                   for t in probe_t)
+    process = ProcessSeries(pid=1, name="server", t_s=t_s, rss_bytes=np.full(t_s.size, 1e9), fds=fds)
+    run = bare_scenario_run(scenario, processes=(process,), probes=probes, probes_ran=True)
+    return memory.check_fds(run, gates)
+
+
 def trial_kv_floor(rng: np.random.Generator, scenario: Scenario, multiple: float, gates: Gates) -> Finding:
     """No idle probes; the KV floor starts climbing at a quarter of the run (hour 6 of 24) at
     `multiple` × the threshold the check derives from the healthy run's starting floor."""
@@ -120,4 +137,5 @@ CASES = [Case("leak.rss", "steady", trial_rss, LONG), Case("leak.vram", "steady"
          Case("leak.rss", "late-step", trial_rss_step, LONG),
          Case("leak.rss", "staircase", trial_rss_staircase, LONG),
          Case("leak.rss", "below-threshold", trial_rss_below, LONG, power=False),
+         Case("leak.fds", "at-rest", trial_fds_at_rest, ("24h",)),
          Case("leak.kv", "late-floor", trial_kv_floor, ("24h",))]
