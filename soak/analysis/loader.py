@@ -29,6 +29,7 @@ from soak.analysis.inputs import (
 from soak.store.models import (
     ALL_SCENARIOS,
     ERROR_CLASSES,
+    HOST_AVAILABLE_METRIC,
     GpuProcessSample,
     GpuSample,
     LatencyWindowRow,
@@ -38,11 +39,6 @@ from soak.store.models import (
     ServerSample,
 )
 from soak.store.queries import read_events, read_rows
-
-# Kept in step with soak.config.DEFAULT_HORIZON_S and soak.telemetry.sampler.HOST_AVAILABLE_METRIC; the analysis stage
-# imports neither the config nor telemetry.
-DEFAULT_HORIZON_S = 7 * 86400.0
-HOST_AVAILABLE_METRIC = "soak_host_memory_available_bytes"
 
 INTERVAL_KINDS = {"probe": ("probe_start", "probe_end"), "outage": ("outage_start", "outage_end")}
 
@@ -203,12 +199,14 @@ def _gpu_free_by_time(engine: Engine, run_id: str) -> dict[float, float]:
     return dict(free)
 
 
-def horizon_s(run: dict[str, Any]) -> float:
-    """The service horizon stored with the run's config; runs stored before `--horizon` existed get the default."""
+def stored_horizon(run: dict[str, Any]) -> dict[str, float]:
+    """{"horizon_s": the service horizon stored with the run's config}, or {} for a run stored before `--horizon`
+    existed, which then gets RunData's default (7 days, the same as `soak start`'s)."""
     config = run.get("config")
     if config is None:
         config = json.loads(run.get("config_json") or "{}")
-    return float(config.get("horizon_s") or DEFAULT_HORIZON_S)
+    horizon_s = config.get("horizon_s")
+    return {"horizon_s": float(horizon_s)} if horizon_s else {}
 
 
 def load_client(engine: Engine, run_id: str, outage_indices: set[int]) -> ClientSeries | None:
@@ -266,5 +264,5 @@ def load_run_data(engine: Engine, run: dict[str, Any], stopped_early: bool) -> R
         request_windows=request_windows, server=load_server(engine, run_id), client=load_client(engine, run_id, outage_indices),
         events=tuple(Event(t_s=e["t_s"], kind=e["kind"], message=e["message"] or "", data=e["data"]) for e in events),
         total_requests=sum(w.requests for w in request_windows),
-        scenario_windows=load_scenario_windows(engine, run_id), host=load_host(engine, run_id), horizon_s=horizon_s(run),
+        scenario_windows=load_scenario_windows(engine, run_id), host=load_host(engine, run_id), **stored_horizon(run),
     )

@@ -138,8 +138,13 @@ class ServerSample(Base):
     prefix_cache_hits_total: Mapped[float | None] = mapped_column(Float)
 
 
+# soak's own reading of the host's available memory (MemAvailable), stored among the scraped series under a name no
+# server uses: the headroom a leak eats into.
+HOST_AVAILABLE_METRIC = "soak_host_memory_available_bytes"
+
+
 class MetricSample(Base):
-    """Any other scraped Prometheus series (long form)."""
+    """Any other scraped Prometheus series (long form), and `HOST_AVAILABLE_METRIC` at every sample."""
 
     __tablename__ = "metric_samples"
     __table_args__ = (Index("ix_metric_samples_run_name_t", "run_id", "name", "t_s"),)

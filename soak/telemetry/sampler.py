@@ -15,6 +15,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 
 from soak.contracts import EventKind
 from soak.store.models import (
+    HOST_AVAILABLE_METRIC,
     GpuProcessSample,
     GpuSample,
     LatencyWindowRow,
@@ -32,8 +33,6 @@ from soak.telemetry.prometheus import probe_health, scrape
 log = logging.getLogger(__name__)
 
 EXTRA_METRICS_EVERY_S = 60.0  # the long table grows fast: other series at most once a minute
-# The host's headroom goes to the long table under a name no scraped series has, so no schema change is needed.
-HOST_AVAILABLE_METRIC = "soak_host_memory_available_bytes"
 HEARTBEAT_EVERY_S = 5.0
 
 

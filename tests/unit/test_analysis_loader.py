@@ -8,10 +8,12 @@ import numpy as np
 import pytest
 from sqlalchemy.orm import Session
 
-from soak.analysis.loader import DEFAULT_HORIZON_S, load_run_data
+from soak.analysis.loader import load_run_data
+from soak.config import DEFAULT_HORIZON_S
 from soak.store.db import open_database
 from soak.store.models import (
     ALL_SCENARIOS,
+    HOST_AVAILABLE_METRIC,
     GpuProcessSample,
     GpuSample,
     LatencyWindowRow,
@@ -20,7 +22,6 @@ from soak.store.models import (
     Run,
 )
 from soak.store.queries import get_run
-from soak.telemetry.sampler import HOST_AVAILABLE_METRIC
 
 GIB = 2**30
 

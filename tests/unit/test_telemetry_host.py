@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import psutil
 
-from soak.store.models import MetricSample
-from soak.telemetry.sampler import HOST_AVAILABLE_METRIC, Snapshot, Telemetry
+from soak.store.models import HOST_AVAILABLE_METRIC, MetricSample
+from soak.telemetry.sampler import Snapshot, Telemetry
 
 
 class FakeRecorder:
