@@ -12,6 +12,7 @@ class Cancel(OpenAIUser):
     @task
     def walk_away(self):
         max_tokens = self.rng.randint(32, 256)
-        content = text_of_bytes(self.rng, self.rng.randint(0, 400)) + "\n" + question(self.rng)
+        room = self.prompt_room_bytes(max_tokens) - 200  # the question's bytes and then some
+        content = text_of_bytes(self.rng, min(self.rng.randint(0, 400), room)) + "\n" + question(self.rng)
         self.client.chat([{"role": "user", "content": content}], max_tokens=max_tokens,
                          cancel_after_tokens=self.rng.randint(1, max_tokens - 1))

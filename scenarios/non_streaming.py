@@ -12,5 +12,5 @@ class NonStreaming(OpenAIUser):
 
     @task(1)
     def completion(self):
-        prompt = text_of_bytes(self.rng, self.rng.randint(64, 600))
+        prompt = text_of_bytes(self.rng, min(self.rng.randint(64, 600), self.prompt_room_bytes(64)))
         self.client.completion(prompt, max_tokens=self.rng.randint(16, 64), stream=False)

@@ -7,9 +7,10 @@ from soak.load.prompts import unicode_text
 class Unicode(OpenAIUser):
     @task(3)
     def chat(self):
-        content = unicode_text(self.rng, self.rng.randint(32, 600))
+        content = unicode_text(self.rng, min(self.rng.randint(32, 600), self.prompt_room_bytes(64)))
         self.client.chat([{"role": "user", "content": content}], max_tokens=self.rng.randint(16, 64))
 
     @task(1)
     def completion(self):
-        self.client.completion(unicode_text(self.rng, self.rng.randint(32, 300)), max_tokens=self.rng.randint(16, 48))
+        prompt = unicode_text(self.rng, min(self.rng.randint(32, 300), self.prompt_room_bytes(48)))
+        self.client.completion(prompt, max_tokens=self.rng.randint(16, 48))

@@ -137,6 +137,7 @@ class LoadSettings(_Model):
     seed: int = 0
     dataset: Path | None = None
     workers: int = Field(default=0, ge=0)
+    max_context: int | None = Field(default=None, ge=128)
     request_timeout_s: float = Field(default=300.0, gt=0)
 
     _durations = field_validator(

@@ -53,6 +53,10 @@ class EventKind(StrEnum):
     PROBE_END = "probe_end"
     LOAD_PAUSED = "load_paused"
     LOAD_RESUMED = "load_resumed"
+    CONTEXT_LENGTH = "context_length"
+    # the conductor's outcome ledger (soak/run/ledger.py)
+    ERROR_MESSAGE = "error_message"
+    VALIDATION_GAP = "validation_gap"
 
 
 # -- summary.json ---------------------------------------------------------------------------------------------
@@ -134,6 +138,34 @@ class LatencyMs(BaseModel):
     e2e: Percentiles
 
 
+class SummaryContext(BaseModel):
+    """The context length every request was sized to fit (prompt + output tokens)."""
+
+    tokens: int
+    source: str = Field(description="`--max-context` (the setting), `GET /v1/models`, `GET /props`, … or the default")
+    stated: int | None = Field(description="what the server states, when it states one")
+
+
+class ErrorMessage(BaseModel):
+    """Failed requests with one exact (truncated, scrubbed) message."""
+
+    count: int
+    error_class: str = Field(description="an error class, or `other` for messages beyond the first 20 distinct ones")
+    status_code: int | None
+    message: str = Field(description="e.g. `HTTP 400: …` with the server's message, at most 300 characters")
+    scenarios: list[str]
+
+
+class ValidationGap(BaseModel):
+    """Requests answered 200 where the scenario expected a refusal (`Expect`), per scenario and expectation."""
+
+    count: int
+    scenario: str
+    expectation: str
+    status_code: int | None
+    max_output_tokens: int | None = Field(description="the most output tokens such an answer carried")
+
+
 class Summary(BaseModel):
     """`summary.json`: what scripts and CI read of a finished run."""
 
@@ -153,6 +185,9 @@ class Summary(BaseModel):
     findings: list[SummaryFinding]
     totals: Totals
     latency_ms: LatencyMs
+    context: SummaryContext | None = Field(description="null for a run that did not record it")
+    error_messages: list[ErrorMessage] = Field(default_factory=list, description="most frequent first")
+    validation_gaps: list[ValidationGap] = Field(default_factory=list)
     report_html: str | None
 
     def finding(self, check: str) -> SummaryFinding | None:

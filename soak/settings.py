@@ -109,6 +109,8 @@ SETTINGS: tuple[Setting, ...] = (
     _s("dataset", "load.dataset", LOAD, "ShareGPT JSON/JSONL prompts.", kind="file", metavar="FILE"),
     _s("seed", "load.seed", LOAD, "Seed of prompts, arrivals and the reference server (default 0).", kind="int",
        metavar="N"),
+    _s("max_context", "load.max_context", LOAD, "Context length (prompt + output tokens) every request must fit "
+       "(default: what the server states, else 2048; at least 128).", kind="int", metavar="N"),
     _s("workers", "load.workers", LOAD, "Locust worker processes (default 0: in-process).", kind="int",
        metavar="N"),
     _s("request_timeout", "load.request_timeout_s", LOAD, "Per-request timeout (default 5m).", kind="duration",

@@ -112,7 +112,20 @@ def print_verdict(summary: dict[str, Any]) -> None:
     for finding in summary["findings"]:
         if finding["verdict"] in ("FAIL", "SUSPECT", "INVALID", "INCONCLUSIVE"):
             click.echo(f"  {finding['check']}: {finding['verdict']} — {finding['evidence']}", err=True)
+    for line in outcome_lines(summary):
+        click.echo(line, err=True)
     click.echo(f"report: {summary['report_html']}", err=True)
+
+
+def outcome_lines(summary: dict[str, Any], most: int = 3) -> list[str]:
+    """The most frequent error messages, and every validation gap, one line each."""
+    messages = summary.get("error_messages") or []
+    lines = [f"  error: {item['count']} × {item['message']}" for item in messages[:most]]
+    if len(messages) > most:
+        lines.append(f"  error: … {len(messages) - most} more distinct messages in summary.json")
+    lines += [f"  validation gap: {gap['count']} × {gap['scenario']} expected {gap['expectation']}; got HTTP "
+              f"{gap.get('status_code') or 200}" for gap in summary.get("validation_gaps") or []]
+    return lines
 
 
 class SectionedCommand(click.Command):

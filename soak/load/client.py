@@ -7,9 +7,11 @@ Each finished request becomes a `RequestRecord`, goes to the record sink and fir
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import random
+import re
 import socket
 import time
 from collections.abc import Callable, Iterator
@@ -29,9 +31,43 @@ from soak.load.settings import ClientSettings
 log = logging.getLogger(__name__)
 
 MAX_ERROR_BODY_BYTES = 64 * 1024
-MAX_MESSAGE_CHARS = 200
+MAX_MESSAGE_CHARS = 300
 AFTER_DONE_S = 2.0
 _CONTENT_KEYS = ("content", "reasoning_content", "reasoning")
+# What looks like a credential in an error body: a bearer token, an api_key/authorization value, an sk- key.
+_SECRET_PATTERN = re.compile(r"(?i)(bearer\s+|api[_-]?key[\"'=:\s]+|authorization[\"'=:\s]+)[A-Za-z0-9._~+/=-]{6,}"
+                             r"|\bsk-[A-Za-z0-9_-]{6,}")
+
+
+@dataclass(frozen=True)
+class Expect:
+    """The answer a deliberately bad request expects: a 4xx. With `max_total_tokens`, a 200 whose prompt and
+    completion tokens together stay within that many is accepted too. Any other 200 is a validation gap,
+    named `name` in the record (`RequestRecord.validation_gap`)."""
+
+    name: str = "a 4xx"
+    max_total_tokens: int | None = None
+
+    def accepts_success(self, record: RequestRecord) -> bool:
+        """Whether a 200 answer still meets the expectation."""
+        if self.max_total_tokens is None:
+            return False
+        return (record.prompt_tokens or 0) + record.output_tokens <= self.max_total_tokens
+
+
+def expectation_of(expect_error: bool | Expect) -> Expect | None:
+    """`expect_error=True` is the plain expectation of a 4xx; an `Expect` says more; False expects success."""
+    if isinstance(expect_error, Expect):
+        return expect_error
+    return Expect() if expect_error else None
+
+
+def scrub_secrets(text: str, secrets: tuple[str | None, ...] = ()) -> str:
+    """`text` with our own secrets and anything shaped like a credential replaced by ***."""
+    for secret in secrets:
+        if secret and len(secret) >= 4:
+            text = text.replace(secret, "***")
+    return _SECRET_PATTERN.sub(lambda match: (match.group(1) or "") + "***", text)
 
 
 @dataclass
@@ -143,16 +179,19 @@ def _int_or_none(value: Any) -> int | None:
     return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
-def short_error(body: bytes) -> str:
-    """The server's error message from a JSON error body, else the start of the body; never secrets of ours."""
+def short_error(body: bytes, secrets: tuple[str | None, ...] = ()) -> str:
+    """The server's error message from a JSON error body, else the start of the body, on one line, at most
+    MAX_MESSAGE_CHARS, with secrets scrubbed (`scrub_secrets`)."""
     text = body[:MAX_ERROR_BODY_BYTES].decode("utf-8", errors="replace")
     try:
         data = json.loads(text)
     except ValueError:
-        return " ".join(text.split())[:MAX_MESSAGE_CHARS]
-    error = data.get("error", data) if isinstance(data, dict) else data
-    message = error.get("message") if isinstance(error, dict) else error
-    return " ".join(str(message if message is not None else data).split())[:MAX_MESSAGE_CHARS]
+        message: Any = text
+    else:
+        error = data.get("error", data) if isinstance(data, dict) else data
+        message = error.get("message") if isinstance(error, dict) else error
+        message = message if message is not None else data
+    return scrub_secrets(" ".join(str(message).split()), secrets)[:MAX_MESSAGE_CHARS]
 
 
 def iter_sse_data(response: Any) -> Iterator[bytes]:
@@ -249,7 +288,7 @@ class OpenAIClient:
     # -- public API for scenario authors -----------------------------------------------------------
     def chat(self, messages: list[dict[str, Any]], max_tokens: int | None = None, stream: bool = True, *,
              model: str | None = None, name: str | None = None, cancel_after_tokens: int | None = None,
-             expect_error: bool = False, **params: Any) -> Reply:
+             expect_error: bool | Expect = False, **params: Any) -> Reply:
         """POST /v1/chat/completions. `cancel_after_tokens` disconnects after that many content chunks."""
         body = {"model": model or self.context.model(), "messages": messages, **_generation(max_tokens, stream), **params}
         prompt_bytes = sum(utf8_len(m["content"]) for m in messages
@@ -259,20 +298,23 @@ class OpenAIClient:
 
     def completion(self, prompt: str, max_tokens: int | None = None, stream: bool = True, *,
                    model: str | None = None, name: str | None = None, cancel_after_tokens: int | None = None,
-                   expect_error: bool = False, **params: Any) -> Reply:
+                   expect_error: bool | Expect = False, **params: Any) -> Reply:
         """POST /v1/completions."""
         body = {"model": model or self.context.model(), "prompt": prompt, **_generation(max_tokens, stream), **params}
         return self._send("completion", "/v1/completions", body, stream, name, cancel_after_tokens, expect_error,
                           utf8_len(prompt) if isinstance(prompt, str) else None)
 
     def raw(self, path: str, body: bytes | str | dict[str, Any], *, kind: str = "chat", stream: bool = False,
-            name: str | None = None, expect_error: bool = False) -> Reply:
-        """POST an arbitrary body (even malformed JSON) and measure it like any other request."""
+            name: str | None = None, expect_error: bool | Expect = False) -> Reply:
+        """POST an arbitrary body (even malformed JSON) and measure it like any other request.
+
+        `expect_error` (here and in `chat`, `completion`): True or an `Expect` for a request that should be refused.
+        """
         return self._send(kind, path, body, stream, name, None, expect_error)
 
     # -- one request --------------------------------------------------------------------------------
     def _send(self, kind: str, path: str, body: Any, stream: bool, name: str | None,
-              cancel_after: int | None, expect_error: bool, prompt_bytes: int | None = None) -> Reply:
+              cancel_after: int | None, expect_error: bool | Expect, prompt_bytes: int | None = None) -> Reply:
         payload = _encode(body)
         exchange, arrival = self._begin(kind)
         response = None
@@ -317,7 +359,8 @@ class OpenAIClient:
         status = exchange.status_code
         if status >= 400:
             body = response.read(MAX_ERROR_BODY_BYTES)
-            exchange.fail("http_5xx" if status >= 500 else "http_4xx", f"HTTP {status}: {short_error(body)}")
+            message = short_error(body, (self.settings.api_key,))
+            exchange.fail("http_5xx" if status >= 500 else "http_4xx", f"HTTP {status}: {message}")
             return
         if status != 200:
             raise StreamError(f"unexpected HTTP {status}")
@@ -391,13 +434,12 @@ class OpenAIClient:
             exchange.fail("bad_stream", f"{type(exc).__name__}: {exc}")
 
     def _finish(self, exchange: _Exchange, response: Any, payload: bytes, name: str | None,
-                expect_error: bool, prompt_bytes: int | None) -> Reply:
+                expect_error: bool | Expect, prompt_bytes: int | None) -> Reply:
         if response is not None and not getattr(response, "message_complete", True):
             discard_connection(response)  # a half-read response cannot go back to the pool
         if exchange.finish_t is None:
             exchange.finish_t = time.time()
-        exchange.expected_error = expect_error and exchange.error_class == "http_4xx"
-        record = exchange.record()
+        record = _judged(exchange, expectation_of(expect_error))
         if prompt_bytes is not None:
             self.context.token_ratio.observe(prompt_bytes, record.prompt_tokens)
         self._report(record, len(payload), name)
@@ -406,6 +448,15 @@ class OpenAIClient:
     def _report(self, record: RequestRecord, payload_bytes: int, name: str | None) -> None:
         fire_request_event(self.events, record, payload_bytes, name)
         self.context.on_record(record)
+
+
+def _judged(exchange: _Exchange, expect: Expect | None) -> RequestRecord:
+    """The record, with an expected 4xx marked as such and a success where a refusal was expected named a gap."""
+    exchange.expected_error = expect is not None and exchange.error_class == "http_4xx"
+    record = exchange.record()
+    if expect is not None and record.error_class is None and not expect.accepts_success(record):
+        record = dataclasses.replace(record, validation_gap=expect.name)
+    return record
 
 
 def fire_request_event(events: Any, record: RequestRecord, payload_bytes: int, name: str | None) -> None:

@@ -23,7 +23,8 @@ class RequestRecord:
     queue_ms: time waiting on the concurrency cap. lag_ms: (sent − intended) − queue_ms, the client's own delay.
     error_class: None | connect | timeout | http_4xx | http_5xx | bad_stream | cancelled; `cancelled` is a
     deliberate client disconnect (or a request cut at stop), not an error. expected_error marks a failure the
-    scenario asked for (bad_input's 4xx), which counts as success.
+    scenario asked for (bad_input's 4xx), which counts as success. validation_gap names the expectation a
+    success broke: the scenario expected a refusal (`Expect`) and the server answered 200 instead.
     """
 
     scenario: str
@@ -43,6 +44,7 @@ class RequestRecord:
     expected_error: bool = False
     status_code: int | None = None
     error_message: str | None = None
+    validation_gap: str | None = None
 
     @property
     def is_error(self) -> bool:

@@ -15,6 +15,7 @@ import gevent
 from locust.env import Environment
 
 from soak.config import RunConfig
+from soak.contracts import EventKind
 from soak.load.backend import (
     PLAN_MESSAGE,
     QueueSink,
@@ -24,6 +25,7 @@ from soak.load.backend import (
     make_client_settings,
     raise_fd_limit,
 )
+from soak.load.context import resolve_context
 from soak.load.dispatcher import Dispatcher, PlanBoard
 from soak.load.distributed import start_distributed
 from soak.load.hooks import HookCaller, LoadHooks
@@ -31,17 +33,18 @@ from soak.load.locust_stats import keep_stats_bounded
 from soak.load.scenarios import LoadedScenario, check_dataset, effective_specs, load_scenarios
 from soak.load.settings import ClientSettings
 from soak.load.shape import LoadController, PhasePlan, SoakShape, build_phases
-from soak.load.user import fetch_model_cards, max_model_len_of
 
 log = logging.getLogger(__name__)
 
 START_DELAY_S = 0.2
 
 
-def client_settings(config: RunConfig, base_url: str, model: str) -> ClientSettings:
-    """What every scenario instance needs, including max_model_len as /v1/models reports it."""
-    cards = fetch_model_cards(base_url, api_key_from(config))
-    return make_client_settings(config, model, max_model_len_of(cards, model))
+def client_settings(config: RunConfig, base_url: str, model: str, callers: HookCaller) -> ClientSettings:
+    """What every scenario instance needs, including the context length (recorded as a `context_length` event)."""
+    context = resolve_context(base_url, model, api_key_from(config), config.load.max_context)
+    callers.event(EventKind.CONTEXT_LENGTH, context.describe(),
+                  {"tokens": context.tokens, "source": context.source, "stated": context.stated})
+    return make_client_settings(config, model, context.tokens)
 
 
 class _Backend(Protocol):
@@ -134,9 +137,9 @@ def start_load(config: RunConfig, base_url: str, model: str, t0: float, hooks: L
     scenarios = load_scenarios(specs)
     check_dataset(specs, config.load.dataset)
     build_phases(config, t0)  # a bad phase is a ConfigError before anything starts
-    settings = client_settings(config, base_url, model)
-    raise_fd_limit()
     callers = HookCaller(hooks)
+    settings = client_settings(config, base_url, model, callers)
+    raise_fd_limit()
     if config.load.workers > 0:
         return LoadHandle(start_distributed(config, base_url, t0, settings, callers))
     return LoadHandle(_start_local(config, base_url, t0, settings, scenarios, callers))

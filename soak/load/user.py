@@ -102,6 +102,10 @@ class OpenAIUser(FastHttpUser):
         """Bytes of prose that make about `tokens` prompt tokens on this server (1 per byte until learnt)."""
         return self.token_ratio.bytes_for(tokens)
 
+    def prompt_room_bytes(self, max_tokens: int) -> int:
+        """Bytes of prose a prompt may have so that it and `max_tokens` of output fit the context."""
+        return self.prompt_bytes(self.fit(self.max_model_len, max_tokens)[0])
+
     def fit(self, prompt_tokens: int, max_tokens: int) -> tuple[int, int]:
         """Clamp (prompt, output) token counts so that together they fit the model's context."""
         budget = max(self.max_model_len - TEMPLATE_MARGIN_TOKENS, 2)

@@ -17,6 +17,7 @@ from soak.report import charts, sections
 from soak.report.charts import GIB, MIB, Frame, LagLimits
 from soak.report.latency import latency_tables
 from soak.report.markers import build_markers, legend_items, marker_shapes, marker_trace
+from soak.report.outcomes import outcomes
 from soak.report.reading import Columns, read_columns, read_dicts
 from soak.store.models import (
     ALL_SCENARIOS,
@@ -189,6 +190,7 @@ def build_context(engine: Engine, run_id: str, summary: dict[str, Any] | None,
         "header": sections.header(run, summary, duration_s),
         "gates": sections.gates(findings),
         "run_facts": sections.run_facts(run, events, data["request_windows"], duration_s),
+        "outcomes": outcomes(summary),
         "latency": latency_tables(data["latency_windows"]),
         "events": sections.events_table(events),
         "environment": sections.environment(run),

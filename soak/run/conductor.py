@@ -24,6 +24,7 @@ from soak.errors import EXIT_FORCED, StorageError
 from soak.load import LoadHooks, start_load
 from soak.run.environment import capture_environment, dumps
 from soak.run.finalise import finalise_run
+from soak.run.ledger import OutcomeLedger
 from soak.run.locking import hold_run_lock
 from soak.store import StoreWriter, open_database
 from soak.store.models import RequestRow, Run
@@ -104,6 +105,7 @@ class RunState:
     telemetry: Telemetry | None = None
     load: Any = None
     windows: LatencyWindows | None = None
+    ledger: OutcomeLedger | None = None
     t0: float = 0.0
     status: str = "running"
     end_reason: str = ""
@@ -188,6 +190,7 @@ class Conductor:
         state.telemetry = Telemetry(state.recorder, sources, state.windows, config.telemetry.sample_every_s,
                                     config.telemetry.flush_every_s)
         self._record_gpus()
+        state.ledger = OutcomeLedger(state.recorder)
         state.telemetry.start()
         hooks = LoadHooks(on_request=self._on_request, on_event=state.recorder.event,
                           on_idle_probe=state.telemetry.probe_reading)
@@ -203,6 +206,7 @@ class Conductor:
     def _on_request(self, record: Any) -> None:
         state = self.state
         state.windows.add(record)
+        state.ledger.add(record)
         if self.config.keep_requests:
             state.writer.insert(RequestRow, {
                 "run_id": state.run_id, "scenario": record.scenario, "intended_s": record.intended_t - state.t0,
@@ -305,6 +309,7 @@ class Conductor:
         self._report(Progress(stage=Stage.FINALISING, run_id=state.run_id))
         state.load.stop(drain_timeout_s=STOP_DRAIN_S)
         state.telemetry.stop()
+        state.ledger.close()
         stopped_early = state.end_reason != "completed"
         if state.status == "running":
             state.status = "completed" if not stopped_early else "aborted"

@@ -6,9 +6,22 @@ from typing import Any
 
 from sqlalchemy import Engine
 
-from soak.contracts import ErrorsByClass, LatencyMs, Percentiles, Summary, SummaryFinding, SummaryTarget, Totals, Verdict
+from soak.contracts import (
+    ErrorMessage,
+    ErrorsByClass,
+    EventKind,
+    LatencyMs,
+    Percentiles,
+    Summary,
+    SummaryContext,
+    SummaryFinding,
+    SummaryTarget,
+    Totals,
+    ValidationGap,
+    Verdict,
+)
 from soak.store.models import ALL_SCENARIOS, ERROR_CLASSES, LatencyWindowRow, RequestWindowRow
-from soak.store.queries import read_rows
+from soak.store.queries import read_events, read_rows
 from soak.telemetry.latency import decode_histogram, new_histogram
 
 SUMMARY_METRICS = tuple(LatencyMs.model_fields)  # ttft, itl, e2e
@@ -49,14 +62,46 @@ def latency_summary(engine: Engine, run_id: str) -> LatencyMs:
     return LatencyMs(**result)
 
 
+def largest_counts(events: list[dict[str, Any]], kind: str, key: tuple[str, ...]) -> list[dict[str, Any]]:
+    """The data of `kind` events, one per group (`key` fields), the one with the largest count; most first."""
+    best: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for event in events:
+        data = event.get("data") or {}
+        if event["kind"] != kind or not isinstance(data.get("count"), int):
+            continue
+        group = tuple(data.get(name) for name in key)
+        if group not in best or data["count"] > best[group]["count"]:
+            best[group] = data
+    return sorted(best.values(), key=lambda data: -data["count"])
+
+
+def error_messages(events: list[dict[str, Any]]) -> list[ErrorMessage]:
+    """Failed requests grouped by message (the ledger's `error_message` events)."""
+    return [ErrorMessage.model_validate(data) for data in largest_counts(events, EventKind.ERROR_MESSAGE, ("message",))]
+
+
+def validation_gaps(events: list[dict[str, Any]]) -> list[ValidationGap]:
+    """200s where a refusal was expected, per scenario and expectation (the ledger's `validation_gap` events)."""
+    groups = largest_counts(events, EventKind.VALIDATION_GAP, ("scenario", "expectation"))
+    return [ValidationGap.model_validate(data) for data in groups]
+
+
+def context_of(events: list[dict[str, Any]]) -> SummaryContext | None:
+    """The context length the load stage used (its `context_length` event), if recorded."""
+    found = [event["data"] for event in events if event["kind"] == EventKind.CONTEXT_LENGTH and event.get("data")]
+    return SummaryContext.model_validate(found[-1]) if found else None
+
+
 def build_summary(run: dict[str, Any], engine: Engine, findings: list[SummaryFinding], verdict: Verdict,
                   reason: str, report_html: str | None) -> Summary:
     """The summary of a stored run (docs/summary.md)."""
+    events = read_events(engine, run["id"])
     return Summary(
         run_id=run["id"], status=run["status"], started_at=run["started_at"], ended_at=run["ended_at"],
         duration_s=run["duration_s"], planned_duration_s=run["planned_duration_s"],
         target=SummaryTarget(kind=run["target_kind"], url=run["target_url"], model=run["model"]),
         verdict=verdict, verdict_reason=reason, findings=findings,
         totals=request_totals(engine, run["id"]), latency_ms=latency_summary(engine, run["id"]),
+        context=context_of(events), error_messages=error_messages(events), validation_gaps=validation_gaps(events),
         report_html=report_html,
     )

@@ -14,6 +14,12 @@ trickle (events dribbled a few bytes at a time), never_end (keep-alive comments 
 response), http500, http400, reject500 (invalid requests get a 500 instead of a 4xx).
 `stall_until=EPOCH` holds every request until that wall time.
 
+Server-wide options: `--context-style vllm|llamacpp|none` says where /v1/models states the context (vLLM's
+`max_model_len`; llama.cpp's `meta.n_ctx`, with `meta.n_ctx_train` = 4 × it and GET /props
+`default_generation_settings.n_ctx`; or nowhere). `--lenient` accepts what a lax server accepts — malformed
+JSON, unknown models, empty messages, max_tokens beyond the context (all generated) — and refuses only a prompt
+beyond the context. `--ttft-ms`/`--itl-ms` set the timing of what `--lenient` answers.
+
 GET /_mock/stats?tag=T → {"requests", "arrivals", "completed", "disconnects", "active", "max_active", "kinds",
 "models", "bodies" (the first 200), "auth" (Authorization headers seen)}.
 """
@@ -182,9 +188,28 @@ async def trickled(events):
             await asyncio.sleep(0.003)
 
 
+def lenient_body(raw: bytes, max_model_len: int) -> tuple[dict, JSONResponse | None]:
+    """A lax server's reading: whatever parses (else an empty chat), refused only for a prompt beyond the context."""
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        body = {}
+    body = body if isinstance(body, dict) else {}
+    used = prompt_bytes("chat" if "messages" in body else "completion", body)
+    if used >= max_model_len:
+        return body, error(400, f"the request exceeds the available context size ({max_model_len} tokens)")
+    return {**body, "model": MODEL}, None
+
+
 async def completion(request: Request, kind: str) -> Response:
     start_t = time.time()
     raw = await request.body()
+    state = request.app.state
+    if state.lenient:
+        body, rejected = lenient_body(raw, state.max_model_len)
+        if rejected is None:
+            return await respond(kind, body, state.default_behaviour, start_t)
+        return rejected
     try:
         body = json.loads(raw)
     except ValueError:
@@ -242,35 +267,57 @@ async def completions_endpoint(request: Request) -> Response:
 
 
 async def models_endpoint(request: Request) -> Response:
-    return JSONResponse({"object": "list", "data": [{"id": MODEL, "object": "model",
-                                                     "max_model_len": request.app.state.max_model_len}]})
+    card = {"id": MODEL, "object": "model"}
+    n_ctx, style = request.app.state.max_model_len, request.app.state.context_style
+    if style == "vllm":
+        card["max_model_len"] = n_ctx
+    elif style == "llamacpp":
+        card["owned_by"] = "llamacpp"
+        card["meta"] = {"n_ctx": n_ctx, "n_ctx_train": 4 * n_ctx, "n_vocab": 32000}
+    return JSONResponse({"object": "list", "data": [card]})
+
+
+async def props_endpoint(request: Request) -> Response:
+    if request.app.state.context_style != "llamacpp":
+        return JSONResponse({"error": {"message": "Not Found", "code": 404}}, status_code=404)
+    return JSONResponse({"default_generation_settings": {"n_ctx": request.app.state.max_model_len}, "total_slots": 1})
 
 
 async def stats_endpoint(request: Request) -> Response:
     return JSONResponse(STATS.by_tag[request.query_params.get("tag", "")])
 
 
-def make_app(max_model_len: int = MAX_MODEL_LEN) -> Starlette:
+def make_app(max_model_len: int = MAX_MODEL_LEN, context_style: str = "vllm", lenient: bool = False,
+             default_behaviour: Behaviour | None = None) -> Starlette:
     app = Starlette(routes=[
         Route("/v1/chat/completions", chat_endpoint, methods=["POST"]),
         Route("/v1/completions", completions_endpoint, methods=["POST"]),
         Route("/v1/models", models_endpoint),
+        Route("/props", props_endpoint),
         Route("/_mock/stats", stats_endpoint),
     ])
     app.state.max_model_len = max_model_len
+    app.state.context_style = context_style
+    app.state.lenient = lenient
+    app.state.default_behaviour = default_behaviour or Behaviour()
     return app
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--max-model-len", type=int, default=MAX_MODEL_LEN)
+    parser.add_argument("--context-style", choices=("vllm", "llamacpp", "none"), default="vllm")
+    parser.add_argument("--lenient", action="store_true")
+    parser.add_argument("--ttft-ms", type=float, default=Behaviour.ttft_ms)
+    parser.add_argument("--itl-ms", type=float, default=Behaviour.itl_ms)
     args = parser.parse_args(argv)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     sock.listen(2048)  # connections made before uvicorn starts wait in the backlog
     port = sock.getsockname()[1]
-    config = uvicorn.Config(make_app(args.max_model_len), log_level="critical", lifespan="off",
+    app = make_app(args.max_model_len, args.context_style, args.lenient, Behaviour(ttft_ms=args.ttft_ms, itl_ms=args.itl_ms))
+    config = uvicorn.Config(app, log_level="critical", lifespan="off",
                             timeout_keep_alive=30, backlog=2048)
     server = uvicorn.Server(config)
     print(f"MOCK_READY http://127.0.0.1:{port}", flush=True)
