@@ -101,6 +101,7 @@ class TargetSettings(_Model):
     max_restarts: int = Field(default=3, ge=0)
     startup_timeout_s: float = Field(default=900.0, gt=0)
     api_key_env: str | None = None
+    server_log: Path | None = None
 
     _durations = field_validator("startup_timeout_s", mode="before")(_duration_field)
 
@@ -139,9 +140,11 @@ class LoadSettings(_Model):
     workers: int = Field(default=0, ge=0)
     max_context: int | None = Field(default=None, ge=128)
     request_timeout_s: float = Field(default=300.0, gt=0)
+    canary_every_s: float = Field(default=600.0, ge=0)  # 0: no canary
 
     _durations = field_validator(
-        "idle_probe_every_s", "idle_probe_for_s", "drain_timeout_s", "request_timeout_s", mode="before"
+        "idle_probe_every_s", "idle_probe_for_s", "drain_timeout_s", "request_timeout_s", "canary_every_s",
+        mode="before"
     )(_duration_field)
 
     @field_validator("scenarios", mode="before")

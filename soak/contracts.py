@@ -44,6 +44,13 @@ class EventKind(StrEnum):
     NO_GPU = "no_gpu"
     GPU_XID = "gpu_xid"
     PROBE_READING = "probe_reading"
+    SERVER_LOG_ERROR = "server_log_error"
+    SERVER_LOG_SCANNED = "server_log_scanned"
+    # the golden-output canary
+    CANARY = "canary"
+    CANARY_MISMATCH = "canary_mismatch"
+    CANARY_TIMEOUT = "canary_timeout"
+    CANARY_ERROR = "canary_error"
     # the load generator
     WARMUP_END = "warmup_end"
     PHASE = "phase"
@@ -57,6 +64,17 @@ class EventKind(StrEnum):
     # the conductor's outcome ledger (soak/run/ledger.py)
     ERROR_MESSAGE = "error_message"
     VALIDATION_GAP = "validation_gap"
+
+
+class ServerLogClass(StrEnum):
+    """What a matched server-log line is (`server_log_error` events; docs/gates.md, `server.log_errors`)."""
+
+    OOM = "oom"  # an out-of-memory kill or allocation failure
+    ENGINE_DEAD = "engine_dead"  # EngineDeadError: the engine loop died under the API server
+    CUDA_ERROR = "cuda_error"
+    FATAL = "fatal"  # a server's own fatal line (a dialect's table), a segfault, a fatal Python error
+    TRACEBACK = "traceback"
+    NAN = "nan"  # NaN/inf warnings
 
 
 # -- summary.json ---------------------------------------------------------------------------------------------

@@ -86,6 +86,9 @@ SETTINGS: tuple[Setting, ...] = (
        "(default 15m).", kind="duration", metavar="D"),
     _s("api_key_env", "target.api_key_env", TARGET, "Environment variable holding the API key (never stored).",
        metavar="VAR"),
+    _s("server_log", "target.server_log", TARGET, "Log file of a server soak did not start, scanned for fatal "
+       "lines from the run's start (as tail -F); a managed server's own log is scanned without it.", kind="file",
+       metavar="FILE"),
     _s("reference_fault", "target.reference_faults", REFERENCE, "Plant a fault in the reference server "
        "(repeatable; see docs/refserver.md).", metavar="NAME[=VALUE]", multiple=True),
     _s("reference_arg", "target.reference_args", REFERENCE, "Extra argument for the reference server "
@@ -115,6 +118,8 @@ SETTINGS: tuple[Setting, ...] = (
        metavar="N"),
     _s("request_timeout", "load.request_timeout_s", LOAD, "Per-request timeout (default 5m).", kind="duration",
        metavar="D"),
+    _s("canary_every", "load.canary_every_s", LOAD, "Send the golden-output canary (a fixed greedy request whose "
+       "answer must never change) this often (default 10m; 0 = off).", kind="duration", metavar="D"),
     _s("idle_probe_every", "load.idle_probe_every_s", PROBES, "Idle probe interval (default run/6, 1m–60m).",
        kind="duration", metavar="D"),
     _s("idle_probe_for", "load.idle_probe_for_s", PROBES, "Hold after an idle probe's drain (default 30s).",

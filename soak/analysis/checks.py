@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from soak.analysis import error_checks, kv, latency, liveness, memory, saturation, throughput
+from soak.analysis import canary, error_checks, kv, latency, liveness, memory, saturation, server_log, throughput
 from soak.analysis.findings import CHECK_ORDER, Finding, inconclusive
 from soak.analysis.gates import Gates
 from soak.analysis.inputs import RunData
@@ -29,6 +29,8 @@ CHECKS: dict[str, Check] = {
     "crashes": liveness.check_crashes,
     "throughput.decay": throughput.check_decay,
     "client.saturation": saturation.check_saturation,
+    "server.log_errors": server_log.check_log_errors,
+    "canary": canary.check_canary,
 }
 assert tuple(CHECKS) == CHECK_ORDER
 

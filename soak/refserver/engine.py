@@ -253,7 +253,8 @@ class Engine:
     def _append_token(self, seq: Sequence, logits) -> tuple[object, TokenEvent]:
         seq.num_computed = len(seq.tokens)
         self.kv.commit(seq.table, seq.tokens, seq.num_computed)
-        token = sample_token(logits, seq.params, seq.rng, seq.num_output, self.config.eos_probability)
+        token = self.injector.corrupt_token(
+            sample_token(logits, seq.params, seq.rng, seq.num_output, self.config.eos_probability))
         seq.tokens.append(token)
         self._record_token(seq)
         reason = self._finish_reason(seq, token)

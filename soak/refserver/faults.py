@@ -88,6 +88,8 @@ class FaultSet:
     crash_after_s: float | None = None
     hang_after_s: float | None = None
     vram_leak_bytes: int = 0
+    corrupt_after: int | None = None
+    log_engine_dead_after_s: float | None = None
     warmup_ratchet: MemoryShape | None = None
     gc_sawtooth: MemoryShape | None = None
     stalls: EventFault | None = None
@@ -203,6 +205,8 @@ _PARSERS: dict[str, tuple[str, Callable[[str | None], object]]] = {
     "crash-after": ("crash_after_s", _duration),
     "hang-after": ("hang_after_s", _duration),
     "vram-leak": ("vram_leak_bytes", _positive_bytes),
+    "corrupt-after": ("corrupt_after", _count),
+    "log-engine-dead-after": ("log_engine_dead_after_s", _duration),
     "warmup-ratchet": ("warmup_ratchet", _memory_shape(DEFAULT_RATCHET)),
     "gc-sawtooth": ("gc_sawtooth", _memory_shape(DEFAULT_SAWTOOTH)),
     "stalls": ("stalls", _event_fault(None)),

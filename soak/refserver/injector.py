@@ -15,6 +15,11 @@ from soak.refserver.memnoise import MemoryNoise
 
 CRASH_EXIT_CODE = 70  # EX_SOFTWARE: what an engine death looks like to the supervisor
 STALL_LENGTH_RANGE_S = (1.0, 3.0)
+ENGINE_DEAD_TRACEBACK = """ERROR soak refserver: EngineCore encountered a fatal error.
+Traceback (most recent call last):
+  File "soak/refserver/engine.py", line 1, in _loop
+    raise EngineDeadError("injected fault")
+soak.refserver.EngineDeadError: EngineCore encountered an issue. See stack trace (above) for the root cause."""
 SCHEDULE_SHOWN = 20  # events listed by describe()
 
 
@@ -40,7 +45,8 @@ class FaultInjector:
         self._leaked_fds: list[int] = []
         self._vram: list[object] = []
         self._hang_reported = False
-        self._crash_timer: threading.Timer | None = None
+        self._timers: list[threading.Timer] = []
+        self._finished = 0
 
     def _schedule(self, fault: EventFault | None, seed: str) -> EventSchedule | None:
         if fault is None:
@@ -58,20 +64,31 @@ class FaultInjector:
         """Start the time-driven faults; call once the model clock has started."""
         self._noise.start()
         if self.faults.crash_after_s is not None:
-            delay_s = max(0.0, self.clock.wall_of_model(self.faults.crash_after_s) - self.clock.wall_s())
-            self._crash_timer = threading.Timer(delay_s, self._crash)
-            self._crash_timer.daemon = True
-            self._crash_timer.start()
+            self._at_model_time(self.faults.crash_after_s, self._crash)
+        if self.faults.log_engine_dead_after_s is not None:
+            self._at_model_time(self.faults.log_engine_dead_after_s, self._log_engine_dead)
+
+    def _at_model_time(self, model_s: float, action) -> None:
+        timer = threading.Timer(max(0.0, self.clock.wall_of_model(model_s) - self.clock.wall_s()), action)
+        timer.daemon = True
+        timer.start()
+        self._timers.append(timer)
 
     def stop(self) -> None:
         self._noise.stop()
-        if self._crash_timer is not None:
-            self._crash_timer.cancel()
+        for timer in self._timers:
+            timer.cancel()
 
     def _crash(self) -> None:
         _say(f"fault crash-after={self.faults.crash_after_s:g}s (model time): simulated engine death, "
              f"exit {CRASH_EXIT_CODE}")
         os._exit(CRASH_EXIT_CODE)
+
+    def _log_engine_dead(self) -> None:
+        """Write what a dying vLLM engine writes (a traceback ending in EngineDeadError), and keep serving."""
+        _say(f"fault log-engine-dead-after={self.faults.log_engine_dead_after_s:g}s (model time): a planted fatal "
+             "log line; the server keeps serving")
+        print(ENGINE_DEAD_TRACEBACK, file=sys.stderr, flush=True)
 
     # -- API hooks -------------------------------------------------------------------------------
 
@@ -122,9 +139,17 @@ class FaultInjector:
         model_hours = self.clock.model_s() / SECONDS_PER_HOUR
         return compute_s * self.faults.latency_creep_pct / 100.0 * model_hours
 
+    def corrupt_token(self, token: int) -> int:
+        """The token to emit: under corrupt-after=N, once N requests finished, every byte token has its lowest bit
+        flipped (a numerics bug: the server answers, fluently wrong); otherwise `token` itself."""
+        if self.faults.corrupt_after is None or self._finished < self.faults.corrupt_after or token > 255:
+            return token
+        return token ^ 1
+
     def on_request_finished(self, reason: str, prompt_tokens: int) -> None:
         """Plant the per-request leaks (host memory, fds, device memory) of a request that ended with finish
-        `reason` ("stop", "length" or "abort") after a prompt of `prompt_tokens` tokens."""
+        `reason` ("stop", "length" or "abort") after a prompt of `prompt_tokens` tokens, and count it."""
+        self._finished += 1
         if self.faults.rss_leak_bytes:
             self._retain(self.faults.rss_leak_bytes)
         kind_leak = self.faults.rss_leak_on
@@ -156,6 +181,8 @@ class FaultInjector:
             "stalls_taken": self._stalls_taken,
             "retained_bytes": sum(len(buffer) for buffer in self._retained),
             "leaked_fds": len(self._leaked_fds),
+            "finished_requests": self._finished,
+            "corrupting": self.faults.corrupt_after is not None and self._finished >= self.faults.corrupt_after,
             "vram_leaked_bytes": self.faults.vram_leak_bytes * len(self._vram),
             "ratchet_bytes": self._noise.ratchet_bytes,
             "sawtooth_bytes": self._noise.sawtooth_bytes,

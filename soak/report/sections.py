@@ -37,7 +37,8 @@ CHECK_ANCHORS = {
     "creep.ttft_p99": "chart-ttft", "creep.itl_p99": "chart-itl", "creep.e2e_p99": "chart-e2e",
     "errors.rise": "chart-errors", "errors.budget": "chart-errors", "errors.bursts": "chart-errors",
     "hang": "chart-queue", "crashes": "events", "throughput.decay": "chart-throughput",
-    "client.saturation": "chart-lag", "baseline.regression": "baseline",
+    "client.saturation": "chart-lag", "server.log_errors": "events", "canary": "events",
+    "baseline.regression": "baseline",
 }
 
 

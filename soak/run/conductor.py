@@ -22,6 +22,7 @@ from soak.config import RunConfig
 from soak.contracts import EventKind, P99Ms, Progress, Stage, Summary, measured_rate_rps, stage_at
 from soak.errors import EXIT_FORCED, StorageError
 from soak.load import LoadHooks, start_load
+from soak.load.canary import ProbeGate, start_canary
 from soak.run.environment import capture_environment, dumps
 from soak.run.finalise import finalise_run
 from soak.run.ledger import OutcomeLedger
@@ -32,6 +33,7 @@ from soak.store.recorder import Recorder, utc_now_iso
 from soak.target import ServerInfo, Target, auth_headers, make_target
 from soak.telemetry.latency import LatencyWindows
 from soak.telemetry.sampler import Telemetry, TelemetrySources
+from soak.telemetry.server_log import scanner_for_run
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +107,8 @@ class RunState:
     telemetry: Telemetry | None = None
     load: Any = None
     windows: LatencyWindows | None = None
+    log_scanner: Any = None  # soak.telemetry.server_log.ServerLogScanner, when there is a log to scan
+    canary: Any = None  # soak.load.canary.CanaryLoop, unless --canary-every 0
     ledger: OutcomeLedger | None = None
     t0: float = 0.0
     status: str = "running"
@@ -192,10 +196,28 @@ class Conductor:
         self._record_gpus()
         state.ledger = OutcomeLedger(state.recorder)
         state.telemetry.start()
-        hooks = LoadHooks(on_request=self._on_request, on_event=state.recorder.event,
-                          on_idle_probe=state.telemetry.probe_reading)
+        hooks = self._watch_log_and_canary()
         state.load = start_load(config, base_url=state.info.base_url, model=state.info.model, t0=state.t0,
                                 hooks=hooks)
+
+    def _watch_log_and_canary(self) -> LoadHooks:
+        """Start the server-log scan and the canary; the load's hooks, through which the canary learns of probes."""
+        state, config = self.state, self.config
+        state.log_scanner = scanner_for_run(config.target.server_log, state.info.log_path, state.recorder)
+        gate = ProbeGate()
+        state.canary = start_canary(config.load.canary_every_s, config.load.request_timeout_s,
+                                    lambda: state.info.base_url, state.info.model, auth_headers(config), state.recorder,
+                                    gate)
+        on_idle_probe = state.telemetry.probe_reading
+        if state.canary is not None:
+            on_idle_probe = state.canary.around_probe(on_idle_probe, config.probe_hold_s, config.probe_drain_timeout_s)
+        return LoadHooks(on_request=self._on_request, on_event=gate.watching(state.recorder.event),
+                         on_idle_probe=on_idle_probe)
+
+    def _scan_log(self) -> None:
+        """Read what the server wrote to its log since the last tick."""
+        if self.state.log_scanner is not None:
+            self.state.log_scanner.poll()
 
     def _record_gpus(self) -> None:
         gpus = self.state.telemetry.gpus.describe()
@@ -228,6 +250,7 @@ class Conductor:
             if state.writer.failed:
                 state.end_reason = "storage failure"
                 return
+            self._scan_log()
             if self._server_lost():
                 return
             self._report(self._progress(elapsed_s))
@@ -307,8 +330,11 @@ class Conductor:
         """Stop arrivals, final sample, analyse, write the report — before the server is stopped."""
         state = self.state
         self._report(Progress(stage=Stage.FINALISING, run_id=state.run_id))
+        self._stop_canary()
         state.load.stop(drain_timeout_s=STOP_DRAIN_S)
         state.telemetry.stop()
+        if state.log_scanner is not None:
+            state.log_scanner.close()
         state.ledger.close()
         stopped_early = state.end_reason != "completed"
         if state.status == "running":
@@ -333,9 +359,14 @@ class Conductor:
                            f"run {state.run_id} keeps what was committed (`soak close {state.run_id}` reports on it "
                            "once the database is writable)")
 
+    def _stop_canary(self) -> None:
+        if self.state.canary is not None:
+            self.state.canary.stop()
+
     def _cleanup(self) -> None:
         state = self.state
         try:
+            self._stop_canary()
             if state.load is not None and not getattr(state.load, "stopped", False):
                 state.load.stop(drain_timeout_s=0)
         finally:

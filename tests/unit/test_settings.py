@@ -61,6 +61,7 @@ EXAMPLES: dict[str, Example] = {
     "metrics_url": repeated(["http://h:1/metrics"], ("http://h:1/metrics",)),
     "restart": ex("on-crash", "on-crash"), "max_restarts": ex("5", 5, toml="5"),
     "startup_timeout": ex("2m", 120.0), "api_key_env": ex("MY_KEY", "MY_KEY"),
+    "server_log": ex("/var/log/vllm.log", Path("/var/log/vllm.log")), "canary_every": ex("5m", 300.0),
     "reference_fault": repeated(["leak_rss", "crash_after=60"], ("leak_rss", "crash_after=60")),
     "reference_arg": repeated(["--vocab=64"], ("--vocab=64",)), "reference_seed": ex("9", 9, toml="9"),
     "time_scale": ex("2.5", 2.5, toml="2.5"), "device": ex("cuda", "cuda"), "rate": ex("4.5", 4.5, toml="4.5"),
