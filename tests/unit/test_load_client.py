@@ -4,7 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from soak.load.client import StreamError, _apply_chunk, _Exchange, _parse_chunk, iter_sse_data, short_error
+from soak.load.client import (
+    MAX_MESSAGE_CHARS,
+    StreamError,
+    _apply_chunk,
+    _Exchange,
+    _parse_chunk,
+    iter_sse_data,
+    scrub_secrets,
+    short_error,
+)
 
 
 class CannedResponse:
@@ -71,4 +80,12 @@ def test_times_are_measured_from_the_intended_send_and_lag_excludes_the_queue():
 def test_error_messages_are_short_and_from_the_body():
     assert short_error(b'{"error": {"message": "bad   request", "code": 400}}') == "bad request"
     assert short_error(b'{"detail": "x"}') == "{'detail': 'x'}"
-    assert short_error(b"<html>" + b"x" * 1000) == ("<html>" + "x" * 1000)[:200]
+    assert short_error(b"<html>" + b"x" * 1000) == ("<html>" + "x" * 1000)[:MAX_MESSAGE_CHARS] and MAX_MESSAGE_CHARS == 300
+
+
+def test_error_messages_keep_no_credentials():
+    body = b'{"error": {"message": "invalid key tok-abcdef123456 (header: Bearer tok-abcdef123456, api_key=s3cr3tvalue)"}}'
+    assert short_error(body, ("tok-abcdef123456",)) == "invalid key *** (header: Bearer ***, api_key=***)"
+    assert scrub_secrets("use sk-proj-AbC123xyz9 or Authorization: xyz987654321") == "use *** or Authorization: ***"
+    assert scrub_secrets("request (1719 tokens) exceeds the available context size (1024 tokens)") == (
+        "request (1719 tokens) exceeds the available context size (1024 tokens)")

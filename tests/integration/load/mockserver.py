@@ -17,8 +17,9 @@ response), http500, http400, reject500 (invalid requests get a 500 instead of a 
 Server-wide options: `--context-style vllm|llamacpp|none` says where /v1/models states the context (vLLM's
 `max_model_len`; llama.cpp's `meta.n_ctx`, with `meta.n_ctx_train` = 4 × it and GET /props
 `default_generation_settings.n_ctx`; or nowhere). `--lenient` accepts what a lax server accepts — malformed
-JSON, unknown models, empty messages, max_tokens beyond the context (all generated) — and refuses only a prompt
-beyond the context. `--ttft-ms`/`--itl-ms` set the timing of what `--lenient` answers.
+JSON, unknown models, empty messages, max_tokens beyond the context (all generated, unless the model names
+`tokens`) — and refuses only a prompt beyond the context. `--ttft-ms`/`--itl-ms` set the timing of what
+`--lenient` answers for a model name that gives none.
 
 GET /_mock/stats?tag=T → {"requests", "arrivals", "completed", "disconnects", "active", "max_active", "kinds",
 "models", "bodies" (the first 200), "auth" (Authorization headers seen)}.
@@ -198,7 +199,7 @@ def lenient_body(raw: bytes, max_model_len: int) -> tuple[dict, JSONResponse | N
     used = prompt_bytes("chat" if "messages" in body else "completion", body)
     if used >= max_model_len:
         return body, error(400, f"the request exceeds the available context size ({max_model_len} tokens)")
-    return {**body, "model": MODEL}, None
+    return body, None
 
 
 async def completion(request: Request, kind: str) -> Response:
@@ -208,7 +209,7 @@ async def completion(request: Request, kind: str) -> Response:
     if state.lenient:
         body, rejected = lenient_body(raw, state.max_model_len)
         if rejected is None:
-            return await respond(kind, body, state.default_behaviour, start_t)
+            return await respond(kind, body, parse_model(body.get("model")) or state.default_behaviour, start_t)
         return rejected
     try:
         body = json.loads(raw)
