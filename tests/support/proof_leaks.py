@@ -80,11 +80,12 @@ def trial_rss_staircase(rng: np.random.Generator, scenario: Scenario, multiple: 
 
 
 def trial_vram(rng: np.random.Generator, scenario: Scenario, multiple: float, gates: Gates) -> Finding:
-    """A preallocated 60 GiB plateau: flat by design, with small NVML noise and rare steps."""
+    """A preallocated 60 GiB plateau: flat by design, with small NVML noise and a rare 2 MiB step
+    (one a day, as for RSS a rate rather than a count per run)."""
     floor = 60 * 2**30
     threshold = gates.leak.vram.threshold_bytes_per_h(None, HORIZON_S)
     model = replace(scaled_memory_model(scenario.run_s, floor_bytes=floor), warmup_gain_frac=0.0,
-                    sawtooth_frac=0.0, noise_frac=2 * MIB / floor, ratchets_per_run=1.0,
+                    sawtooth_frac=0.0, noise_frac=2 * MIB / floor, ratchets_per_run=scenario.run_s / 86400.0,
                     ratchet_frac=2 * MIB / floor, slope_bytes_per_h=multiple * threshold)
     t_s, used = memory_series(rng, model, scenario.run_s, scenario.sample_s)
     run = bare_scenario_run(scenario, gpu_seen=True, gpu_processes=(GpuProcessSeries(1, t_s, used, "engine"),))
