@@ -46,6 +46,8 @@ class EventKind(StrEnum):
     PROBE_READING = "probe_reading"
     SERVER_LOG_ERROR = "server_log_error"
     SERVER_LOG_SCANNED = "server_log_scanned"
+    SERVER_DIALECT = "server_dialect"  # whose /metrics names were read: forced, detected, or none found
+    SERVER_PROCESSES = "server_processes"  # which server processes are sampled, and how they were found
     # the golden-output canary
     CANARY = "canary"
     CANARY_MISMATCH = "canary_mismatch"
@@ -58,6 +60,7 @@ class EventKind(StrEnum):
     PROBE_DRAINED = "probe_drained"
     PROBE_DRAIN_TIMEOUT = "probe_drain_timeout"
     PROBE_END = "probe_end"
+    PROBE_DRAIN_STREAMING = "probe_drain_streaming"  # the conductor: chunks arrived during a timed-out drain
     LOAD_PAUSED = "load_paused"
     LOAD_RESUMED = "load_resumed"
     CONTEXT_LENGTH = "context_length"
@@ -84,6 +87,9 @@ class SummaryTarget(BaseModel):
     kind: str = Field(description="`reference`, `vllm` or `external`")
     url: str | None = Field(description="base URL (no /v1)")
     model: str | None = Field(description="the model name requests were sent with")
+    dialect: str | None = Field(None, description="whose /metrics names were read (`vllm`, `sglang`, `tgi`, "
+                                "`llamacpp`, …; docs/servers.md), from `--server-kind` or detected")
+    not_measured: list[str] | None = Field(None, description="what the server did not let soak measure, and why")
 
 
 FIXED_FINDING_KEYS = ("check", "verdict", "value", "unit", "ci", "threshold", "evidence")
