@@ -18,7 +18,7 @@ class LoadHooks:
     """All optional; all called in the main (master) process.
 
     on_request(record): once per finished request. on_event(kind, message, data: dict): `kind` is one of the
-    load generator's `EventKind`s (phase, warmup_end, probe_*, load_paused/load_resumed).
+    load generator's `EventKind`s (context_length, phase, warmup_end, probe_*, load_paused/load_resumed).
     on_idle_probe(index, drained): at the end of each probe's hold, before arrivals resume, so the idle floor
     can be sampled.
     """
