@@ -4,20 +4,30 @@ The series is log(window percentile), so a creep is judged as a relative rise an
 cannot dominate. A window supports P99 with ≥ 1000 samples, P95 with ≥ 200, P90 with ≥ 100
 (docs/gates.md); one level is used for the whole series — the highest that a majority of judged windows
 and at least `min_windows` of them support — and windows below it are left out.
+
+Latency follows load, so when the offered rate varies over the judged windows (a diurnal pattern, a
+`ramp` or `wave` phase) the creep is the time coefficient of a fit that takes the load out
+(load_model.py): a server is only degrading if it is slower at the same load. With flat load the
+Theil–Sen / Mann–Kendall trend of trend.py decides, as for every other trend check. Either way the
+step gate (steps.py) runs on the same series (load-adjusted when the load varies), so a lasting jump
+of at least the threshold late in the run FAILs even where a straight line under-reads it.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, replace
 
 import numpy as np
 
-from soak.analysis.evidence import trend_sentence
-from soak.analysis.findings import Finding, inconclusive, skipped
-from soak.analysis.fmt import ms_text
+from soak.analysis.evidence import detection_sentence, trend_caveats, trend_sentence
+from soak.analysis.findings import FAIL, INCONCLUSIVE, Finding, inconclusive, skipped
+from soak.analysis.fmt import duration_text, ms_text, p_text
 from soak.analysis.gates import Gates
 from soak.analysis.inputs import RunData
-from soak.analysis.trend import TrendResult, assess_trend
+from soak.analysis.load_model import LoadFit, LoadSeries, fit_with_load, offered_load
+from soak.analysis.steps import StepResult, StepSpec, find_step
+from soak.analysis.trend import TrendResult, TrendSpec, assess_trend, trend_verdict
 
 PERCENTILE_LEVELS = (("p99", 1000), ("p95", 200), ("p90", 100))
 METRIC_LABELS = {"ttft": "TTFT", "itl": "ITL", "e2e": "E2E latency"}
@@ -45,6 +55,24 @@ def choose_level(counts: list[int], min_windows: int) -> tuple[str, int]:
     return level, sum(count >= need for count in counts)
 
 
+@dataclass(frozen=True)
+class CreepSeries:
+    """What one creep check judges: log(percentile) per kept window and how it was chosen."""
+
+    check: str
+    metric: str
+    level: str
+    rise_frac: float
+    judged: int
+    t_s: np.ndarray
+    log_ms: np.ndarray
+    spans: list[tuple[int, float, float]]
+
+    @property
+    def subject(self) -> str:
+        return f"{self.level.upper()} {METRIC_LABELS[self.metric]}"
+
+
 def check_creep(run: RunData, gates: Gates, metric: str, rise_frac: float) -> Finding:
     check = f"creep.{metric}_p99"
     judged = run.judged_indices()
@@ -58,12 +86,15 @@ def check_creep(run: RunData, gates: Gates, metric: str, rise_frac: float) -> Fi
                             percentile_used=level, details={"usable_windows": usable})
     need = dict(PERCENTILE_LEVELS)[level]
     kept = [(w, s.percentile_ms(level)) for w, s in rows if s.count >= need]
-    t_s = np.array([w.end_s * 0.5 + w.start_s * 0.5 for w, _ in kept])
-    log_ms = np.log(np.maximum([v for _, v in kept], 1e-9))
-    span_s = max(float(t_s.max() - t_s.min()), 1.0)
-    spec = gates.trend_spec(math.log1p(rise_frac) / span_s)
-    result = assess_trend(t_s, log_ms, spec)
-    return _creep_finding(check, metric, level, result, rise_frac, len(rows), gates.confidence)
+    series = CreepSeries(
+        check, metric, level, rise_frac, len(rows),
+        t_s=np.array([w.end_s * 0.5 + w.start_s * 0.5 for w, _ in kept]),
+        log_ms=np.log(np.maximum([v for _, v in kept], 1e-9)),
+        spans=[(w.index, w.start_s, w.end_s) for w, _ in kept])
+    load = offered_load(run, series.spans)
+    if load is not None and load.varies():
+        return _creep_at_load(series, load, gates)
+    return _creep_over_time(series, gates)
 
 
 def _too_few_text(metric: str, rows: list, usable: int, min_windows: int) -> str:
@@ -75,21 +106,109 @@ def _rise_pct(log_change: float) -> float:
     return 100.0 * math.expm1(log_change)
 
 
-def _creep_finding(check: str, metric: str, level: str, result: TrendResult, rise_frac: float,
-                   judged: int, confidence: float) -> Finding:
+def _spec(series: CreepSeries, gates: Gates) -> TrendSpec:
+    span_s = max(float(series.t_s.max() - series.t_s.min()), 1.0)
+    return gates.trend_spec(math.log1p(series.rise_frac) / span_s)
+
+
+def _step(t_s: np.ndarray, log_ms: np.ndarray, series: CreepSeries, gates: Gates) -> StepResult | None:
+    """The step gate on the log series: a lasting jump of at least log(1 + rise_frac), the
+    change the threshold trend would make over the whole run."""
+    spec = StepSpec(min_shift=math.log1p(series.rise_frac), p_value=gates.p_value,
+                    min_points=gates.min_windows)
+    return find_step(t_s, log_ms, spec)
+
+
+def _creep_over_time(series: CreepSeries, gates: Gates) -> Finding:
+    """Flat load: the shared Theil–Sen / Mann–Kendall trend, plus the step gate."""
+    result = assess_trend(series.t_s, series.log_ms, _spec(series, gates))
+    span = result.span_s
+    rise = _rise_pct(result.slope_per_s * span)
+    low, high = (_rise_pct(c * span) for c in result.ci_per_s)
+    evidence = trend_sentence(result, series.subject, f"{rise:+.1f} % over the run",
+                              f"{low:+.1f} to {high:+.1f} %", f"+{100 * series.rise_frac:g} %", gates.confidence)
+    details = {"windows_used": result.n, "mk_p": result.mk_p, "gates": result.gates, "method": "trend over time"}
+    step = _step(series.t_s, series.log_ms, series, gates)
+    return _creep_finding(series, result, evidence, details, step)
+
+
+def _creep_at_load(series: CreepSeries, load: LoadSeries, gates: Gates) -> Finding:
+    """Varying load: the time coefficient of log(percentile) on [t, log load, log load²]."""
+    fit = fit_with_load(series.t_s, series.log_ms, load.values, gates.confidence)
+    result = _fit_result(fit, _spec(series, gates))
+    load_text = (f"at equal {load.source}: {load.range_text()}, "
+                 f"{series.level.upper()} ∝ load^{fit.elasticity:.2f} taken out")
+    details = {"windows_used": fit.n, "hac_p": fit.p_value, "gates": result.gates, "method": "trend at equal load",
+               "load_source": load.source, "load_min": float(load.values.min()),
+               "load_max": float(load.values.max()), "load_elasticity": fit.elasticity,
+               "time_load_r2": fit.collinearity}
+    if not fit.separable:
+        return _collinear_finding(series, result, load_text, details, fit)
+    evidence = _at_load_sentence(series, result, gates.confidence) + f"; {load_text}"
+    step = _step(series.t_s, fit.adjusted, series, gates)
+    return _creep_finding(series, result, evidence, details, step)
+
+
+def _fit_result(fit: LoadFit, spec: TrendSpec) -> TrendResult:
+    """The load fit in the shape every trend finding shares (mk_p holds the HAC t-test p)."""
+    low, high = fit.ci_per_s
+    gates = {"significant": fit.p_value < spec.p_value, "ci_above_zero": low > 0,
+             "practical": fit.slope_per_s >= spec.min_slope_per_s}
+    return TrendResult(verdict=trend_verdict(gates, fit.slope_per_s, high, spec.min_slope_per_s), n=fit.n,
+                       t0_s=fit.t0_s, span_s=fit.span_s, slope_per_s=fit.slope_per_s, ci_per_s=fit.ci_per_s,
+                       intercept=fit.intercept, mk_p=fit.p_value, min_slope_per_s=spec.min_slope_per_s,
+                       gates=gates)
+
+
+def _at_load_sentence(series: CreepSeries, result: TrendResult, confidence: float) -> str:
+    span = result.span_s
+    rise = _rise_pct(result.slope_per_s * span)
+    low, high = (_rise_pct(c * span) for c in result.ci_per_s)
+    verb = "rises" if rise > 0 else ("falls" if rise < 0 else "is flat at")
+    text = (f"{series.subject} at equal load {verb} {abs(rise):.1f} % over the run "
+            f"({100 * confidence:g} % CI {low:+.1f} to {high:+.1f} %), HAC {p_text(result.mk_p)}")
+    threshold = f"+{100 * series.rise_frac:g} %"
+    caveats = trend_caveats(result, threshold)
+    return f"{text}; {caveats}" if caveats else f"{text}; threshold {threshold}"
+
+
+def _collinear_finding(series: CreepSeries, result: TrendResult, load_text: str, details: dict,
+                       fit: LoadFit) -> Finding:
+    """Time and load moved together (a pure ramp): a creep cannot be told from latency following load."""
+    evidence = (f"The offered load moved with time (R² {fit.collinearity:.2f} of time on load), so a "
+                f"{series.subject} creep cannot be told from latency following load; {load_text}")
+    return _creep_finding(series, replace(result, verdict=INCONCLUSIVE), evidence, details, None)
+
+
+def _creep_finding(series: CreepSeries, result: TrendResult, evidence: str, details: dict,
+                   step: StepResult | None) -> Finding:
+    """The finding of either path: the trend's verdict; a found step makes a trend short of FAIL a
+    FAIL, with the step's size as the value (a steady creep also shows a "step" at its best split,
+    so a trend that FAILs on its own keeps its fitted rise)."""
     span = result.span_s
     rise = _rise_pct(result.slope_per_s * span)
     low, high = (_rise_pct(c * span) for c in result.ci_per_s)
     start_ms = math.exp(result.intercept)
     end_ms = math.exp(result.intercept + result.slope_per_s * span)
-    subject = f"{level.upper()} {METRIC_LABELS[metric]}"
-    evidence = trend_sentence(result, subject, f"{rise:+.1f} % over the run",
-                              f"{low:+.1f} to {high:+.1f} %", f"+{100 * rise_frac:g} %", confidence)
-    evidence += f"; fitted {ms_text(start_ms)} → {ms_text(end_ms)}"
-    return Finding(
-        check=check, verdict=result.verdict, value=rise, unit="% over run", ci=(low, high),
-        threshold=100 * rise_frac, evidence=evidence, percentile_used=level,
-        trend=result.line("log"),
-        details={"windows_used": result.n, "windows_judged": judged, "mk_p": result.mk_p,
-                 "gates": result.gates, "span_s": span, "series_unit": "ms",
-                 "fitted_start_ms": start_ms, "fitted_end_ms": end_ms})
+    verdict, value = result.verdict, rise
+    if step is not None:
+        details["step"] = step.to_dict()
+    if step is not None and step.found and verdict != FAIL:
+        verdict, value = FAIL, _rise_pct(step.shift)
+        evidence += "; " + _step_sentence(series, step)
+    else:
+        evidence += f"; fitted {ms_text(start_ms)} → {ms_text(end_ms)}"
+    sentence = detection_sentence(result, lambda s: f"+{_rise_pct(s * span):.1f} %")
+    if sentence and verdict != FAIL:
+        evidence += f"; {sentence}"
+    details.update({"windows_judged": series.judged, "span_s": span, "series_unit": "ms",
+                    "fitted_start_ms": start_ms, "fitted_end_ms": end_ms})
+    return Finding(check=series.check, verdict=verdict, value=value, unit="% over run", ci=(low, high),
+                   threshold=100 * series.rise_frac, evidence=evidence, percentile_used=series.level,
+                   trend=result.line("log"), detection_limit=high, details=details)
+
+
+def _step_sentence(series: CreepSeries, step: StepResult) -> str:
+    return (f"{series.subject} stepped up {_rise_pct(step.shift):.0f} % at {duration_text(step.t_s)} "
+            f"({ms_text(math.exp(step.before))} → {ms_text(math.exp(step.after))}) and stayed "
+            f"(step gate {p_text(step.p_value)}, threshold +{100 * series.rise_frac:g} %)")

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from soak.analysis.evidence import trend_sentence
-from soak.analysis.findings import Finding, inconclusive, skipped
+from soak.analysis.evidence import detection_sentence, trend_sentence
+from soak.analysis.findings import FAIL, Finding, inconclusive, skipped
 from soak.analysis.gates import Gates
 from soak.analysis.inputs import RequestWindow, RunData
 from soak.analysis.trend import assess_trend
@@ -49,8 +49,12 @@ def check_decay(run: RunData, gates: Gates) -> Finding:
                               f"decline {low:+.1f} to {high:+.1f} %",
                               f"{100 * gates.throughput.decay_frac:g} % decline", gates.confidence,
                               verbs=("falls", "grows"))
+    sentence = detection_sentence(result, lambda s: f"{100 * s * result.span_s:.2g} %")
+    if sentence and result.verdict != FAIL:
+        evidence += f"; {sentence.replace('rises', 'declines')}"
     return Finding(check=CHECK, verdict=result.verdict, value=decline, unit="% decline over run",
                    ci=(low, high), threshold=100 * gates.throughput.decay_frac, evidence=evidence,
+                   detection_limit=high,
                    trend={"slope_per_s": result.slope_per_s * -median, "intercept": -result.intercept * median,
                           "t0_s": result.t0_s, "space": "linear"},
                    details={"measure": measure, "median": median, "windows_used": result.n,

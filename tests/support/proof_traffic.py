@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 import numpy as np
@@ -11,8 +12,16 @@ from soak.analysis.findings import Finding
 from soak.analysis.gates import Gates
 from soak.analysis.inputs import LatencyWindow, RequestWindow, WindowInfo
 
-from .proof import Case, Scenario, bare_scenario_run
-from .synthetic import ErrorModel, LatencyModel, ar1, error_counts, latency_series
+from .proof import Case, Scenario, Trial, bare_scenario_run
+from .synthetic import (
+    ErrorModel,
+    LatencyModel,
+    ar1,
+    error_counts,
+    error_counts_shaped,
+    latency_series,
+    latency_series_shaped,
+)
 
 
 def trial_creep(rng: np.random.Generator, scenario: Scenario, multiple: float, gates: Gates) -> Finding:
@@ -66,6 +75,126 @@ def trial_throughput(rng: np.random.Generator, scenario: Scenario, multiple: flo
     return throughput.check_decay(replace(run, request_windows=tuple(rows)), gates)
 
 
+# ---------------------------------------------------------------------------------------------
+# Latency under a varying load, and a late step
 
+
+def _shares(run, windows: tuple[WindowInfo, ...]) -> np.ndarray:
+    """Each window's position in the judged span: 0 at the end of the warm-up, 1 at the end."""
+    end_s = windows[-1].end_s
+    return np.array([max(w.mid_s - run.warmup_s, 0.0) / max(end_s - run.warmup_s, 1.0) for w in windows])
+
+
+def diurnal_shape(phase: float) -> Callable[[np.random.Generator, np.ndarray], np.ndarray]:
+    """Offered rate relative to its geometric mean: ×3 from trough to peak over one cycle per run
+    (a day in a 24 h run); phase 0 starts on the rise, π while load is falling."""
+    return lambda rng, x: 3.0 ** (0.5 * np.sin(2 * np.pi * x + phase + rng.uniform(-0.3, 0.3)))
+
+
+def ramp_shape(rng: np.random.Generator, x: np.ndarray) -> np.ndarray:
+    """A soak `ramp` phase: 1× → 3× over a random 30–100 % of the run, then held."""
+    return 1.0 + 2.0 * np.clip(x / rng.uniform(0.3, 1.0), 0.0, 1.0)
+
+
+def wave_shape(rng: np.random.Generator, x: np.ndarray) -> np.ndarray:
+    """A soak `wave` phase: rate × (1 + 0.5·sin), two to six cycles per run."""
+    return 1.0 + 0.5 * np.sin(2 * np.pi * x * rng.uniform(2.0, 6.0) + rng.uniform(0, 2 * np.pi))
+
+
+def _latency_run(run, windows, stats) -> Finding:
+    rows = tuple(LatencyWindow(w.index, w.start_s, w.end_s, ttft=s) for w, s in zip(windows, stats))
+    sends = tuple(RequestWindow(w.index, w.start_s, w.end_s, requests=s.count if s else 0, sends=s.count if s else 0)
+                  for w, s in zip(windows, stats))
+    return replace(run, latency_windows=rows, request_windows=sends)
+
+
+def _counts(rng: np.random.Generator, windows: tuple[WindowInfo, ...], rates_per_s: np.ndarray) -> np.ndarray:
+    return rng.poisson(rates_per_s * np.array([w.end_s - w.start_s for w in windows]))
+
+
+def trial_creep_under_load(shape) -> Trial:
+    """TTFT that follows a varying offered rate (∝ rate^k, k 0.2–0.8, healthy); a creep of
+    `multiple` × rise_frac at equal load planted over the judged span. Latency follows the
+    arrivals a window really got (Poisson around the plan), which are what `sends` counts."""
+    def trial(rng: np.random.Generator, scenario: Scenario, multiple: float, gates: Gates) -> Finding:
+        run = bare_scenario_run(scenario)
+        x = np.array([w.mid_s / scenario.run_s for w in run.windows])
+        counts = _counts(rng, run.windows, scenario.rate_per_s * shape(rng, x))
+        seconds = np.array([w.end_s - w.start_s for w in run.windows])
+        relative = np.maximum(counts, 1) / seconds / scenario.rate_per_s
+        creep = (1 + multiple * gates.creep.ttft_p99.rise_frac) ** _shares(run, run.windows)
+        multipliers = relative ** rng.uniform(0.2, 0.8) * creep
+        stats = latency_series_shaped(rng, LatencyModel(median_ms=150.0), run.windows, counts, multipliers)
+        return latency.check_ttft(_latency_run(run, run.windows, stats), gates)
+    return trial
+
+
+def trial_creep_step(rng: np.random.Generator, scenario: Scenario, multiple: float, gates: Gates) -> Finding:
+    """Flat load; TTFT steps up by `multiple` × rise_frac at 14/24 of the run (hour 14 of a day) and stays."""
+    run = bare_scenario_run(scenario)
+    after = np.array([w.mid_s >= scenario.run_s * 14 / 24 for w in run.windows])
+    multipliers = np.where(after, 1 + multiple * gates.creep.ttft_p99.rise_frac, 1.0)
+    counts = _counts(rng, run.windows, np.full(len(run.windows), scenario.rate_per_s))
+    stats = latency_series_shaped(rng, LatencyModel(median_ms=150.0), run.windows, counts, multipliers)
+    return latency.check_ttft(_latency_run(run, run.windows, stats), gates)
+
+
+# ---------------------------------------------------------------------------------------------
+# Errors: a late ramp, a late step
+
+
+def _late_ramp(run, scenario: Scenario, size: float) -> np.ndarray:
+    """Extra error rate per window: 0 until 18/24 of the run, then rising linearly to `size`."""
+    start_s = scenario.run_s * 18 / 24
+    return np.array([size * max(w.mid_s - start_s, 0.0) / (scenario.run_s - start_s) for w in run.windows])
+
+
+def _error_run(run, counts) -> Finding:
+    return replace(run, request_windows=_request_rows(run.windows, counts))
+
+
+def trial_error_late_ramp(rng: np.random.Generator, scenario: Scenario, multiple: float, gates: Gates) -> Finding:
+    """0.1 % errors (overdispersed, with bursts) for 18 h of 24, then a linear rise of
+    `multiple` × rise_abs by the end (0.1 % → 3 % is 5.8×)."""
+    run = bare_scenario_run(scenario)
+    extra = _late_ramp(run, scenario, multiple * gates.errors.rise_abs)
+    counts = error_counts_shaped(rng, ErrorModel(base_rate=0.001), run.windows, scenario.rate_per_s, extra)
+    return error_checks.check_rise(_error_run(run, counts), gates)
+
+
+def trial_budget_late_step(rng: np.random.Generator, scenario: Scenario, multiple: float, gates: Gates) -> Finding:
+    """0.1 % errors, then from 18/24 of the run on `multiple` × the budget; the whole-run rate
+    stays under the budget up to ~4×, so only the last segment can tell."""
+    run = bare_scenario_run(scenario)
+    late = np.array([w.mid_s >= scenario.run_s * 18 / 24 for w in run.windows])
+    extra = np.where(late, max(multiple * gates.errors.budget - 0.001, 0.0), 0.0)
+    counts = error_counts_shaped(rng, ErrorModel(base_rate=0.001), run.windows, scenario.rate_per_s, extra)
+    return error_checks.check_budget(_error_run(run, counts), gates)
+
+
+def trial_bursts_late_ramp(rng: np.random.Generator, scenario: Scenario, multiple: float, gates: Gates) -> Finding:
+    """0.2 % errors rising to 3.1 % over the last quarter (no random bursts); when planted, one
+    window's rate is `multiple` × burst_factor × its own expected rate."""
+    run = bare_scenario_run(scenario)
+    model = ErrorModel(bursts_per_h=0.0)
+    expected = model.base_rate + _late_ramp(run, scenario, 0.029)
+    counts = error_counts_shaped(rng, model, run.windows, scenario.rate_per_s, expected - model.base_rate)
+    if multiple > 0:
+        i = int(rng.integers(1, len(counts)))
+        n = counts[i][0]
+        counts[i] = (n, int(rng.binomial(n, min(1.0, multiple * gates.errors.burst_factor * expected[i]))))
+    return error_checks.check_bursts(_error_run(run, counts), gates)
+
+
+SHORT = ("24h", "1h", "5m")
 CASES = [Case("creep.ttft_p99", "steady", trial_creep), Case("errors.rise", "steady", trial_error_rise),
-         Case("errors.bursts", "steady", trial_bursts), Case("throughput.decay", "steady", trial_throughput)]
+         Case("errors.bursts", "steady", trial_bursts), Case("throughput.decay", "steady", trial_throughput),
+         Case("creep.ttft_p99", "diurnal-rising", trial_creep_under_load(diurnal_shape(0.0)), SHORT),
+         Case("creep.ttft_p99", "diurnal-falling", trial_creep_under_load(diurnal_shape(np.pi)), SHORT),
+         Case("creep.ttft_p99", "wave", trial_creep_under_load(wave_shape), SHORT),
+         # A ramp moves load with time: a creep during it cannot be told from load; no power claimed.
+         Case("creep.ttft_p99", "ramp", trial_creep_under_load(ramp_shape), SHORT, power=False),
+         Case("creep.ttft_p99", "step-14h", trial_creep_step, SHORT),
+         Case("errors.rise", "late-ramp", trial_error_late_ramp, SHORT),
+         Case("errors.budget", "late-step", trial_budget_late_step, SHORT),
+         Case("errors.bursts", "late-ramp", trial_bursts_late_ramp, ("24h",))]

@@ -129,6 +129,22 @@ def latency_series(rng: np.random.Generator, model: LatencyModel, windows: tuple
     return out
 
 
+def latency_series_shaped(rng: np.random.Generator, model: LatencyModel, windows: tuple[WindowInfo, ...],
+                          counts: np.ndarray, multipliers: np.ndarray) -> list[LatencyStats | None]:
+    """Like `latency_series`, with the number of requests and a latency multiplier per window (a
+    varying load that latency follows, a step…) instead of a constant rate and the planted creep."""
+    levels = ar1(rng, len(windows), model.window_phi, model.window_sigma)
+    out: list[LatencyStats | None] = []
+    for window, level, n, multiplier in zip(windows, levels, counts, multipliers):
+        rate = n / max(window.end_s - window.start_s, 1e-9)
+        if n == 0:
+            out.append(None)
+            continue
+        samples = latency_samples(rng, model, n, rate, level, multiplier, window.end_s - window.start_s)
+        out.append(stats_of(samples))
+    return out
+
+
 # ---------------------------------------------------------------------------------------------
 # Errors
 
@@ -156,6 +172,23 @@ def error_counts(rng: np.random.Generator, model: ErrorModel, windows: tuple[Win
         share = max(window.mid_s - warmup_s, 0.0) / max(end_s - warmup_s, 1.0)
         rate = model.base_rate * np.exp(model.overdispersion_sigma * rng.standard_normal()
                                         - model.overdispersion_sigma ** 2 / 2) + model.rise_abs * share
+        errors = rng.binomial(n, min(rate, 1.0))
+        for _ in range(rng.poisson(model.bursts_per_h * window_s / HOUR_S)):
+            errors += rng.binomial(rng.poisson(rate_per_s * model.burst_s), model.burst_error_frac)
+        out.append((n, int(min(errors, n))))
+    return out
+
+
+def error_counts_shaped(rng: np.random.Generator, model: ErrorModel, windows: tuple[WindowInfo, ...],
+                        rate_per_s: float, extra_rate: np.ndarray) -> list[tuple[int, int]]:
+    """Like `error_counts`, with `extra_rate[i]` added to window i's error rate instead of the
+    linear `rise_abs` (a late ramp, a step…)."""
+    out = []
+    for window, extra in zip(windows, extra_rate):
+        window_s = window.end_s - window.start_s
+        n = int(rng.poisson(rate_per_s * window_s))
+        rate = model.base_rate * np.exp(model.overdispersion_sigma * rng.standard_normal()
+                                        - model.overdispersion_sigma ** 2 / 2) + extra
         errors = rng.binomial(n, min(rate, 1.0))
         for _ in range(rng.poisson(model.bursts_per_h * window_s / HOUR_S)):
             errors += rng.binomial(rng.poisson(rate_per_s * model.burst_s), model.burst_error_frac)

@@ -88,3 +88,86 @@ def test_histogram_stats():
     stats = LatencyStats.from_histogram(histogram)
     assert stats.count == 1000
     assert stats.p99_ms == pytest.approx(990, rel=0.01) and stats.p50_ms == pytest.approx(500, rel=0.01)
+
+
+# --- judged at comparable load -------------------------------------------------------------------
+
+def diurnal_rate(w, phase=math.pi):
+    """Offered req/s: ×3 trough to peak over the day; phase π starts while load is falling."""
+    return 2.0 * 3.0 ** (0.5 * math.sin(2 * math.pi * w.mid_s / RUN_S + phase))
+
+
+def loaded_run(p99_of, rate_of, sends=True, run_s=RUN_S, count=5000):
+    """Latency windows whose P99 is `p99_of(w)`, with the offered load `rate_of(w)` as sends
+    (or, without sends, as the server's in-flight gauge)."""
+    from soak.analysis.inputs import RequestWindow, ServerSeries
+    run = windows_with(count, p99_of, run_s)
+    rows = tuple(RequestWindow(w.index, w.start_s, w.end_s, requests=1,
+                               sends=round(rate_of(w) * (w.end_s - w.start_s)) if sends else None)
+                 for w in run.windows)
+    t_s = np.arange(0.0, run_s, 60.0)
+    mids = np.array([w.mid_s for w in run.windows])
+    running = np.interp(t_s, mids, [rate_of(w) * 4 for w in run.windows])
+    return bare_run(run_s, latency_windows=run.latency_windows, request_windows=rows,
+                    server=ServerSeries(t_s=t_s, running=running))
+
+
+def follows_load(seed, rate_of=diurnal_rate, creep_frac=0.0, k=0.5):
+    rng = np.random.default_rng(seed)
+    return lambda w: (800 * (rate_of(w) / 2.0) ** k * (1 + creep_frac) ** (w.mid_s / RUN_S)
+                      * math.exp(rng.normal(0, 0.05)))
+
+
+@pytest.mark.parametrize("phase", [0.0, math.pi])
+def test_latency_that_follows_a_diurnal_load_is_no_creep(phase):
+    def rate(w):
+        return diurnal_rate(w, phase)
+    finding = check_ttft(loaded_run(follows_load(10, rate), rate), Gates())
+    assert finding.verdict == PASS, finding.evidence
+    assert finding.details["method"] == "trend at equal load"
+    assert finding.details["load_elasticity"] == pytest.approx(0.5, abs=0.1)
+
+
+def test_degradation_at_equal_load_fails_and_names_the_load():
+    finding = check_ttft(loaded_run(follows_load(11, creep_frac=0.8), diurnal_rate), Gates())
+    assert finding.verdict == FAIL
+    assert finding.value == pytest.approx(80 * 47 / 48 * 0.95, abs=20)
+    assert "at equal offered rate: 1.2–3.5 req/s" in finding.evidence
+    assert "P99 ∝ load^0.5" in finding.evidence
+
+
+def test_in_flight_gauge_stands_in_for_missing_sends():
+    finding = check_ttft(loaded_run(follows_load(12), diurnal_rate, sends=False), Gates())
+    assert finding.verdict == PASS and finding.details["load_source"] == "mean in-flight requests"
+
+
+def test_a_pure_ramp_cannot_be_told_from_creep():
+    def ramp(w):
+        return 1.0 + 3.0 * w.mid_s / RUN_S
+    finding = check_ttft(loaded_run(follows_load(13, ramp), ramp), Gates())
+    assert finding.verdict == INCONCLUSIVE
+    assert "cannot be told from latency following load" in finding.evidence
+
+
+def test_flat_load_keeps_the_trend_over_time():
+    finding = check_ttft(loaded_run(noisy(14), lambda w: 2.0), Gates())
+    assert finding.verdict == PASS and finding.details["method"] == "trend over time"
+
+
+def test_p99_step_at_hour_14_fails_with_its_size():
+    # Seed 1: the trend alone is only SUSPECT (Hamed–Rao reads the step as autocorrelation).
+    rng = np.random.default_rng(1)
+    step = check_ttft(windows_with(5000, lambda w: 800 * (1.35 if w.mid_s > 14 * 3600 else 1.0)
+                                   * math.exp(rng.normal(0, 0.05))), Gates())
+    assert step.verdict == FAIL
+    assert step.details["step"]["found"] and step.details["step"]["t_s"] == pytest.approx(14 * 3600, abs=1800)
+    assert step.value == pytest.approx(35, abs=8)
+    assert "stepped up" in step.evidence and "and stayed" in step.evidence
+
+
+def test_every_creep_finding_has_a_detection_limit():
+    passed = check_ttft(windows_with(5000, noisy(16)), Gates())
+    assert passed.detection_limit is not None and passed.detection_limit < 25
+    assert "this run rules out rises above" in passed.evidence
+    at_load = check_ttft(loaded_run(follows_load(17), diurnal_rate), Gates())
+    assert at_load.detection_limit is not None and "this run rules out" in at_load.evidence
