@@ -144,8 +144,9 @@ def check_leak(run: RunData, gates: Gates, kind: LeakKind, gate: MemoryLeakGate 
                subjects: list[Subject]) -> Finding:
     """Trend- and step-test the tree total and each process; see the module docstring."""
     if not subjects and not _probe_values(run.probes, kind):
-        return skipped(kind.check, f"No {kind.quantity} samples of the server's processes.",
-                       gpu_seen=run.gpu_seen)
+        return skipped(kind.check, f"No {kind.quantity} samples of the server's processes: none could be seen "
+                       "from soak's host and its /metrics serves no process_* series; for a server on this host "
+                       "pass --server-pid PID.", gpu_seen=run.gpu_seen)
     source, rows = reduce_series(run, gates, kind, subjects)
     total = tree_total(rows)
     usable = 0 if total is None else int(np.isfinite(total.values).sum())
