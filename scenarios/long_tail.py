@@ -1,7 +1,7 @@
 """long_tail: heavy-tailed prompt and output lengths (lognormal and Pareto), capped at the model's context.
 
 Most requests are modest; a few are very long in prompt, output or both — the ones that find leaks and
-stalls. max_model_len comes from the server's /v1/models (2048 if it does not say).
+stalls. max_model_len is the context length: --max-context, else what the server states, else 2048.
 """
 
 from soak.load import OpenAIUser, task

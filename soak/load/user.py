@@ -19,11 +19,12 @@ from locust import FastHttpUser, constant
 from soak.load.client import ClientContext, OpenAIClient, current_arrival
 from soak.load.prompts import TokenRatio
 from soak.load.records import RequestRecord
-from soak.load.settings import DEFAULT_MAX_MODEL_LEN, ClientSettings
+from soak.load.settings import ClientSettings
 
 log = logging.getLogger(__name__)
 
-# Room left for the chat template and special tokens when sizing prompts against max_model_len.
+# Room left for the chat template and special tokens when sizing prompts against max_model_len (the context
+# length soak.load.context resolves).
 TEMPLATE_MARGIN_TOKENS = 64
 
 
@@ -40,13 +41,6 @@ def fetch_model_cards(base_url: str, api_key: str | None = None, timeout_s: floa
         return []
     cards = data.get("data") if isinstance(data, dict) else None
     return [card for card in cards or [] if isinstance(card, dict)]
-
-
-def max_model_len_of(cards: list[dict[str, Any]], model: str | None) -> int:
-    """`max_model_len` of the served model as vLLM reports it; 2048 when the server does not say."""
-    chosen = [card for card in cards if card.get("id") == model] or cards[:1]
-    value = chosen[0].get("max_model_len") if chosen else None
-    return int(value) if isinstance(value, int) and value > 0 else DEFAULT_MAX_MODEL_LEN
 
 
 class OpenAIUser(FastHttpUser):
