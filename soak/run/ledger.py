@@ -8,7 +8,7 @@ the final count; readers take each group's largest count (`soak/run/summary.py`)
   "HTTP 400: request (1719 tokens) exceeds the available context size (1024 tokens)". At most MAX_GROUPS
   distinct messages; later new ones count in one `other` group.
 - `validation_gap`: a 200 where the scenario expected a refusal (`soak.load.client.Expect`), grouped by scenario
-  and expectation.
+  and expectation (beyond MAX_GROUPS expectations, under OTHER_MESSAGE).
 """
 
 from __future__ import annotations
@@ -109,12 +109,13 @@ class OutcomeLedger:
 
     def _add_gap(self, record: RequestRecord) -> None:
         key = (record.scenario, str(record.validation_gap))
+        if key not in self.gaps and len(self.gaps) >= self.max_groups:
+            key = (record.scenario, OTHER_MESSAGE)
         group = self.gaps.get(key)
         if group is None:
-            group = self.gaps[key] = _Group({"scenario": record.scenario, "expectation": record.validation_gap,
+            group = self.gaps[key] = _Group({"scenario": key[0], "expectation": key[1],
                                              "status_code": record.status_code, "max_output_tokens": None})
-            log.warning("validation gap: %s expected %s and got HTTP %s", record.scenario, record.validation_gap,
-                        record.status_code or 200)
+            log.warning("validation gap: %s expected %s and got HTTP %s", key[0], key[1], record.status_code or 200)
         most = group.data["max_output_tokens"]
         group.data["max_output_tokens"] = max(most or 0, record.output_tokens)
         if group.add(record):
