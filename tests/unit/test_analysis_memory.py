@@ -254,3 +254,20 @@ def test_tree_total_skips_points_where_a_process_is_missing():
     b = Series("b", 2, "b", t_s, np.array([2.0, 2, np.nan, 2, 2]))
     total = tree_total([a, b])
     assert np.isnan(total.values[2]) and total.values[0] == 3.0
+
+
+def test_a_shrinking_tree_has_no_time_to_exhaustion():
+    processes = (flat_process(1, "api", 1500 * MIB, -100 * MIB),)
+    t_s = np.arange(0.0, RUN_S, 30.0)
+    host = HostSeries(t_s=t_s, available_bytes=np.full(t_s.size, 8.0 * GIB))
+    finding = check_rss(bare_run(RUN_S, processes=processes, host=host), Gates())
+    assert finding.verdict == PASS
+    assert finding.exhaustion == {"resource": "host memory", "headroom": 8 * GIB, "hours": None}
+    assert "runs out" not in finding.evidence
+
+
+def test_amounts_keep_significant_digits():
+    from soak.analysis.fmt import count_text, hours_text, small_bytes_text
+    assert [count_text(v) for v in (0.002, 0.00314, 6.04, 0.0)] == ["0.002", "0.0031", "6.0", "0.0"]
+    assert [small_bytes_text(v) for v in (0.31, 12.0, 500.0, 5 * MIB)] == ["0.31 B", "12 B", "500 B", "5.0 MiB"]
+    assert [hours_text(v) for v in (31.4, 2.25, 0.5)] == ["31 h", "2.2 h", "30m"]
