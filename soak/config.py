@@ -24,6 +24,7 @@ WINDOWS_PER_RUN = 48
 WINDOW_MIN_S, WINDOW_MAX_S = 5.0, 1800.0
 PROBE_EVERY_MIN_S, PROBE_EVERY_MAX_S = 60.0, 3600.0
 PROBE_HOLD_S, PROBE_DRAIN_S = 30.0, 60.0
+DRAIN_P99_FACTOR = 3.0  # an idle probe waits at least this many E2E P99s for in-flight requests
 DEFAULT_HORIZON_S = 7 * 86400.0  # a week between restarts is the service life the leak gates protect by default
 
 
@@ -97,6 +98,7 @@ class TargetSettings(_Model):
     device: Literal["cpu", "cuda"] = "cpu"
     server_pids: tuple[int, ...] = ()
     metrics_urls: tuple[str, ...] = ()
+    server_kind: Literal["vllm", "vllm-v0", "sglang", "tgi", "llamacpp", "trtllm"] | None = None
     restart: Literal["never", "on-crash"] = "never"
     max_restarts: int = Field(default=3, ge=0)
     startup_timeout_s: float = Field(default=900.0, gt=0)
@@ -214,10 +216,18 @@ class RunConfig(_Model):
 
     @property
     def probe_drain_timeout_s(self) -> float:
-        """Longest wait for in-flight requests to finish at a probe; past it the drain is recorded as timed out."""
+        """Longest wait for in-flight requests to finish at a probe before any latency is known (see
+        `drain_timeout_for`): --drain-timeout, else 60 s (for short runs the window, at least 10 s)."""
         if self.load.drain_timeout_s is not None:
             return self.load.drain_timeout_s
         return min(PROBE_DRAIN_S, max(self.window_s, 10.0))
+
+    def drain_timeout_for(self, e2e_p99_s: float | None) -> float:
+        """The drain timeout given the E2E P99 observed so far: --drain-timeout when given, else the larger of
+        `probe_drain_timeout_s` and 3 × that P99, so requests still streaming normally are never cut short."""
+        if self.load.drain_timeout_s is not None:
+            return self.load.drain_timeout_s
+        return max(self.probe_drain_timeout_s, DRAIN_P99_FACTOR * (e2e_p99_s or 0.0))
 
 
 def default_warmup_s(duration_s: float) -> float:

@@ -17,6 +17,8 @@ from typing import Any, Literal
 from soak.errors import ConfigError
 
 CONFIG_ENV = "SOAK_CONFIG"
+# The dialects of soak/telemetry/dialects.py (DIALECTS), which --server-kind may name.
+SERVER_KINDS = ("vllm", "vllm-v0", "sglang", "tgi", "llamacpp", "trtllm")
 Kind = Literal["text", "int", "float", "duration", "file", "folder", "choice", "flag"]
 
 LENGTH, TARGET, REFERENCE, LOAD, PROBES, OUTPUT, LOCATIONS = (
@@ -74,10 +76,13 @@ SETTINGS: tuple[Setting, ...] = (
     _s("vllm_bin", "target.vllm_bin", TARGET, "The vllm executable to run (default: from PATH).", metavar="PATH"),
     _s("serve_arg", "target.serve_args", TARGET, "Extra argument for `vllm serve` (repeatable).", metavar="ARG",
        multiple=True),
-    _s("server_pid", "target.server_pids", TARGET, "Extra server process to sample (repeatable).", kind="int",
+    _s("server_pid", "target.server_pids", TARGET, "Server process to sample (repeatable; default: the "
+       "process listening on a local --target's port).", kind="int",
        metavar="PID", multiple=True),
     _s("metrics_url", "target.metrics_urls", TARGET, "Extra Prometheus endpoint to scrape (repeatable).",
        metavar="URL", multiple=True),
+    _s("server_kind", "target.server_kind", TARGET, "Read the server's /metrics under this server's names instead "
+       "of detecting them (docs/servers.md).", kind="choice", choices=SERVER_KINDS),
     _s("restart", "target.restart", TARGET, "Restart policy for a managed server (default never).", kind="choice",
        choices=("never", "on-crash")),
     _s("max_restarts", "target.max_restarts", TARGET, "Most restarts under --restart on-crash (default 3).",

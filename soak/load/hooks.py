@@ -21,11 +21,14 @@ class LoadHooks:
     load generator's `EventKind`s (context_length, phase, warmup_end, probe_*, load_paused/load_resumed).
     on_idle_probe(index, drained): at the end of each probe's hold, before arrivals resume, so the idle floor
     can be sampled.
+    drain_timeout_s(): at each probe's start, the longest wait for in-flight requests (the conductor's comes
+    from the latency observed so far); without it, the config's `probe_drain_timeout_s`.
     """
 
     on_request: Callable[[RequestRecord], Any] | None = None
     on_event: Callable[..., Any] | None = None
     on_idle_probe: Callable[[int, bool], Any] | None = None
+    drain_timeout_s: Callable[[], float] | None = None
 
 
 class HookCaller:
@@ -44,6 +47,16 @@ class HookCaller:
         if self.hooks.on_event is None:
             return
         self._safely(self.hooks.on_event, kind, message, data)
+
+    def drain_timeout_s(self, default_s: float) -> float:
+        """The consumer's idle-probe drain timeout now; `default_s` without one, or when it fails."""
+        if self.hooks.drain_timeout_s is None:
+            return default_s
+        try:
+            return float(self.hooks.drain_timeout_s())
+        except Exception:
+            log.exception("load hook drain_timeout_s failed")
+            return default_s
 
     def idle_probe(self, index: int, drained: bool) -> None:
         if self.hooks.on_idle_probe is not None:

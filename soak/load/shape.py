@@ -291,7 +291,7 @@ class LoadController:
         return window[1]
 
     def _wait_drained(self, start_t: float) -> tuple[bool, float, int]:
-        deadline_t = start_t + self.config.probe_drain_timeout_s
+        deadline_t = start_t + self.hooks.drain_timeout_s(self.config.probe_drain_timeout_s)
         while True:
             in_flight, schedule_t = self._drain_state()
             now = time.time()

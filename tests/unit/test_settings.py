@@ -59,7 +59,7 @@ EXAMPLES: dict[str, Example] = {
     "serve_arg": repeated(["--enforce-eager", "--max-num-seqs=8"], ("--enforce-eager", "--max-num-seqs=8")),
     "server_pid": repeated(["12", "13"], (12, 13), toml="[12, 13]"),
     "metrics_url": repeated(["http://h:1/metrics"], ("http://h:1/metrics",)),
-    "restart": ex("on-crash", "on-crash"), "max_restarts": ex("5", 5, toml="5"),
+    "server_kind": ex("llamacpp", "llamacpp"), "restart": ex("on-crash", "on-crash"), "max_restarts": ex("5", 5, toml="5"),
     "startup_timeout": ex("2m", 120.0), "api_key_env": ex("MY_KEY", "MY_KEY"),
     "server_log": ex("/var/log/vllm.log", Path("/var/log/vllm.log")), "canary_every": ex("5m", 300.0),
     "reference_fault": repeated(["leak_rss", "crash_after=60"], ("leak_rss", "crash_after=60")),
@@ -162,3 +162,10 @@ def test_every_setting_is_documented():
     text = (Path(__file__).resolve().parents[2] / "docs" / "settings.md").read_text()
     for setting in SETTINGS:
         assert f"`{setting.flag}`" in text and f"`{setting.env}`" in text, setting.key
+
+
+def test_server_kinds_are_the_known_dialects():
+    from soak.settings import SERVER_KINDS
+    from soak.telemetry.dialects import DIALECTS
+
+    assert set(SERVER_KINDS) == set(DIALECTS)
