@@ -13,7 +13,8 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 SUMMARY_KEYS = {"schema", "run_id", "status", "started_at", "ended_at", "duration_s", "target", "verdict",
                 "findings", "totals", "latency_ms", "report_html"}
 CHECKS = {"leak.rss", "leak.vram", "leak.kv", "leak.fds", "creep.ttft_p99", "creep.itl_p99", "creep.e2e_p99",
-          "errors.rise", "errors.budget", "hang", "crashes", "throughput.decay", "client.saturation"}
+          "errors.rise", "errors.budget", "hang", "crashes", "throughput.decay", "client.saturation",
+          "server.log_errors", "canary"}
 VERDICT_EXIT = {"PASS": 0, "FAIL": 1, "INCONCLUSIVE": 3, "INVALID": 3}
 
 
@@ -53,6 +54,9 @@ def test_summary_follows_the_schema(finished_run):
     creep = next(f for f in summary["findings"] if f["check"] == "creep.ttft_p99")
     assert creep["verdict"] in ("INCONCLUSIVE", "SKIPPED")
     assert next(f for f in summary["findings"] if f["check"] == "leak.vram")["verdict"] == "SKIPPED"
+    # The managed server's own log was scanned and is clean; one canary (the default is every 10 min) decides nothing.
+    assert next(f for f in summary["findings"] if f["check"] == "server.log_errors")["verdict"] == "PASS"
+    assert next(f for f in summary["findings"] if f["check"] == "canary")["verdict"] == "INCONCLUSIVE"
 
 
 def test_database_holds_samples_windows_and_events(finished_run):
