@@ -77,10 +77,14 @@ def test_a_short_run_on_a_noisy_healthy_server_is_inconclusive_and_says_its_dete
 def test_a_leak_only_on_cancelled_streams_is_attributed_to_cancel(tmp_path, soak_cli):
     result = soak_cli(*TREND_RUN, "--scenario", "chat_short:2", "--scenario", "cancel:1", "--phase", WAVE,
                       "--reference-fault", "rss-leak-on=cancel:1MiB", "--out", str(tmp_path), timeout_s=400)
-    rss = _by_check(_summary(result))["leak.rss"]
+    summary = _summary(result)
+    rss = _by_check(summary)["leak.rss"]
     assert rss["verdict"] == "FAIL", rss
     assert re.search(r"per (cancelled )?`cancel` request", rss["evidence"]), rss["evidence"]
     # ...and the growth it fits to the cancel scenario is the planted 1 MiB per abandoned stream.
     assert any(term["scenario"].startswith("cancel") and 0.8 * MIB <= term["per_request"] <= 1.25 * MIB
                for term in rss["attribution"]), rss["attribution"]
-    assert rss["exhaustion"]["resource"] and rss["exhaustion"]["hours"] > 0
+    assert rss["exhaustion"]["resource"] == "host memory" and rss["exhaustion"]["hours"] > 0
+    html = (tmp_path / summary["run_id"] / "report.html").read_text(encoding="utf-8")
+    banner = html[html.index('<header class="banner'):html.index("</header>")]
+    assert "host memory runs out in" in banner and "at this slope (leak.rss)" in banner
