@@ -56,8 +56,8 @@ def _p(log_class: ServerLogClass, dialect: str, pattern: str, flags: int = 0) ->
 C = ServerLogClass
 # First match wins, so the fatal classes come first. Dialect names are those of soak.telemetry.dialects.DIALECTS.
 PATTERNS: tuple[LogPattern, ...] = (
-    _p(C.OOM, "any", r"CUDA out of memory|OutOfMemoryError|\bout of memory\b|^\s*Killed\s*$|Killed process \d+",
-       re.IGNORECASE),
+    _p(C.OOM, "any", r"CUDA out of memory|OutOfMemoryError|\bMemoryError\b|std::bad_alloc|Out of memory: Kill|"
+       r"Killed process \d+|^\s*Killed\s*$|\b(?:error|failed|fatal)\b.{0,80}\bout of memory", re.IGNORECASE),
     _p(C.ENGINE_DEAD, "any", r"EngineDeadError"),
     _p(C.CUDA_ERROR, "any", r"CUDA error|cudaError\w+|CUBLAS_STATUS_\w+_ERROR|illegal memory access"),
     _p(C.FATAL, "vllm", r"EngineCore encountered a fatal error|EngineCore failed to start|Engine core initialization "

@@ -33,6 +33,7 @@ def append(path, text: str) -> None:
     ("Killed", ServerLogClass.OOM, "any"),
     ("[12345.6] Out of memory: Killed process 4242 (python)", ServerLogClass.OOM, "any"),
     ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB", ServerLogClass.OOM, "any"),
+    ("alloc_buffer: allocating 4096.00 MiB on device 0: cudaMalloc failed: out of memory", ServerLogClass.OOM, "any"),
     ("vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue.", ServerLogClass.ENGINE_DEAD, "any"),
     ("RuntimeError: CUDA error: an illegal memory access was encountered", ServerLogClass.CUDA_ERROR, "any"),
     ("(EngineCore_0 pid=2651) ERROR 06-11 11:46:39 [core.py:517] EngineCore encountered a fatal error.",
@@ -60,6 +61,7 @@ def test_the_table_classifies_each_kind_of_line(line, log_class, dialect):
     "SOAK_REFSERVER_READY http://127.0.0.1:4242",
     "soak refserver: fault hang-after=60s (model time): engine loop stopped",
     "the model infers information from inference requests",
+    "WARNING lower --gpu-memory-utilization if you run out of memory",
 ])
 def test_ordinary_lines_match_nothing(line):
     assert classify(line) is None
