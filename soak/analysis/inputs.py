@@ -271,7 +271,9 @@ class Event:
     """Something that happened at `t_s`.
 
     `kind` is an `EventKind` value (soak.contracts). Kinds the analysis reads: "server_start", "crash"
-    (data may carry "exit_code" and "log_tail"), "restart" and "probe_drain_timeout". Other kinds are ignored.
+    (data may carry "exit_code" and "log_tail"), "restart", "probe_drain_timeout", "server_log_error" and
+    "server_log_scanned" (server.log_errors), "canary", "canary_mismatch", "canary_timeout" and "canary_error"
+    (canary). Other kinds are ignored.
     """
 
     t_s: float
