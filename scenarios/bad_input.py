@@ -7,8 +7,7 @@ accepted too. A 5xx or a hang is an error; any other 200 is a `validation_gap`, 
 summary, the report and the log (docs/load.md, "Expectations").
 """
 
-from soak.load import OpenAIUser, task
-from soak.load.client import Expect
+from soak.load import Expect, OpenAIUser, task
 from soak.load.prompts import question, text_of_bytes
 
 # Bytes per context token that make a prompt too long even for a tokenizer that packs ~6 bytes a token.

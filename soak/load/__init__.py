@@ -15,7 +15,7 @@ from typing import Any
 _EXPORTS = {
     "start_load": "soak.load.runner", "LoadHandle": "soak.load.runner", "LoadHooks": "soak.load.hooks",
     "RequestRecord": "soak.load.records", "OpenAIUser": "soak.load.user", "OpenAIClient": "soak.load.client",
-    "Reply": "soak.load.client", "task": "locust", "tag": "locust",
+    "Reply": "soak.load.client", "Expect": "soak.load.client", "task": "locust", "tag": "locust",
     "builtin_names": "soak.load.scenarios", "ClientSettings": "soak.load.settings",
 }
 
