@@ -98,6 +98,7 @@ class LogFollower:
         self._inode: int | None = None
         self._offset = 0
         self._partial = b""
+        self._warned = False
         self.bytes_read = 0
         stat = self._stat()
         if stat is not None:  # a file that appears later is read from its start
@@ -111,9 +112,15 @@ class LogFollower:
         self._follow(stat)
         if stat.st_size <= self._offset:
             return []
-        with open(self.path, "rb") as handle:
-            handle.seek(self._offset)
-            data = handle.read(limit_bytes)
+        try:
+            with open(self.path, "rb") as handle:
+                handle.seek(self._offset)
+                data = handle.read(limit_bytes)
+        except OSError as exc:  # unreadable now (permissions, a folder): a scan must never stop the run
+            if not self._warned:
+                log.warning("cannot read server log %s: %s", self.path, exc)
+            self._warned = True
+            return []
         self._offset += len(data)
         self.bytes_read += len(data)
         *lines, self._partial = (self._partial + data).split(b"\n")

@@ -140,3 +140,11 @@ def test_no_log_no_scanner(tmp_path):
     scanner = scanner_for_run(None, managed, events)  # a managed server's log is read from its start
     scanner.close()
     assert [f["exception"] for f in events.of("server_log_error")] == ["ValueError: at startup"]
+
+
+def test_an_unreadable_log_is_no_error(tmp_path):
+    events = Events()
+    scanner = scanner_for_run(tmp_path, None, events)  # a folder: it stats, but cannot be read
+    scanner.poll()
+    scanner.close()
+    assert events.of("server_log_error") == [] and events.of("server_log_scanned")[-1]["lines"] == 0
