@@ -110,21 +110,23 @@ class LogFollower:
         if stat is None:
             return []
         self._follow(stat)
-        if stat.st_size <= self._offset:
-            return []
-        try:
-            with open(self.path, "rb") as handle:
-                handle.seek(self._offset)
-                data = handle.read(limit_bytes)
-        except OSError as exc:  # unreadable now (permissions, a folder): a scan must never stop the run
-            if not self._warned:
-                log.warning("cannot read server log %s: %s", self.path, exc)
-            self._warned = True
-            return []
+        data = self._read(limit_bytes) if stat.st_size > self._offset else b""
         self._offset += len(data)
         self.bytes_read += len(data)
         *lines, self._partial = (self._partial + data).split(b"\n")
         return [line.decode("utf-8", errors="replace").rstrip("\r")[:MAX_LINE_CHARS] for line in lines]
+
+    def _read(self, limit_bytes: int) -> bytes:
+        """Up to `limit_bytes` from the offset; nothing when the file cannot be read (a scan never stops the run)."""
+        try:
+            with open(self.path, "rb") as handle:
+                handle.seek(self._offset)
+                return handle.read(limit_bytes)
+        except OSError as exc:  # permissions, a folder
+            if not self._warned:
+                log.warning("cannot read server log %s: %s", self.path, exc)
+            self._warned = True
+            return b""
 
     def rest(self) -> list[str]:
         """The unterminated last line, at the end of a scan."""
