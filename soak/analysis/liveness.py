@@ -1,4 +1,9 @@
-"""Liveness: `hang` (silent stall) and `crashes` (engine death)."""
+"""Liveness: `hang` (silent stall) and `crashes` (engine death).
+
+A hang is a span with requests running and no new token. An idle probe whose drain timed out is a hang signal
+only while nothing moved: when tokens kept flowing during the drain — the server's generation-token counter
+rose, or the client received chunks (`probe_drain_streaming`) — the requests were slow, not stuck.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +18,8 @@ from soak.analysis.inputs import Event, RunData, ServerSeries
 from soak.contracts import EventKind
 
 HANG_EVENTS = (EventKind.PROBE_DRAIN_TIMEOUT,)
+STREAMING_EVENTS = (EventKind.PROBE_DRAIN_STREAMING,)
+PROBE_START_EVENTS = (EventKind.PROBE_START,)
 SERVER_EVENTS = (EventKind.SERVER_START, EventKind.CRASH, EventKind.RESTART)
 
 
@@ -48,24 +55,56 @@ def find_stalls(server: ServerSeries, min_length_s: float) -> tuple[list[Span], 
     return spans, longest_s
 
 
+def _tokens_rose(server: ServerSeries | None, start_s: float | None, end_s: float) -> bool:
+    """Whether the generation-token counter rose between the last sample before `start_s` and `end_s`."""
+    if server is None or server.generation_tokens_total is None or start_s is None:
+        return False
+    t_s, tokens = server.t_s, server.generation_tokens_total
+    first = max(int(np.searchsorted(t_s, start_s, side="right")) - 1, 0)
+    last = int(np.searchsorted(t_s, end_s, side="right"))
+    seen = tokens[first:last][np.isfinite(tokens[first:last])]
+    return seen.size >= 2 and float(seen.max()) > float(seen[0])
+
+
+def streaming_timeouts(run: RunData, timeouts: list[Event]) -> list[Event]:
+    """The drain timeouts during which tokens kept flowing: the server's counter rose, or the client got chunks."""
+    starts = {e.data.get("index"): e.t_s for e in run.events if e.kind in PROBE_START_EVENTS}
+    chunks = {e.data.get("index") for e in run.events if e.kind in STREAMING_EVENTS}
+    return [e for e in timeouts if e.data.get("index") in chunks
+            or _tokens_rose(run.server, starts.get(e.data.get("index")), e.t_s)]
+
+
+def _unexcused_probes(run: RunData, timeouts: list[Event], excused: list[Event]) -> list:
+    """Undrained probe readings whose drain timeout (the last one before the reading) was not excused."""
+    undrained = []
+    for probe in (p for p in run.probes if not p.drained):
+        before = [e for e in timeouts if e.t_s <= probe.t_s]
+        if not before or before[-1] not in excused:
+            undrained.append(probe)
+    return undrained
+
+
 def check_hang(run: RunData, gates: Gates) -> Finding:
     limit_s = gates.hang.effective_after_s(run.planned_duration_s)
     stalls, longest_s = find_stalls(run.server, limit_s) if run.server else ([], 0.0)
-    timeouts = [e for e in run.events if e.kind in HANG_EVENTS]
-    undrained = [p for p in run.probes if not p.drained]
+    all_timeouts = [e for e in run.events if e.kind in HANG_EVENTS]
+    streaming = streaming_timeouts(run, all_timeouts)
+    timeouts = [e for e in all_timeouts if e not in streaming]
+    undrained = _unexcused_probes(run, all_timeouts, streaming)
     has_gauges = run.server is not None and run.server.running is not None \
         and run.server.generation_tokens_total is not None
-    if not (has_gauges or run.probes or timeouts):
+    if not (has_gauges or run.probes or all_timeouts):
         return skipped("hang", "No server gauges (running, generated tokens) or idle probes to judge a hang by.")
     details = {"limit_s": limit_s, "longest_stall_s": longest_s,
                "stalls": [{"start_s": s.start_s, "end_s": s.end_s} for s in stalls],
                "timeouts": [{"t_s": e.t_s, "kind": e.kind, "message": e.message} for e in timeouts],
-               "undrained_probes": [p.t_s for p in undrained]}
+               "undrained_probes": [p.t_s for p in undrained],
+               "streaming_drains": [{"t_s": e.t_s, "index": e.data.get("index")} for e in streaming]}
     if stalls or timeouts or undrained:
         return Finding(check="hang", verdict=FAIL, value=longest_s, unit="s", threshold=limit_s,
                        evidence=_hang_text(stalls, timeouts, undrained, limit_s), details=details)
     return Finding(check="hang", verdict=PASS, value=longest_s, unit="s", threshold=limit_s,
-                   evidence=_no_hang_text(has_gauges, longest_s, limit_s, len(run.probes)),
+                   evidence=_no_hang_text(has_gauges, longest_s, limit_s, len(run.probes), len(streaming)),
                    details=details)
 
 
@@ -84,12 +123,15 @@ def _hang_text(stalls: list[Span], timeouts: list[Event], undrained: list, limit
     return text[0].upper() + text[1:] + "."
 
 
-def _no_hang_text(has_gauges: bool, longest_s: float, limit_s: float, probes: int) -> str:
+def _no_hang_text(has_gauges: bool, longest_s: float, limit_s: float, probes: int, streaming: int = 0) -> str:
     parts = []
     if has_gauges:
         parts.append(f"longest span with running requests and no new tokens was {longest_s:.0f} s "
                      f"(limit {limit_s:.0f} s)")
-    if probes:
+    if probes and streaming:
+        parts.append(f"{streaming} of {probes} idle-probe drains timed out while tokens kept flowing (slow "
+                     "requests still streaming, not a hang); the others finished")
+    elif probes:
         parts.append(f"all {probes} idle-probe drains finished")
     text = "No hang: " + "; ".join(parts)
     return text + "."

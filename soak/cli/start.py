@@ -75,7 +75,7 @@ def describe_progress(progress: dict[str, Any]) -> str:
     """One human line of progress."""
     stage = progress.get("stage", "")
     if stage == "starting":
-        return f"starting the {progress.get('target')} server…"
+        return progress.get("message") or f"starting the {progress.get('target')} server…"
     if stage == "finalising":
         return f"run {progress.get('run_id')}: stopping load, analysing, writing the report…"
     if stage == "storage_failure":

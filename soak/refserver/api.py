@@ -42,6 +42,24 @@ class ModelCard:
     model_name: str
     max_model_len: int
     created: int
+    dialect: str = "vllm"  # whose /v1/models fields to imitate
+
+    def describe(self) -> dict:
+        """This model's /v1/models entry, with the fields the dialect's server puts there.
+
+        vLLM and SGLang state `max_model_len`; SGLang and llama.cpp name themselves in `owned_by`; llama.cpp
+        states its context in `meta.n_ctx`; TGI states none and puts the model id in `owned_by`.
+        """
+        card = {"id": self.model_name, "object": "model", "created": self.created, "owned_by": "soak",
+                "root": self.model_name, "parent": None, "max_model_len": self.max_model_len, "permission": []}
+        if self.dialect == "sglang":
+            card["owned_by"] = "sglang"
+        elif self.dialect == "tgi":
+            card = {"id": self.model_name, "object": "model", "created": self.created, "owned_by": self.model_name}
+        elif self.dialect == "llamacpp":
+            card = {"id": self.model_name, "object": "model", "created": self.created, "owned_by": "llamacpp",
+                    "meta": {"n_ctx": self.max_model_len, "n_ctx_train": self.max_model_len}}
+        return card
 
 
 def error_response(status: int, message: str, param: str | None = None) -> JSONResponse:
@@ -156,10 +174,7 @@ class RefServerApi:
         return Response(self.metrics.render(self.engine.snapshot()), media_type=CONTENT_TYPE_LATEST)
 
     async def models(self, request: Request) -> Response:
-        card = {"id": self.card.model_name, "object": "model", "created": self.card.created,
-                "owned_by": "soak", "root": self.card.model_name, "parent": None,
-                "max_model_len": self.card.max_model_len, "permission": []}
-        return JSONResponse({"object": "list", "data": [card]})
+        return JSONResponse({"object": "list", "data": [self.card.describe()]})
 
     async def chat_completions(self, request: Request):
         return await self._generate(request, parse_chat, ChatFormat)

@@ -11,6 +11,7 @@ import socket
 import sys
 
 from soak.refserver.faults import FAULT_NAMES, FaultSpecError, parse_faults
+from soak.refserver.metrics import DIALECTS
 from soak.refserver.sampling import DEFAULT_EOS_PROBABILITY
 from soak.refserver.settings import Settings, check_settings
 from soak.refserver.units import parse_duration
@@ -40,6 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"inject a fault (repeatable): {', '.join(FAULT_NAMES)}")
     add("--time-scale", type=float, default=1.0, help="model time = uptime x this (default 1)")
     add("--fault-horizon", default="1h", help="model time over which FROM:TO faults move (default 1h)")
+    add("--dialect", choices=list(DIALECTS), default="vllm",
+        help="serve /metrics names and /v1/models fields as this server does (default vllm)")
     add("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"],
         help="uvicorn log level (default warning); logs go to stderr")
     return parser
@@ -52,7 +55,8 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         max_num_seqs=args.max_num_seqs, num_blocks=args.num_blocks, block_size=args.block_size,
         max_model_len=args.max_model_len, enable_prefix_caching=args.enable_prefix_caching,
         eos_probability=args.eos_probability, faults=parse_faults(args.fault), time_scale=args.time_scale,
-        fault_horizon_s=parse_duration(args.fault_horizon), log_level=args.log_level)
+        fault_horizon_s=parse_duration(args.fault_horizon), log_level=args.log_level,
+        dialect=args.dialect)
     check_settings(settings)
     return settings
 

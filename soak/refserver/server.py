@@ -33,9 +33,9 @@ def serve(settings: Settings, sock: socket.socket) -> None:
     _configure_process()
     clock = ModelClock(settings.time_scale)
     injector = FaultInjector(settings.faults, clock, settings.seed, settings.fault_horizon_s, settings.device)
-    metrics = ServerMetrics(settings.model_name)
+    metrics = ServerMetrics(settings.model_name, settings.dialect, settings.num_blocks * settings.block_size)
     engine = build_engine(settings, metrics, injector)
-    card = ModelCard(settings.model_name, settings.max_model_len, int(time.time()))
+    card = ModelCard(settings.model_name, settings.max_model_len, int(time.time()), settings.dialect)
     config = uvicorn.Config(build_app(RefServerApi(engine, injector, metrics, card)), lifespan="off",
                             log_level=settings.log_level, access_log=False,
                             timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S)

@@ -24,6 +24,7 @@ class Settings:
     time_scale: float
     fault_horizon_s: float
     log_level: str
+    dialect: str = "vllm"  # whose /metrics names and /v1/models fields to serve
 
 
 def check_settings(s: Settings) -> None:

@@ -27,6 +27,7 @@ from soak.run.environment import capture_environment, dumps
 from soak.run.finalise import finalise_run
 from soak.run.ledger import OutcomeLedger
 from soak.run.locking import hold_run_lock
+from soak.run.server_watch import DrainWatch, drain_timeout_hook, record_server_processes
 from soak.store import StoreWriter, open_database
 from soak.store.models import RequestRow, Run
 from soak.store.recorder import Recorder, utc_now_iso
@@ -109,6 +110,7 @@ class RunState:
     windows: LatencyWindows | None = None
     log_scanner: Any = None  # soak.telemetry.server_log.ServerLogScanner, when there is a log to scan
     canary: Any = None  # soak.load.canary.CanaryLoop, unless --canary-every 0
+    drains: DrainWatch | None = None  # requests that kept streaming through a timed-out probe drain
     ledger: OutcomeLedger | None = None
     t0: float = 0.0
     status: str = "running"
@@ -190,10 +192,12 @@ class Conductor:
         state.windows = LatencyWindows(state.run_id, state.t0, config.warmup_s, config.window_s,
                                        keep_open_s=config.load.request_timeout_s + 2 * config.telemetry.flush_every_s)
         sources = TelemetrySources(server_pids=state.target.root_pids, metrics_urls=state.info.metrics_urls,
-                                   health_url=state.info.base_url, headers=auth_headers(config))
+                                   health_url=state.info.base_url, headers=auth_headers(config),
+                                   server_kind=config.target.server_kind, model=state.info.model)
         state.telemetry = Telemetry(state.recorder, sources, state.windows, config.telemetry.sample_every_s,
                                     config.telemetry.flush_every_s)
         self._record_gpus()
+        self._say(record_server_processes(state.recorder, state.info))
         state.ledger = OutcomeLedger(state.recorder)
         state.telemetry.start()
         hooks = self._watch_log_and_canary()
@@ -211,8 +215,16 @@ class Conductor:
         on_idle_probe = state.telemetry.probe_reading
         if state.canary is not None:
             on_idle_probe = state.canary.around_probe(on_idle_probe, config.probe_hold_s, config.probe_drain_timeout_s)
-        return LoadHooks(on_request=self._on_request, on_event=gate.watching(state.recorder.event),
-                         on_idle_probe=on_idle_probe)
+        state.drains = DrainWatch(state.recorder)
+        return LoadHooks(on_request=self._on_request, on_event=state.drains.watching(gate.watching(state.recorder.event)),
+                         on_idle_probe=on_idle_probe,
+                         drain_timeout_s=drain_timeout_hook(config, lambda: state.windows.progress()["p99_ms"]["e2e"]))
+
+    def _say(self, message: str | None) -> None:
+        """Tell the user something at start (the progress line shows it), when there is something to tell."""
+        if message:
+            self._report(Progress(stage=Stage.STARTING, run_id=self.state.run_id, target=self.state.target.kind,
+                                  message=message))
 
     def _scan_log(self) -> None:
         """Read what the server wrote to its log since the last tick."""
@@ -229,6 +241,8 @@ class Conductor:
         state = self.state
         state.windows.add(record)
         state.ledger.add(record)
+        if state.drains is not None:
+            state.drains.add(record)
         if self.config.keep_requests:
             state.writer.insert(RequestRow, {
                 "run_id": state.run_id, "scenario": record.scenario, "intended_s": record.intended_t - state.t0,

@@ -13,10 +13,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from soak.config import RunConfig
 from soak.errors import TargetError
 from soak.target.openai import choose_model, list_models, model_limits
 from soak.target.process import ServerProcess, log_tail
+from soak.telemetry.process import is_local_host, listening_pids
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +39,7 @@ class ServerInfo:
     cmd: list[str] = field(default_factory=list)
     log_path: Path | None = None
     limits: dict[str, Any] = field(default_factory=dict)
+    processes_from: str = ""  # how root_pids were found: started by soak, --server-pid, the port, or "" (none)
 
 
 def auth_headers(config: RunConfig) -> dict[str, str]:
@@ -58,11 +62,20 @@ def probe_up(base_url: str, headers: dict[str, str] | None = None, timeout_s: fl
 
 
 def url_port(base_url: str) -> int | None:
-    """The port a base URL names, if any."""
+    """The port a base URL names, or its scheme's default; None for a malformed URL."""
     try:
-        return urllib.parse.urlsplit(base_url).port
+        parts = urllib.parse.urlsplit(base_url)
+        return parts.port or {"http": 80, "https": 443}.get(parts.scheme)
     except ValueError:
         return None
+
+
+def local_listeners(base_url: str) -> list[int]:
+    """The processes listening on the URL's port when its host is this machine; [] otherwise or when unseen."""
+    port = url_port(base_url)
+    if port is None or not is_local_host(urllib.parse.urlsplit(base_url).hostname):
+        return []
+    return listening_pids(port)
 
 
 def port_free(port: int) -> bool:
@@ -142,15 +155,18 @@ class Target:
         """The tail of the server log, when soak captured one."""
         return log_tail(self.info.log_path) if self.info and self.info.log_path else ""
 
-    def _describe(self, base_url: str, pids: list[int], process: ServerProcess | None = None) -> ServerInfo:
+    def _describe(self, base_url: str, pids: list[int], process: ServerProcess | None = None,
+                  processes_from: str = "") -> ServerInfo:
         headers = auth_headers(self.config)
         models = list_models(base_url, headers)
         model = choose_model(models, self.config.target.served_model or self._expected_model(), base_url)
         metrics = [base_url + "/metrics", *self.config.target.metrics_urls]
+        given = list(self.config.target.server_pids)
         return ServerInfo(
-            kind=self.kind, base_url=base_url, model=model, root_pids=pids + list(self.config.target.server_pids),
+            kind=self.kind, base_url=base_url, model=model, root_pids=pids + given,
             metrics_urls=metrics, pgid=process.pid if process else None, cmd=process.cmd if process else [],
             log_path=process.log_path if process else None, limits=model_limits(models, model),
+            processes_from=processes_from or ("started by soak" if process else "--server-pid" if given else ""),
         )
 
     def _expected_model(self) -> str | None:
@@ -158,15 +174,39 @@ class Target:
 
 
 class ExternalTarget(Target):
-    """A server someone else runs; soak only checks it answers and learns its model."""
+    """A server someone else runs; soak only checks it answers and learns its model.
+
+    Its processes are sampled when `--server-pid` names them or, without it, when the URL's host is this
+    machine and the process listening on its port can be seen (found again if that process is replaced).
+    """
 
     kind = "external"
+    REFIND_EVERY_S = 10.0
+    _found_at = float("-inf")
 
     def start(self) -> ServerInfo:
         url = self.config.target.url
         assert url is not None
-        self.info = self._describe(url, [])
+        found = [] if self.config.target.server_pids else local_listeners(url)
+        self._found_at = time.monotonic()
+        port_text = f"listening on port {url_port(url)}" if found else ""
+        self.info = self._describe(url, found, processes_from=port_text)
         return self.info
+
+    def root_pids(self) -> list[int]:
+        """The recorded roots; those found by port are looked for again (every 10 s) once none is alive."""
+        info = self.info
+        if info is None or not info.processes_from.startswith("listening") or _any_alive(info.root_pids):
+            return super().root_pids()
+        if time.monotonic() - self._found_at >= self.REFIND_EVERY_S:
+            self._found_at = time.monotonic()
+            info.root_pids = local_listeners(info.base_url) or info.root_pids
+        return list(info.root_pids)
+
+
+def _any_alive(pids: list[int]) -> bool:
+    """Whether any of the PIDs still runs."""
+    return any(psutil.pid_exists(pid) for pid in pids)
 
 
 class ManagedTarget(Target):

@@ -141,3 +141,57 @@ class SelfSampler:
         row = _read_process(self._process, with_pss=False)  # soak's own RSS is enough to see it grow
         assert row is not None  # this process is alive while it runs
         return row
+
+
+LOCAL_NAMES = ("localhost", "localhost.localdomain", "ip6-localhost")
+
+
+def local_addresses() -> set[str]:
+    """Every address of this machine's interfaces (and the loopback names)."""
+    found = {"127.0.0.1", "::1", "0.0.0.0", "::"}
+    for addresses in psutil.net_if_addrs().values():
+        found.update(address.address.split("%", 1)[0] for address in addresses if address.address)
+    return found
+
+
+def is_local_host(host: str | None) -> bool:
+    """Whether a URL's host is this machine: a loopback name or address, or one of its interfaces' addresses."""
+    if not host:
+        return False
+    host = host.strip("[]").lower()
+    return host in LOCAL_NAMES or host.startswith("127.") or host in local_addresses()
+
+
+def _listening_pids(connections: list) -> list[int]:
+    """PIDs of the TCP sockets in LISTEN state among `connections`."""
+    return sorted({c.pid for c in connections if c.status == psutil.CONN_LISTEN and c.pid})
+
+
+def _listens_on(process: psutil.Process, port: int) -> bool:
+    try:
+        return any(c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port
+                   for c in process.net_connections(kind="tcp"))
+    except (psutil.AccessDenied, psutil.NoSuchProcess, psutil.ZombieProcess):
+        return False
+
+
+def listening_pids(port: int) -> list[int]:
+    """PIDs of the processes listening on TCP `port` on this machine, topmost first; [] when none can be seen.
+
+    The machine-wide table is read first; where it is denied (macOS without root) each process this user may
+    inspect is asked in turn. A process of another user whose sockets cannot be read is not found. Of a
+    listener and its own child both holding the socket (uvicorn workers, a forked server), only the parent is
+    kept: its children are sampled with it.
+    """
+    try:
+        pids = _listening_pids([c for c in psutil.net_connections(kind="tcp") if c.laddr and c.laddr.port == port])
+    except psutil.AccessDenied:
+        pids = sorted(p.pid for p in psutil.process_iter() if _listens_on(p, port))
+    return [pid for pid in pids if not _has_ancestor_in(pid, set(pids))]
+
+
+def _has_ancestor_in(pid: int, pids: set[int]) -> bool:
+    try:
+        return any(parent.pid in pids for parent in psutil.Process(pid).parents())
+    except psutil.Error:
+        return False

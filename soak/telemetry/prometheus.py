@@ -1,7 +1,15 @@
-"""Scraping a server's /metrics (parsed with prometheus_client) and probing /health."""
+"""Scraping a server's /metrics (parsed with prometheus_client) in its dialect, and probing /health.
+
+A `MetricsReader` reads one endpoint: the server's dialect (`soak/telemetry/dialects.py`) is forced by
+`--server-kind` or detected from the first scrape whose series name one, and every later scrape reads the six
+readings soak judges (running, waiting, KV usage, preemptions, prompt and generation tokens) through that
+dialect's names. vLLM's extra counters and the process series (`process_resident_memory_bytes`,
+`process_open_fds`, served by vLLM's own registry) are read by their fixed names.
+"""
 
 from __future__ import annotations
 
+import json
 import math
 import urllib.error
 import urllib.request
@@ -9,30 +17,45 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-# Wide-row fields of ServerSample ← Prometheus sample names (vLLM V1).
-KNOWN_SERIES: dict[str, str] = {
-    "vllm:num_requests_running": "running",
-    "vllm:num_requests_waiting": "waiting",
-    "vllm:kv_cache_usage_perc": "kv_usage",
-    "vllm:num_preemptions_total": "preemptions_total",
-    "vllm:prompt_tokens_total": "prompt_tokens_total",
-    "vllm:generation_tokens_total": "generation_tokens_total",
+from soak.telemetry.dialects import DIALECTS, Dialect, detect_dialect, detect_dialect_from_models, read_gauges
+
+# Readings of read_gauges → wide-row fields of ServerSample.
+READING_FIELDS = {"running": "running", "waiting": "waiting", "kv_usage_fraction": "kv_usage",
+                  "preemptions_total": "preemptions_total", "prompt_tokens_total": "prompt_tokens_total",
+                  "generation_tokens_total": "generation_tokens_total"}
+# vLLM's counters beyond the six, read by name into their own ServerSample fields.
+VLLM_EXTRAS: dict[str, str] = {
     "vllm:request_success_total": "request_success_total",
     "vllm:prefix_cache_queries_total": "prefix_cache_queries_total",
     "vllm:prefix_cache_hits_total": "prefix_cache_hits_total",
 }
-# Older vLLM (V0) spelled KV usage differently; read it into the same field.
-ALIASES = {"vllm:gpu_cache_usage_perc": "kv_usage"}
+# The server process's own memory and open files, where its registry has the process collector (vLLM).
+PROCESS_SERIES = {"process_resident_memory_bytes": "process_rss_bytes", "process_open_fds": "process_fds"}
 SCRAPE_TIMEOUT_S = 5.0
+DEFAULT_DIALECT = DIALECTS["vllm"]  # what a page naming no dialect is read as (its names are simply absent)
 
 
-def known_lines_only(text: str) -> str:
-    """The exposition lines of the known series (and their TYPE/HELP), so the 1 Hz parse stays cheap.
+def dialect_names(dialect: Dialect | None) -> tuple[str, ...]:
+    """Every sample name the dialect reads (all dialects' when None), plus vLLM's extras and the process series."""
+    dialects = [dialect] if dialect is not None else list(DIALECTS.values())
+    names: set[str] = set(VLLM_EXTRAS) | set(PROCESS_SERIES)
+    for one in dialects:
+        for options in (one.running, one.waiting, one.preemptions, one.prompt_tokens, one.generation_tokens):
+            names.update(series.selector.name for series in options or ())
+            names.update(series.minus.name for series in options or () if series.minus)
+        for kv in one.kv_usage or ():
+            names.update([kv.selector.name] + ([kv.total.name] if kv.total else []))
+    return tuple(sorted(names))
+
+
+def known_lines_only(text: str, dialect: Dialect | None = None) -> str:
+    """The exposition lines of the series the dialect reads (and their TYPE/HELP), so the 1 Hz parse stays cheap.
 
     prometheus_client's parser costs ≈0.1 ms a line; vLLM exposes hundreds of histogram buckets a scrape. The
-    full text is parsed only when the other series are due (once a minute).
+    full text is parsed only when the other series are due (once a minute). A counter's family may be written
+    without `_total`, so names are matched without it.
     """
-    prefixes = tuple(KNOWN_SERIES) + tuple(ALIASES)
+    prefixes = tuple(name.removesuffix("_total") for name in dialect_names(dialect))
     wanted = []
     for line in text.splitlines():
         name = line.split(" ", 3)[2] if line.startswith("# ") and line.count(" ") >= 2 else line
@@ -41,20 +64,37 @@ def known_lines_only(text: str) -> str:
     return "\n".join(wanted) + "\n"
 
 
-def parse_metrics(text: str) -> tuple[dict[str, float], list[tuple[str, dict[str, str], float]]]:
-    """Split exposition text into known fields (summed over label sets) and the other non-bucket series."""
-    known: dict[str, float] = {}
+def parse_samples(text: str) -> list[tuple[str, dict[str, str], float]]:
+    """(name, labels, value) of every sample of exposition text that is a number."""
+    return [(s.name, dict(s.labels), s.value) for family in text_string_to_metric_families(text)
+            for s in family.samples if not math.isnan(s.value)]
+
+
+def read_known(samples: list[tuple[str, dict[str, str], float]], dialect: Dialect, model: str | None = None
+               ) -> tuple[dict[str, float], list[tuple[str, dict[str, str], float]]]:
+    """Known fields (a reading the page lacks is absent, never 0) and the other non-bucket series.
+
+    Known fields are the six readings in their wide-row names, vLLM's extra counters, and `process_rss_bytes` /
+    `process_fds` from the process collector; each is summed over its label sets.
+    """
+    readings = read_gauges(dialect, samples, model)
+    known = {READING_FIELDS[key]: value for key, value in readings.items() if value is not None}
+    fixed = {**VLLM_EXTRAS, **PROCESS_SERIES}
+    read = {name.removesuffix("_total") for name in dialect_names(dialect)} - set(PROCESS_SERIES)
     extra: list[tuple[str, dict[str, str], float]] = []
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if math.isnan(sample.value):
-                continue
-            field = KNOWN_SERIES.get(sample.name) or ALIASES.get(sample.name)
-            if field:
-                known[field] = known.get(field, 0.0) + sample.value
-            elif not sample.name.endswith(("_bucket", "_created")):
-                extra.append((sample.name, dict(sample.labels), sample.value))
+    for name, labels, value in samples:
+        if name in fixed:
+            known[fixed[name]] = known.get(fixed[name], 0.0) + value
+        if name.removesuffix("_total") not in read and not name.endswith(("_bucket", "_created")):
+            extra.append((name, labels, value))  # the process series too: the long table keeps them
     return known, extra
+
+
+def parse_metrics(text: str, dialect: Dialect | None = None, model: str | None = None
+                  ) -> tuple[dict[str, float], list[tuple[str, dict[str, str], float]]]:
+    """`read_known` of a page, in the given dialect or, when None, the one the page names (vLLM's if none)."""
+    samples = parse_samples(text)
+    return read_known(samples, dialect or detect_dialect(name for name, _, _ in samples) or DEFAULT_DIALECT, model)
 
 
 def fetch_text(url: str, timeout_s: float = SCRAPE_TIMEOUT_S, headers: dict[str, str] | None = None) -> str:
@@ -75,11 +115,26 @@ def probe_health(base_url: str, timeout_s: float = SCRAPE_TIMEOUT_S) -> bool | N
         return False
 
 
-def scrape(metrics_url: str, headers: dict[str, str] | None = None, with_extra: bool = True) -> dict[str, Any]:
-    """One scrape: {"scrape_ok", known fields…, "extra": [...]}; a failed scrape is a row with scrape_ok False."""
+def scrape(metrics_url: str, headers: dict[str, str] | None = None, with_extra: bool = True,
+           dialect: Dialect | None = None, model: str | None = None) -> dict[str, Any]:
+    """One scrape: {"scrape_ok", "dialect", known fields…, "extra": [...]}; a failed scrape has scrape_ok False.
+
+    With no `dialect`, the page's own is detected and named in "dialect" (None when the page names none).
+    """
     try:
         text = fetch_text(metrics_url, headers=headers)
-        known, extra = parse_metrics(text if with_extra else known_lines_only(text))
+        samples = parse_samples(text if with_extra else known_lines_only(text, dialect))
     except (OSError, ValueError) as exc:
-        return {"scrape_ok": False, "error": str(exc)[:200], "extra": []}
-    return {"scrape_ok": True, **known, "extra": extra}
+        return {"scrape_ok": False, "dialect": None, "error": str(exc)[:200], "extra": []}
+    found = dialect or detect_dialect(name for name, _, _ in samples)
+    known, extra = read_known(samples, found or DEFAULT_DIALECT, model)
+    return {"scrape_ok": True, "dialect": found.name if found else None, **known, "extra": extra}
+
+
+def models_dialect(base_url: str, headers: dict[str, str] | None = None) -> Dialect | None:
+    """The dialect GET /v1/models names in `owned_by` (vLLM, SGLang, llama.cpp); None otherwise."""
+    try:
+        info = json.loads(fetch_text(base_url + "/v1/models", headers=headers))
+    except (OSError, ValueError):
+        return None
+    return detect_dialect_from_models(info) if isinstance(info, dict) else None

@@ -25,10 +25,11 @@ from soak.store.models import (
     ServerSample,
 )
 from soak.store.recorder import Recorder, utc_now_iso
+from soak.telemetry.dialects import DIALECTS, Dialect
 from soak.telemetry.gpu import GpuSampler
 from soak.telemetry.latency import LatencyWindows
 from soak.telemetry.process import ProcessTreeSampler, SelfSampler
-from soak.telemetry.prometheus import probe_health, scrape
+from soak.telemetry.prometheus import models_dialect, probe_health, scrape
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +62,58 @@ class TelemetrySources:
     metrics_urls: list[str]
     health_url: str | None = None
     headers: dict[str, str] = field(default_factory=dict)
+    server_kind: str | None = None  # --server-kind: the dialect to read, instead of detecting it
+    model: str | None = None  # the served model, so a labelled /metrics is read for it alone
+
+
+METRICS_PROCESS_NAME = "server (from /metrics)"  # the process row read from process_* series, pid 0
+
+
+class DialectWatch:
+    """Whose /metrics names the server speaks: forced by --server-kind, else detected once and recorded.
+
+    Detection takes the first scrape of the server's own /metrics whose series name a dialect; while /metrics
+    fails, GET /v1/models is asked once (`owned_by` names vLLM, SGLang and llama.cpp).
+    """
+
+    def __init__(self, recorder: Recorder, sources: TelemetrySources):
+        self.recorder, self.sources = recorder, sources
+        self.dialect: Dialect | None = DIALECTS[sources.server_kind] if sources.server_kind else None
+        self._asked_models = False
+        if self.dialect is not None:
+            self._record(self.dialect, "--server-kind")
+
+    def _record(self, dialect: Dialect, source: str) -> None:
+        message = f"server dialect {dialect.name} ({dialect.server}), from {source}"
+        log.info("%s", message)
+        self.recorder.event(EventKind.SERVER_DIALECT, message,
+                            {"dialect": dialect.name, "server": dialect.server, "source": source,
+                             "not_measured": not_measured(dialect)})
+
+    def observe(self, reading: dict[str, Any]) -> None:
+        """Take the dialect a scrape of the server's /metrics named, or ask /v1/models once when it failed."""
+        if self.dialect is not None:
+            return
+        named = DIALECTS.get(reading.get("dialect") or "")
+        if named is not None:
+            self.dialect = named
+            self._record(named, "the first /metrics scrape")
+        elif not reading.get("scrape_ok") and not self._asked_models and self.sources.health_url:
+            self._asked_models = True
+            found = models_dialect(self.sources.health_url, self.sources.headers)
+            if found is not None:
+                self.dialect = found
+                self._record(found, "GET /v1/models (owned_by)")
+
+
+GAUGE_TEXT = {"running": "running requests", "waiting": "waiting requests", "kv_usage": "KV-cache usage",
+              "preemptions": "a preemption counter", "prompt_tokens": "a prompt-token counter",
+              "generation_tokens": "a generation-token counter"}
+
+
+def not_measured(dialect: Dialect) -> list[str]:
+    """What this server's /metrics never exposes, one phrase each (e.g. "KV-cache usage")."""
+    return [text for key, text in GAUGE_TEXT.items() if getattr(dialect, key) is None]
 
 
 class Telemetry:
@@ -77,6 +130,7 @@ class Telemetry:
         self.tree = ProcessTreeSampler()
         self.me = SelfSampler()
         self.gpus = GpuSampler()
+        self.dialects = DialectWatch(recorder, sources)
         self._last_extra_s = -EXTRA_METRICS_EVERY_S
         self._scheduler: BackgroundScheduler | None = None
         if not self.gpus.available:
@@ -157,13 +211,19 @@ class Telemetry:
     def _sample_servers(self, snapshot: Snapshot, t_s: float) -> None:
         health_ok = probe_health(self.sources.health_url) if self.sources.health_url else None
         keep_extra = t_s - self._last_extra_s >= EXTRA_METRICS_EVERY_S
-        for url in self.sources.metrics_urls:
-            reading = scrape(url, self.sources.headers, with_extra=keep_extra)
+        for index, url in enumerate(self.sources.metrics_urls):
+            dialect = self.dialects.dialect if index == 0 else None  # extra endpoints: each page's own names
+            reading = scrape(url, self.sources.headers, with_extra=keep_extra or dialect is None, dialect=dialect,
+                             model=self.sources.model)
+            if index == 0:  # the first source is the server's own /metrics
+                self.dialects.observe(reading)
+                self._sample_metrics_process(snapshot, reading, t_s)
             extra = reading.pop("extra", [])
-            reading.pop("error", None)
+            for key in ("error", "dialect", "process_rss_bytes", "process_fds"):
+                reading.pop(key, None)
             row = {"source": url, "health_ok": health_ok, **reading}
             self.recorder.rows(ServerSample, [row], t_s)
-            if not snapshot.server:  # the first source is the server's own /metrics
+            if not snapshot.server:
                 snapshot.server = row
             if keep_extra and extra:
                 self.recorder.rows(MetricSample, [
@@ -171,6 +231,17 @@ class Telemetry:
                     for name, labels, value in extra], t_s)
         if keep_extra:
             self._last_extra_s = t_s
+
+    def _sample_metrics_process(self, snapshot: Snapshot, reading: dict[str, Any], t_s: float) -> None:
+        """The server's memory and open files from its /metrics, when none of its processes can be seen here."""
+        rss, fds = reading.get("process_rss_bytes"), reading.get("process_fds")
+        if snapshot.server_processes or (rss is None and fds is None):
+            return
+        row = {"pid": 0, "ppid": None, "name": METRICS_PROCESS_NAME, "rss_bytes": None if rss is None else int(rss),
+               "fds": None if fds is None else int(fds), "threads": None, "cpu_percent": None,
+               "pss_bytes": None, "uss_bytes": None}
+        snapshot.server_processes = [row]
+        self.recorder.rows(ProcessSample, [{**row, "role": "server"}], t_s)
 
     def flush(self) -> None:
         """Write every latency window that changed since the last flush."""

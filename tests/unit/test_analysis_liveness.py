@@ -110,3 +110,32 @@ def test_external_target_without_observations_is_skipped():
     assert check_crashes(bare_run(RUN_S), Gates()).verdict == SKIPPED  # nothing recorded at all
     started = bare_run(RUN_S, events=(Event(0.0, "server_start"),))
     assert check_crashes(started, Gates()).verdict == PASS
+
+
+def _probe_events(index=0, start_s=3000.0, timeout_s=3060.0):
+    return (Event(start_s, EventKind.PROBE_START, f"idle probe {index}: arrivals stopped", {"index": index}),
+            Event(timeout_s, EventKind.PROBE_DRAIN_TIMEOUT, f"idle probe {index}: 2 still in flight after 60s",
+                  {"index": index, "drain_s": 60.0, "in_flight": 2}))
+
+
+def test_a_drain_timeout_while_the_token_counter_rose_is_a_slow_request_not_a_hang():
+    undrained = ProbeReading(3075.0, 0.01, 1, 0, drained=False)
+    run = bare_run(RUN_S, server=server(), events=_probe_events(), probes=(undrained,), probes_ran=True)
+    finding = check_hang(run, Gates())
+    assert finding.verdict == PASS, finding.evidence
+    assert "timed out while tokens kept flowing" in finding.evidence
+    assert finding.details["streaming_drains"] == [{"t_s": 3060.0, "index": 0}]
+
+
+def test_a_drain_timeout_while_the_client_received_chunks_is_not_a_hang():
+    streaming = Event(3100.0, EventKind.PROBE_DRAIN_STREAMING, "chunks during the drain", {"index": 0, "chunks": 40})
+    run = bare_run(RUN_S, events=(*_probe_events(), streaming), probes_ran=True)  # no server gauges at all
+    assert check_hang(run, Gates()).verdict == PASS
+
+
+def test_a_drain_timeout_with_the_counter_frozen_while_requests_run_is_a_hang():
+    frozen = server(2994.0, 50.0)  # no new token from 2995 s to 3040 s: shorter than the 60 s stall limit
+    run = bare_run(RUN_S, server=frozen, events=_probe_events(timeout_s=3040.0), probes_ran=True)
+    finding = check_hang(run, Gates())
+    assert finding.verdict == FAIL and "1 probe drain(s) timed out" in finding.evidence
+    assert finding.details["stalls"] == []  # the timeout alone fails it

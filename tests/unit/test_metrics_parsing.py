@@ -51,4 +51,33 @@ def test_the_cheap_path_keeps_exactly_the_known_fields():
     full, _ = parse_metrics(VLLM_TEXT)
     cheap, extra = parse_metrics(known_lines_only(VLLM_TEXT))
     assert cheap == full
-    assert extra == []
+    assert {name for name, _, _ in extra} == {"process_resident_memory_bytes"}  # kept for the long table
+
+
+def test_process_series_are_read_as_the_server_process():
+    known, _ = parse_metrics(VLLM_TEXT + "# TYPE process_open_fds gauge\nprocess_open_fds 42.0\n")
+    assert known["process_rss_bytes"] == 1.5e9
+    assert known["process_fds"] == 42.0
+
+
+LLAMACPP_TEXT = """\
+# HELP llamacpp:prompt_tokens_total Number of prompt tokens processed.
+# TYPE llamacpp:prompt_tokens_total counter
+llamacpp:prompt_tokens_total 700
+# TYPE llamacpp:tokens_predicted_total counter
+llamacpp:tokens_predicted_total 1234
+# TYPE llamacpp:requests_processing gauge
+llamacpp:requests_processing 2
+# TYPE llamacpp:requests_deferred gauge
+llamacpp:requests_deferred 1
+"""
+
+
+def test_a_llamacpp_page_is_read_in_its_own_names_and_missing_readings_stay_absent():
+    from soak.telemetry.prometheus import known_lines_only
+
+    known, extra = parse_metrics(LLAMACPP_TEXT)
+    assert known == {"running": 2.0, "waiting": 1.0, "prompt_tokens_total": 700.0, "generation_tokens_total": 1234.0}
+    assert extra == []  # every series on the page is a reading
+    cheap, _ = parse_metrics(known_lines_only(LLAMACPP_TEXT))
+    assert cheap == known
