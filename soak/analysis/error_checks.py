@@ -1,18 +1,27 @@
-"""Error checks: `errors.rise` (trend), `errors.budget` (Wilson bound), `errors.bursts` (outliers)."""
+"""Error checks: `errors.rise` (trend and step), `errors.budget` (Wilson bound), `errors.bursts` (outliers).
+
+A late onset — errors at 0.1 % for 18 h, then climbing to 3 % — bends a straight line: the
+Theil–Sen slope reads a fraction of the rise and Mann–Kendall's autocorrelation correction reads the
+one late monotone block as drift. So the window error-rate series also goes through the step gate
+(steps.py): `errors.rise` FAILs on a lasting rise of at least `rise_abs`, `errors.budget` judges the
+segment after it (else the last quarter) on its own, and `errors.bursts` measures its baseline on
+each side of it, so the rise neither hides in the run's average nor inflates the overdispersion.
+"""
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from scipy.stats import binom, nbinom, norm
 
-from soak.analysis.evidence import trend_sentence
+from soak.analysis.evidence import detection_sentence, trend_sentence
 from soak.analysis.findings import FAIL, INCONCLUSIVE, PASS, SUSPECT, Finding, inconclusive, skipped
 from soak.analysis.fmt import duration_text, p_text, pct_text
 from soak.analysis.gates import Gates
 from soak.analysis.inputs import RequestWindow, RunData
+from soak.analysis.steps import StepResult, StepSpec, find_step
 from soak.analysis.trend import assess_trend
 
 
@@ -29,28 +38,95 @@ def _class_counts(rows: list[RequestWindow]) -> dict[str, int]:
     return {k: v for k, v in sorted(counts.items(), key=lambda kv: -kv[1]) if v}
 
 
+def _rates(rows: list[RequestWindow]) -> tuple[np.ndarray, np.ndarray]:
+    """(window mid times, window error rates)."""
+    return (np.array([0.5 * (w.start_s + w.end_s) for w in rows]),
+            np.array([w.error_count / w.requests for w in rows]))
+
+
+def rate_step(rows: list[RequestWindow], gates: Gates) -> StepResult | None:
+    """The step gate on the window error rates: a lasting rise of at least rise_abs.
+
+    find_step picks the split and judges size and persistence on the rates after a running median
+    of 3 (an isolated burst window vanishes: bursts are `errors.bursts`' business). Two things
+    change for error counts:
+
+    * **significance** is a count test (`_excess_p`): the errors after the split against the rate
+      and overdispersion of the windows before it. find_step's own test reads the spread inside
+      each segment, and a ramp after the split is all spread, so it would never call a ramp real;
+    * **most_windows**: at least two thirds of the (smoothed) windows after the split sit above the
+      level before it plus half the shift, so a few bursts that happen to cluster near the end of
+      a long run (which can have one in a fifth of its windows) are no lasting rise.
+    """
+    t_s, rates = _rates(rows)
+    smoothed = _running_median3(rates)
+    min_size = max(3, len(rows) // 8)
+    spec = StepSpec(min_shift=gates.errors.rise_abs, p_value=gates.p_value, min_size=min_size,
+                    min_points=gates.min_windows)
+    step = find_step(t_s, smoothed, spec)
+    if step is None:
+        return None
+    p_value = min(1.0, _excess_p(rows, step.index) * max(len(rows) - 2 * min_size + 1, 1))
+    raised = smoothed[step.index:] >= step.before + step.shift / 2
+    return replace(step, p_value=p_value, gates={**step.gates, "significant": p_value < gates.p_value,
+                                                 "most_windows": bool(raised.mean() >= 2 / 3)})
+
+
+def _excess_p(rows: list[RequestWindow], index: int) -> float:
+    """One-sided p of the errors after `index` given the rate and negative-binomial overdispersion
+    of the windows before it (normal approximation to the sum; bursts before the split inflate
+    the overdispersion, which only makes the test more cautious)."""
+    baseline = estimate_baseline(rows[:index])
+    mean = np.array([w.requests for w in rows[index:]], dtype=float) * baseline.rate
+    variance = float((mean + baseline.alpha * mean ** 2).sum())
+    excess = sum(w.error_count for w in rows[index:]) - float(mean.sum())
+    return float(norm.sf(excess / math.sqrt(variance))) if variance > 0 else float(excess <= 0)
+
+
+def _running_median3(values: np.ndarray) -> np.ndarray:
+    """Median of each point and its two neighbours; an end point takes the median of the three
+    nearest points (padding with itself would let a burst in the last window through)."""
+    if values.size < 3:
+        return values.copy()
+    out = np.median(np.stack([values[:-2], values[1:-1], values[2:]]), axis=0)
+    return np.concatenate([[np.median(values[:3])], out, [np.median(values[-3:])]])
+
+
 def check_rise(run: RunData, gates: Gates) -> Finding:
-    """Trend of window error rates; FAIL when the rate is projected to rise by ≥ rise_abs."""
+    """Trend of window error rates, FAIL when the rate is projected to rise by ≥ rise_abs, or
+    when the step gate finds a lasting rise of at least that much."""
     rows = _judged_rows(run)
     if not rows:
         return skipped("errors.rise", "No finished requests in the judged windows.")
     if len(rows) < gates.min_windows:
         return inconclusive("errors.rise", f"Only {len(rows)} judged windows with requests "
                             f"(< {gates.min_windows} needed) for a trend.")
-    t_s = np.array([0.5 * (w.start_s + w.end_s) for w in rows])
-    rates = np.array([w.error_count / w.requests for w in rows])
+    t_s, rates = _rates(rows)
     span_s = max(float(t_s[-1] - t_s[0]), 1.0)
-    spec = gates.trend_spec(gates.errors.rise_abs / span_s)
-    result = assess_trend(t_s, rates, spec)
+    result = assess_trend(t_s, rates, gates.trend_spec(gates.errors.rise_abs / span_s))
     change, low, high = (100 * s * result.span_s for s in (result.slope_per_s, *result.ci_per_s))
     evidence = trend_sentence(result, "The window error rate", f"{change:+.2f} pp over the run",
                               f"{low:+.2f} to {high:+.2f} pp", f"+{100 * gates.errors.rise_abs:g} pp",
                               gates.confidence)
-    return Finding(check="errors.rise", verdict=result.verdict, value=change, unit="pp over run",
+    details = {"windows_used": result.n, "mk_p": result.mk_p, "gates": result.gates, "series_unit": "fraction"}
+    verdict, value = result.verdict, change
+    step = rate_step(rows, gates)
+    if step is not None:
+        details["step"] = step.to_dict()
+    if step is not None and step.found and verdict != FAIL:
+        verdict, value = FAIL, 100 * step.shift
+        evidence += "; " + _step_text(step)
+    sentence = detection_sentence(result, lambda s: f"+{100 * s * result.span_s:.2f} pp")
+    if sentence and verdict != FAIL:
+        evidence += f"; {sentence}"
+    return Finding(check="errors.rise", verdict=verdict, value=value, unit="pp over run",
                    ci=(low, high), threshold=100 * gates.errors.rise_abs, evidence=evidence,
-                   trend=result.line("linear"),
-                   details={"windows_used": result.n, "mk_p": result.mk_p, "gates": result.gates,
-                            "series_unit": "fraction"})
+                   trend=result.line("linear"), detection_limit=high, details=details)
+
+
+def _step_text(step: StepResult) -> str:
+    return (f"the error rate rose from {pct_text(step.before, 2)} to {pct_text(step.after, 2)} at "
+            f"{duration_text(step.t_s)} and stayed (step gate {p_text(step.p_value)})")
 
 
 def wilson_interval(errors: int, n: int, confidence: float) -> tuple[float, float]:
@@ -65,7 +141,9 @@ def wilson_interval(errors: int, n: int, confidence: float) -> tuple[float, floa
 
 def check_budget(run: RunData, gates: Gates) -> Finding:
     """Over the whole run after warm-up: FAIL when the observed rate exceeds the budget, PASS
-    when the Wilson upper bound is within it, INCONCLUSIVE when too few requests to tell."""
+    when the Wilson upper bound is within it, INCONCLUSIVE when too few requests to tell. The late
+    segment (see `late_segment`) is judged on its own too: a run that ends over budget FAILs even
+    when its average is within it."""
     rows = [w for w in run.request_windows if w.start_s >= run.warmup_s - 1e-9]
     requests = sum(w.requests for w in rows)
     errors = sum(w.error_count for w in rows)
@@ -75,11 +153,43 @@ def check_budget(run: RunData, gates: Gates) -> Finding:
     low, high = wilson_interval(errors, requests, gates.confidence)
     rate = errors / requests
     verdict = FAIL if rate > budget else (PASS if high <= budget else INCONCLUSIVE)
-    return Finding(
-        check="errors.budget", verdict=verdict, value=100 * rate, unit="%", ci=(100 * low, 100 * high),
-        threshold=100 * budget, evidence=_budget_text(verdict, errors, requests, rate, high, budget, rows),
-        details={"requests": requests, "errors": errors, "by_class": _class_counts(rows),
-                 "cancelled": sum(w.cancelled for w in rows)})
+    evidence = _budget_text(verdict, errors, requests, rate, high, budget, rows)
+    details = {"requests": requests, "errors": errors, "by_class": _class_counts(rows),
+               "cancelled": sum(w.cancelled for w in rows)}
+    late = late_segment(_judged_rows(run), gates)
+    if late is not None:
+        details["late_segment"] = late
+        if late["over_budget"] and verdict != FAIL:
+            verdict, evidence = FAIL, evidence.rstrip(".") + "; but " + _late_text(late, budget)
+    return Finding(check="errors.budget", verdict=verdict, value=100 * rate, unit="%", ci=(100 * low, 100 * high),
+                   threshold=100 * budget, evidence=evidence, details=details)
+
+
+def late_segment(rows: list[RequestWindow], gates: Gates) -> dict | None:
+    """The end of the run judged on its own: the windows after a step found by the step gate,
+    else the last quarter. `over_budget` when its Wilson lower bound exceeds the budget and most of
+    its windows are over budget each (one burst window is not the run ending over budget)."""
+    if len(rows) < 4:
+        return None
+    step = rate_step(rows, gates) if len(rows) >= gates.min_windows else None
+    found = step is not None and step.found
+    segment = rows[step.index:] if found else rows[-(len(rows) // 4):]
+    requests = sum(w.requests for w in segment)
+    errors = sum(w.error_count for w in segment)
+    low, _ = wilson_interval(errors, requests, gates.confidence)
+    over = sum(w.error_count > gates.errors.budget * w.requests for w in segment)
+    return {"basis": "after the step" if found else "last quarter", "start_s": segment[0].start_s,
+            "windows": len(segment), "windows_over": over, "requests": requests, "errors": errors,
+            "rate": errors / requests, "wilson_low": low, "confidence": gates.confidence,
+            "over_budget": low > gates.errors.budget and over > len(segment) / 2}
+
+
+def _late_text(late: dict, budget: float) -> str:
+    where = "after the rise" if late["basis"] == "after the step" else "in the last quarter"
+    return (f"{where} (from {duration_text(late['start_s'])}, {late['windows']} windows) "
+            f"{late['errors']} errors in {late['requests']} requests ({pct_text(late['rate'], 2)}): "
+            f"its {100 * late['confidence']:g} % lower bound {pct_text(late['wilson_low'], 2)} "
+            f"exceeds the {pct_text(budget, 2)} budget.")
 
 
 def _budget_text(verdict: str, errors: int, requests: int, rate: float, high: float, budget: float,
@@ -124,13 +234,26 @@ def estimate_baseline(rows: list[RequestWindow]) -> ErrorBaseline:
     return ErrorBaseline(rate, alpha)
 
 
-def find_bursts(rows: list[RequestWindow], gates: Gates) -> tuple[list[tuple[RequestWindow, float]], ErrorBaseline]:
-    """Windows whose error count is far above the run's baseline: [(window, tail p)], baseline.
+def find_bursts(rows: list[RequestWindow], gates: Gates) -> tuple[list[tuple[RequestWindow, float]], ErrorBaseline,
+                                                                  StepResult | None]:
+    """Windows whose error count is far above the run's baseline: [(window, tail p)], baseline, step.
 
     Real error rates wander from window to window more than binomial noise allows, so the tail is
-    negative-binomial with the overdispersion measured on the other windows. The baseline is
-    re-estimated without the flagged windows (three passes), so a burst does not raise its own bar.
+    negative-binomial with the overdispersion measured on the other windows. When the step gate
+    finds a lasting rise, the windows of the rise would inflate that overdispersion until no burst
+    stands out, so the baseline is measured before the step and the windows after it are judged
+    against their neighbours (`_bursts_after_step`).
     """
+    step = rate_step(rows, gates) if len(rows) >= gates.min_windows else None
+    if step is None or not step.found:
+        return *_bursts_in(rows, gates), step
+    bursts, baseline = _bursts_in(rows[:step.index], gates)
+    return bursts + _bursts_after_step(rows[step.index:], baseline.alpha, gates), baseline, step
+
+
+def _bursts_in(rows: list[RequestWindow], gates: Gates) -> tuple[list[tuple[RequestWindow, float]], ErrorBaseline]:
+    """Bursts against one pooled baseline, re-estimated without the flagged windows (three
+    passes), so a burst does not raise its own bar."""
     pooled = estimate_baseline(rows).rate
     # Start without the obvious candidates, or their excess would inflate the overdispersion.
     flagged = {w.index for w in rows if w.error_count >= gates.errors.burst_min_errors
@@ -140,6 +263,23 @@ def find_bursts(rows: list[RequestWindow], gates: Gates) -> tuple[list[tuple[Req
         baseline = estimate_baseline([w for w in rows if w.index not in flagged] or rows)
         flagged = {w.index for w in rows if _is_burst(w, baseline, gates)}
     return [(w, baseline.tail_p(w)) for w in rows if w.index in flagged], baseline
+
+
+def _bursts_after_step(rows: list[RequestWindow], alpha: float, gates: Gates) -> list[tuple[RequestWindow, float]]:
+    """Bursts after a step: the rate there may still be climbing, so each window's expected rate
+    is the median rate of its two neighbours on either side (not itself), with the overdispersion
+    measured before the step."""
+    rates = np.array([w.error_count / w.requests for w in rows])
+    out = []
+    for i, window in enumerate(rows):
+        near = list(range(max(0, i - 2), i)) + list(range(i + 1, min(len(rows), i + 3)))
+        if not near:
+            continue
+        floor = 0.5 / sum(rows[j].requests for j in near)  # half an error, as in estimate_baseline
+        baseline = ErrorBaseline(max(float(np.median(rates[near])), floor), alpha)
+        if _is_burst(window, baseline, gates):
+            out.append((window, baseline.tail_p(window)))
+    return out
 
 
 def _is_burst(window: RequestWindow, baseline: ErrorBaseline, gates: Gates) -> bool:
@@ -156,22 +296,30 @@ def check_bursts(run: RunData, gates: Gates) -> Finding:
     rows = _judged_rows(run)
     if not rows:
         return skipped("errors.bursts", "No finished requests in the judged windows.")
-    bursts, baseline = find_bursts(rows, gates)
+    bursts, baseline, step = find_bursts(rows, gates)
+    details: dict = {"baseline_rate": baseline.rate, "overdispersion": baseline.alpha}
+    if step is not None:
+        details["step"] = step.to_dict()
+    after_step = step is not None and step.found
     if not bursts:
-        return Finding(check="errors.bursts", verdict=PASS, value=0, unit="windows", evidence=_calm_text(rows),
-                       details={"baseline_rate": baseline.rate, "overdispersion": baseline.alpha})
+        return Finding(check="errors.bursts", verdict=PASS, value=0, unit="windows",
+                       evidence=_calm_text(rows, step if after_step else None), details=details)
     verdict = FAIL if gates.errors.fail_on_bursts else SUSPECT
+    details["bursts"] = [_burst_dict(w, p) for w, p in bursts]
+    evidence = _bursts_text(bursts, baseline.rate)
+    if after_step:
+        evidence += f" Baseline measured before the error rate's lasting rise at {duration_text(step.t_s)}."
     return Finding(check="errors.bursts", verdict=verdict, value=len(bursts), unit="windows",
-                   threshold=gates.errors.burst_p_value,
-                   evidence=_bursts_text(bursts, baseline.rate),
-                   details={"baseline_rate": baseline.rate, "overdispersion": baseline.alpha,
-                            "bursts": [_burst_dict(w, p) for w, p in bursts]})
+                   threshold=gates.errors.burst_p_value, evidence=evidence, details=details)
 
 
-def _calm_text(rows: list[RequestWindow]) -> str:
+def _calm_text(rows: list[RequestWindow], step: StepResult | None) -> str:
     errors, requests = sum(w.error_count for w in rows), sum(w.requests for w in rows)
     if not errors:
         return f"No errors in {requests} requests."
+    if step is not None:
+        return (f"No window's error rate stands out from its own level ({pct_text(step.before, 3)} before "
+                f"the lasting rise at {duration_text(step.t_s)}, its neighbours' after it).")
     return f"No window's error rate stands out from the run's {pct_text(errors / requests, 3)}."
 
 

@@ -163,12 +163,14 @@ def trial_error_late_ramp(rng: np.random.Generator, scenario: Scenario, multiple
 
 
 def trial_budget_late_step(rng: np.random.Generator, scenario: Scenario, multiple: float, gates: Gates) -> Finding:
-    """0.1 % errors, then from 18/24 of the run on `multiple` × the budget; the whole-run rate
-    stays under the budget up to ~4×, so only the last segment can tell."""
+    """0.1 % errors (overdispersed, no bursts: a 30 s burst at 50 % errors is itself over budget in
+    a short run), then from 18/24 of the run on `multiple` × the budget; the whole-run rate stays
+    under the budget up to ~4×, so only the last segment can tell."""
     run = bare_scenario_run(scenario)
     late = np.array([w.mid_s >= scenario.run_s * 18 / 24 for w in run.windows])
     extra = np.where(late, max(multiple * gates.errors.budget - 0.001, 0.0), 0.0)
-    counts = error_counts_shaped(rng, ErrorModel(base_rate=0.001), run.windows, scenario.rate_per_s, extra)
+    model = ErrorModel(base_rate=0.001, bursts_per_h=0.0)
+    counts = error_counts_shaped(rng, model, run.windows, scenario.rate_per_s, extra)
     return error_checks.check_budget(_error_run(run, counts), gates)
 
 

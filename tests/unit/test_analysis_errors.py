@@ -84,3 +84,52 @@ def test_bursts_come_from_the_windows_alone():
 
 def test_bursts_without_data_skip():
     assert check_bursts(bare_run(RUN_S), Gates()).verdict == SKIPPED
+
+
+# --- late onset ----------------------------------------------------------------------------------
+
+def late_ramp(seed, start_h=18.0, end_rate=0.03, base=0.001):
+    """0.1 % errors until `start_h`, then rising linearly to `end_rate` at the end of the run."""
+    start_s = start_h * 3600
+    return binomial(seed, lambda w: base + (end_rate - base) * max(w.mid_s - start_s, 0.0) / (RUN_S - start_s))
+
+
+def test_late_error_ramp_fails_with_its_real_size():
+    finding = check_rise(run_with(late_ramp(20)), Gates())
+    assert finding.verdict == FAIL
+    step = finding.details["step"]
+    assert step["found"] and step["t_s"] > 17 * 3600
+    assert step["before"] == pytest.approx(0.001, abs=0.0005) and step["after"] > 0.012
+    assert finding.value > 1.2  # pp: the Theil–Sen line alone reads ~+0.6 pp
+    assert "the error rate rose from 0.10 % to" in finding.evidence and "and stayed" in finding.evidence
+
+
+def test_rise_sets_a_detection_limit():
+    finding = check_rise(run_with(binomial(21, lambda w: 0.002)), Gates())
+    assert finding.verdict == PASS and finding.detection_limit is not None and finding.detection_limit < 0.5
+    assert "this run rules out rises above" in finding.evidence
+
+
+def test_budget_judges_the_segment_after_a_late_rise():
+    # 0.1 % for 18 h, then 2.5 %: the whole run averages ~0.7 %, within the 1 % budget.
+    finding = check_budget(run_with(binomial(22, lambda w: 0.025 if w.mid_s > 18 * 3600 else 0.001)), Gates())
+    assert finding.value < 1.0
+    assert finding.verdict == FAIL
+    late = finding.details["late_segment"]
+    assert late["basis"] == "after the step" and late["wilson_low"] > 0.01
+    assert "after the rise" in finding.evidence and "exceeds the 1.00 % budget" in finding.evidence
+
+
+def test_budget_last_quarter_ignores_one_burst_window():
+    finding = check_budget(run_with(binomial(23, lambda w: 0.3 if w.index == 46 else 0.001)), Gates())
+    assert finding.verdict == PASS and finding.details["late_segment"]["basis"] == "last quarter"
+
+
+def test_bursts_are_still_seen_during_a_late_rise():
+    ramp = late_ramp(24, end_rate=0.03, base=0.002)
+    burst = binomial(25, lambda w: 0.05)
+    finding = check_bursts(run_with(lambda w: burst(w) if w.index == 12 else ramp(w)), Gates())
+    assert finding.verdict == SUSPECT and [b["index"] for b in finding.details["bursts"]] == [12]
+    assert finding.details["step"]["found"]
+    calm = check_bursts(run_with(late_ramp(26, base=0.002)), Gates())
+    assert calm.verdict == PASS, calm.evidence

@@ -43,3 +43,9 @@ def test_growth_passes_and_tokens_per_s_without_sends():
 def test_skipped_and_inconclusive():
     assert check_decay(bare_run(RUN_S), Gates()).verdict == SKIPPED
     assert check_decay(run_with(lambda w: 200, window_s=RUN_S / 10), Gates()).verdict == INCONCLUSIVE
+
+
+def test_decay_sets_a_detection_limit():
+    finding = check_decay(run_with(lambda w: 200), Gates())
+    assert finding.detection_limit is not None and 0 <= finding.detection_limit < 10
+    assert "this run rules out declines above" in finding.evidence
