@@ -49,8 +49,8 @@ def _matches(details: dict[str, Any]) -> Finding:
                        evidence=f"All {matches} canaries after the first gave the reference answer, character for "
                        "character.")
     why = f"; {details['errors']} failed: {details['first_error']}" if details["errors"] else ""
-    return inconclusive(CHECK, f"Only {matches} canary answer(s) could be compared with the reference (a PASS needs "
-                        f"{MIN_MATCHES}; send them more often with --canary-every){why}.", details=details)
+    return inconclusive(CHECK, f"{details['sent']} canaries answered; {matches} after the reference matched it, and a "
+                        f"PASS needs {MIN_MATCHES} (send them more often with --canary-every){why}.", details=details)
 
 
 def _mismatch(mismatches: list[Event], details: dict[str, Any]) -> Finding:
