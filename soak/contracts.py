@@ -91,6 +91,12 @@ class SummaryTarget(BaseModel):
                                 "`llamacpp`, …; docs/servers.md), from `--server-kind` or detected")
     not_measured: list[str] | None = Field(None, description="what the server did not let soak measure, and why")
 
+    @model_serializer(mode="wrap")
+    def _drop_unset_optionals(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # Like a finding's optional keys, `dialect` and `not_measured` are left out rather than written as null.
+        data = handler(self)
+        return {key: value for key, value in data.items() if value is not None or key in ("kind", "url", "model")}
+
 
 FIXED_FINDING_KEYS = ("check", "verdict", "value", "unit", "ci", "threshold", "evidence")
 

@@ -130,7 +130,7 @@ SETTINGS: tuple[Setting, ...] = (
     _s("idle_probe_for", "load.idle_probe_for_s", PROBES, "Hold after an idle probe's drain (default 30s).",
        kind="duration", metavar="D"),
     _s("drain_timeout", "load.drain_timeout_s", PROBES, "Longest wait at an idle probe for in-flight requests "
-       "(default 60s, less for short windows).", kind="duration", metavar="D"),
+       "(default: the larger of 3 × the E2E P99 so far and 60s, less for short windows).", kind="duration", metavar="D"),
     _s("no_idle_probes", "load.no_idle_probes", PROBES, "Never pause arrivals for idle probes.", kind="flag"),
     _s("sample_every", "telemetry.sample_every_s", PROBES, "Telemetry sampling interval (default 5s).",
        kind="duration", metavar="D"),

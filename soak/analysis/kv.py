@@ -24,6 +24,7 @@ from soak.analysis.findings import FAIL, PASS, Finding, inconclusive, skipped
 from soak.analysis.fmt import duration_text, hours_text, p_text, pct_text
 from soak.analysis.gates import Gates, KvGate
 from soak.analysis.inputs import ProbeReading, RunData
+from soak.analysis.server_kind import server_name
 from soak.analysis.steps import StepResult, StepSpec, find_step
 from soak.analysis.trend import TrendResult, assess_trend
 from soak.analysis.windows import window_floors
@@ -43,15 +44,21 @@ def check_probes(run: RunData, gates: Gates) -> Finding:
     """The residue rule at the idle probes' readings."""
     drained = [p for p in run.probes if p.drained or _engine_idle(p)]
     readable = [p for p in drained if p.kv_usage is not None or p.running is not None]
+    if drained and not readable:
+        return skipped(CHECK, f"{len(run.probes)} idle probes ran but {server_name(run)} exposes neither a "
+                       "KV-cache usage gauge nor a running-requests gauge on /metrics, so the idle floor cannot be "
+                       "read.", probes_ran=True, probes=len(run.probes))
     if not readable:
-        why = ("every idle probe's drain timed out" if not drained
-               else "the server exposes neither KV usage nor running requests")
-        return inconclusive(CHECK, f"{len(run.probes)} idle probes ran but {why}.",
+        return inconclusive(CHECK, f"{len(run.probes)} idle probes ran but every idle probe's drain timed out.",
                             details={"probes_ran": True, "probes": len(run.probes)})
     residues = [p for p in readable if _residue(p, gates.leak.kv)]
     if residues:
         return _residue_finding(residues, readable, gates.leak.kv)
-    return _clean_finding(readable, len(run.probes), gates.leak.kv)
+    finding = _clean_finding(readable, len(run.probes), gates.leak.kv)
+    if _max_kv(readable) is None:
+        finding.evidence += (f" {server_name(run)} exposes no KV-cache usage gauge; idle probes read running "
+                             "requests only.")
+    return finding
 
 
 def _engine_idle(probe: ProbeReading) -> bool:
@@ -127,8 +134,8 @@ def check_floor(run: RunData, gates: Gates) -> Finding:
     """Trend and step of the KV-usage floor when no probes ran."""
     series = floor_series(run)
     if series is None:
-        return skipped(CHECK, "No idle probes ran and the server exposes no KV usage, so the KV floor "
-                       "was not measured.", probes_ran=run.probes_ran)
+        return skipped(CHECK, f"No idle probes ran and {server_name(run)} exposes no KV-cache usage gauge, so "
+                       "the KV floor was not measured.", probes_ran=run.probes_ran)
     t_s, floors = series
     usable = int(np.isfinite(floors).sum())
     if usable < gates.min_windows:

@@ -6,6 +6,8 @@ from typing import Any
 
 from sqlalchemy import Engine
 
+from soak.analysis.inputs import Event
+from soak.analysis.server_kind import not_measured
 from soak.contracts import (
     ErrorMessage,
     ErrorsByClass,
@@ -92,6 +94,14 @@ def context_of(events: list[dict[str, Any]]) -> SummaryContext | None:
     return SummaryContext.model_validate(found[-1]) if found else None
 
 
+def target_of(run: dict[str, Any], events: list[dict[str, Any]]) -> SummaryTarget:
+    """The server loaded: kind, URL, model, the dialect its /metrics was read in, and what it left unmeasured."""
+    dialects = [event["data"] for event in events if event["kind"] == EventKind.SERVER_DIALECT and event.get("data")]
+    missing = not_measured(Event(t_s=e["t_s"], kind=e["kind"], data=e.get("data") or {}) for e in events)
+    return SummaryTarget(kind=run["target_kind"], url=run["target_url"], model=run["model"],
+                         dialect=dialects[-1].get("dialect") if dialects else None, not_measured=missing or None)
+
+
 def build_summary(run: dict[str, Any], engine: Engine, findings: list[SummaryFinding], verdict: Verdict,
                   reason: str, report_html: str | None) -> Summary:
     """The summary of a stored run (docs/summary.md)."""
@@ -99,7 +109,7 @@ def build_summary(run: dict[str, Any], engine: Engine, findings: list[SummaryFin
     return Summary(
         run_id=run["id"], status=run["status"], started_at=run["started_at"], ended_at=run["ended_at"],
         duration_s=run["duration_s"], planned_duration_s=run["planned_duration_s"],
-        target=SummaryTarget(kind=run["target_kind"], url=run["target_url"], model=run["model"]),
+        target=target_of(run, events),
         verdict=verdict, verdict_reason=reason, findings=findings,
         totals=request_totals(engine, run["id"]), latency_ms=latency_summary(engine, run["id"]),
         context=context_of(events), error_messages=error_messages(events), validation_gaps=validation_gaps(events),

@@ -73,47 +73,62 @@ class DialectWatch:
     """Whose /metrics names the server speaks: forced by --server-kind, else detected once and recorded.
 
     Detection takes the first scrape of the server's own /metrics whose series name a dialect; while /metrics
-    fails, GET /v1/models is asked once (`owned_by` names vLLM, SGLang and llama.cpp).
+    fails, GET /v1/models is asked once (`owned_by` names vLLM, SGLang and llama.cpp). The event lists the
+    readings the dialect never has; `close` records it again with those no scrape of the run carried (a
+    llama.cpp build without the KV gauge, a TGI v2 backend), which is what the analysis reads.
     """
 
     def __init__(self, recorder: Recorder, sources: TelemetrySources):
         self.recorder, self.sources = recorder, sources
         self.dialect: Dialect | None = DIALECTS[sources.server_kind] if sources.server_kind else None
+        self.source = "--server-kind"
+        self.seen: set[str] = set()  # ServerSample fields some successful scrape carried
         self._asked_models = False
         if self.dialect is not None:
-            self._record(self.dialect, "--server-kind")
+            self._record(self.dialect, self.source, not_measured(self.dialect))
 
-    def _record(self, dialect: Dialect, source: str) -> None:
+    def _record(self, dialect: Dialect, source: str, missing: list[str]) -> None:
         message = f"server dialect {dialect.name} ({dialect.server}), from {source}"
+        if missing:
+            message += f"; not exposed: {', '.join(missing)}"
         log.info("%s", message)
-        self.recorder.event(EventKind.SERVER_DIALECT, message,
-                            {"dialect": dialect.name, "server": dialect.server, "source": source,
-                             "not_measured": not_measured(dialect)})
+        self.recorder.event(EventKind.SERVER_DIALECT, message, {"dialect": dialect.name, "server": dialect.server,
+                                                                "source": source, "not_measured": missing})
+
+    def close(self) -> None:
+        """Record the dialect once more with the readings no scrape of the run carried."""
+        if self.dialect is not None and self.seen:
+            self._record(self.dialect, self.source, [text for key, text in GAUGE_TEXT.items() if key not in self.seen])
 
     def observe(self, reading: dict[str, Any]) -> None:
-        """Take the dialect a scrape of the server's /metrics named, or ask /v1/models once when it failed."""
+        """Note what a scrape carried; take the dialect it named, or ask /v1/models once when it failed."""
+        if reading.get("scrape_ok"):
+            self.seen.update(key for key in GAUGE_TEXT if reading.get(key) is not None)
         if self.dialect is not None:
             return
         named = DIALECTS.get(reading.get("dialect") or "")
         if named is not None:
-            self.dialect = named
-            self._record(named, "the first /metrics scrape")
+            self.dialect, self.source = named, "the first /metrics scrape"
+            self._record(named, self.source, not_measured(named))
         elif not reading.get("scrape_ok") and not self._asked_models and self.sources.health_url:
             self._asked_models = True
             found = models_dialect(self.sources.health_url, self.sources.headers)
             if found is not None:
-                self.dialect = found
-                self._record(found, "GET /v1/models (owned_by)")
+                self.dialect, self.source = found, "GET /v1/models (owned_by)"
+                self._record(found, self.source, not_measured(found))
 
 
+# ServerSample field → what it is, as the summary and the checks name it when missing.
 GAUGE_TEXT = {"running": "running requests", "waiting": "waiting requests", "kv_usage": "KV-cache usage",
-              "preemptions": "a preemption counter", "prompt_tokens": "a prompt-token counter",
-              "generation_tokens": "a generation-token counter"}
+              "preemptions_total": "a preemption counter", "prompt_tokens_total": "a prompt-token counter",
+              "generation_tokens_total": "a generation-token counter"}
+DIALECT_FIELD = {"running": "running", "waiting": "waiting", "kv_usage": "kv_usage", "preemptions_total": "preemptions",
+                 "prompt_tokens_total": "prompt_tokens", "generation_tokens_total": "generation_tokens"}
 
 
 def not_measured(dialect: Dialect) -> list[str]:
-    """What this server's /metrics never exposes, one phrase each (e.g. "KV-cache usage")."""
-    return [text for key, text in GAUGE_TEXT.items() if getattr(dialect, key) is None]
+    """What this server's /metrics never exposes, one phrase each (e.g. "a preemption counter")."""
+    return [text for key, text in GAUGE_TEXT.items() if getattr(dialect, DIALECT_FIELD[key]) is None]
 
 
 class Telemetry:
@@ -155,6 +170,7 @@ class Telemetry:
             self._scheduler = None
         self._guard(self.sample)()
         self._guard(self.flush)()
+        self._guard(self.dialects.close)()
         self.gpus.close()
 
     @staticmethod

@@ -49,9 +49,25 @@ def test_kv_held_while_nothing_runs_fails_even_when_the_queue_never_drained():
     assert finding.verdict == FAIL and "queued behind the held blocks" in finding.evidence
 
 
-def test_server_without_gauges_is_inconclusive():
+def test_server_without_gauges_is_skipped_naming_them():
+    # Never INCONCLUSIVE for a gauge the server does not have: that would block a PASS forever.
     finding = check_kv(run_with(ProbeReading(600, None, None, None)), Gates())
-    assert finding.verdict == INCONCLUSIVE and "exposes neither" in finding.evidence
+    assert finding.verdict == SKIPPED
+    assert "exposes neither a KV-cache usage gauge nor a running-requests gauge" in finding.evidence
+
+
+def test_llamacpp_without_a_kv_gauge_is_judged_from_running_requests():
+    from soak.analysis.inputs import Event
+    from soak.contracts import EventKind
+
+    dialect = Event(1.0, EventKind.SERVER_DIALECT, "server dialect llamacpp", {
+        "dialect": "llamacpp", "server": "llama.cpp llama-server", "not_measured": ["KV-cache usage"]})
+    run = bare_run(3600.0, probes=(ProbeReading(600, None, 0, 0), ProbeReading(1200, None, 0, 0)), probes_ran=True,
+                   events=(dialect,))
+    finding = check_kv(run, Gates())
+    assert finding.verdict == PASS
+    assert "llama.cpp llama-server exposes no KV-cache usage gauge; idle probes read running requests only" \
+        in finding.evidence
 
 
 def test_gate_is_configurable():
