@@ -15,6 +15,7 @@ from soak.analysis.findings import FAIL, PASS, SUSPECT, Finding, skipped
 from soak.analysis.fmt import duration_text
 from soak.analysis.gates import Gates
 from soak.analysis.inputs import Event, RunData, ServerSeries
+from soak.analysis.server_kind import tokens_at_finish
 from soak.contracts import EventKind
 
 HANG_EVENTS = (EventKind.PROBE_DRAIN_TIMEOUT,)
@@ -84,8 +85,20 @@ def _unexcused_probes(run: RunData, timeouts: list[Event], excused: list[Event])
     return undrained
 
 
+def longest_e2e_s(run: RunData) -> float:
+    """The largest per-window E2E P99 of the run, in seconds (0 without one)."""
+    values = [w.e2e.p99_ms for w in run.latency_windows if w.e2e is not None and np.isfinite(w.e2e.p99_ms)]
+    return max(values, default=0.0) / 1000.0
+
+
+def stall_limit_s(run: RunData, limit_s: float) -> float:
+    """How long the token counter may stay still while requests run: the gate's limit, plus the longest E2E P99
+    when the counter moves only as requests finish (a long request keeps it still while streaming)."""
+    return limit_s + longest_e2e_s(run) if tokens_at_finish(run) else limit_s
+
+
 def check_hang(run: RunData, gates: Gates) -> Finding:
-    limit_s = gates.hang.effective_after_s(run.planned_duration_s)
+    limit_s = stall_limit_s(run, gates.hang.effective_after_s(run.planned_duration_s))
     stalls, longest_s = find_stalls(run.server, limit_s) if run.server else ([], 0.0)
     all_timeouts = [e for e in run.events if e.kind in HANG_EVENTS]
     streaming = streaming_timeouts(run, all_timeouts)

@@ -41,6 +41,12 @@ def lacks(run: RunData, reading: str) -> bool:
     return bool(data) and reading in (data.get("not_measured") or [])
 
 
+def tokens_at_finish(run: RunData) -> bool:
+    """Whether the server's generation-token counter moves only when a request finishes (SGLang, TGI, Triton)."""
+    data = dialect_data(run)
+    return bool(data and data.get("tokens_at_finish"))
+
+
 def not_measured(events: Iterable[Event]) -> list[str]:
     """One line per thing the server did not let soak measure: each gauge its dialect lacks, and its processes
     when none could be seen."""

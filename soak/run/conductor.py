@@ -200,6 +200,7 @@ class Conductor:
         self._say(record_server_processes(state.recorder, state.info))
         state.ledger = OutcomeLedger(state.recorder)
         state.telemetry.start()
+        self._say(state.telemetry.dialects.describe())
         hooks = self._watch_log_and_canary()
         state.load = start_load(config, base_url=state.info.base_url, model=state.info.model, t0=state.t0,
                                 hooks=hooks)

@@ -98,6 +98,9 @@ class Dialect:
     owned_by: str | None  # what /v1/models says in `owned_by`, when that names the server
     process_metrics: bool  # does its /metrics carry process_resident_memory_bytes / process_open_fds
     notes: str = ""
+    # The generation-token counter moves when a request finishes, not token by token (SGLang's counters, TGI's
+    # and Triton's histogram sums): a long request keeps it still while it streams.
+    tokens_at_finish: bool = False
 
 
 def _s(name: str, kind: Kind, source: str, **labels: str) -> Series:
@@ -174,6 +177,7 @@ SGLANG = Dialect(
     # srt/utils add_prometheus_middleware serves a fresh registry with only the MultiProcessCollector.
     process_metrics=False,
     notes="Token counters move when a request finishes. Multiprocess gauges without mode get a pid label.",
+    tokens_at_finish=True,
 )
 
 # Hugging Face TGI: the Rust router (metrics crate, metrics-exporter-prometheus). Gauges in backends/v3/src
@@ -204,6 +208,7 @@ TGI = Dialect(
     owned_by=None,  # TGI's /v1/models puts the model id in owned_by
     process_metrics=False,
     notes="Context length from GET /info (max_total_tokens).",
+    tokens_at_finish=True,
 )
 
 # llama.cpp llama-server: the /metrics handler in tools/server (server.cpp, later server-context.cpp) writes
@@ -271,6 +276,7 @@ TRTLLM = Dialect(
     owned_by=None,  # the OpenAI frontend says "Triton Inference Server" whatever the backend
     process_metrics=False,
     notes="Neither /v1/models nor the KServe API states the engine's max sequence length.",
+    tokens_at_finish=True,
 )
 
 DIALECTS: dict[str, Dialect] = {d.name: d for d in (VLLM, VLLM_V0, SGLANG, TGI, LLAMACPP, TRTLLM)}

@@ -92,8 +92,16 @@ class DialectWatch:
         if missing:
             message += f"; not exposed: {', '.join(missing)}"
         log.info("%s", message)
-        self.recorder.event(EventKind.SERVER_DIALECT, message, {"dialect": dialect.name, "server": dialect.server,
-                                                                "source": source, "not_measured": missing})
+        self.recorder.event(EventKind.SERVER_DIALECT, message, {
+            "dialect": dialect.name, "server": dialect.server, "source": source, "not_measured": missing,
+            "tokens_at_finish": dialect.tokens_at_finish})
+
+    def describe(self) -> str:
+        """One line for the user at start: whose names /metrics is read in, or that none was recognised yet."""
+        if self.dialect is None:
+            return ("the server's /metrics named no known server at the first scrape: its gauges are not read "
+                    "until one does (name it with --server-kind; docs/servers.md)")
+        return f"reading /metrics as {self.dialect.name} ({self.dialect.server}), from {self.source}"
 
     def close(self) -> None:
         """Record the dialect once more with the readings no scrape of the run carried."""

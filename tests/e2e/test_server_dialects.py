@@ -44,9 +44,11 @@ def _events(out: Path, kind: str) -> list[dict]:
 @pytest.mark.parametrize("dialect", sorted(EXPOSES))
 def test_each_dialect_is_detected_and_its_gauges_are_read(tmp_path, soak_cli, dialect):
     forced = ("--server-kind", dialect) if dialect == "tgi" else ()  # TGI's /v1/models does not name it
-    summary = _summary(soak_cli(*SHORT_RUN, "--reference-arg", f"--dialect={dialect}", *forced,
-                                "--out", str(tmp_path), timeout_s=240))
+    result = soak_cli(*SHORT_RUN, "--reference-arg", f"--dialect={dialect}", *forced, "--out", str(tmp_path),
+                      timeout_s=240)
+    summary = _summary(result)
     assert summary["target"]["dialect"] == dialect
+    assert f"reading /metrics as {dialect} (" in result.stderr  # said at start
     detected, final = _events(tmp_path, "server_dialect")  # at detection, and at the end with what was never seen
     assert detected["source"] == final["source"] == ("--server-kind" if forced else "the first /metrics scrape")
     kv_exposed, preemptions_exposed = EXPOSES[dialect]

@@ -139,3 +139,26 @@ def test_a_drain_timeout_with_the_counter_frozen_while_requests_run_is_a_hang():
     finding = check_hang(run, Gates())
     assert finding.verdict == FAIL and "1 probe drain(s) timed out" in finding.evidence
     assert finding.details["stalls"] == []  # the timeout alone fails it
+
+
+def _sglang_event(tokens_at_finish=True):
+    return Event(1.0, EventKind.SERVER_DIALECT, "server dialect sglang", {
+        "dialect": "sglang", "server": "SGLang", "not_measured": [], "tokens_at_finish": tokens_at_finish})
+
+
+def _slow_windows(p99_ms):
+    from soak.analysis.inputs import LatencyStats, LatencyWindow
+
+    e2e = LatencyStats(count=50, p50_ms=p99_ms / 2, p90_ms=p99_ms * 0.9, p95_ms=p99_ms * 0.95, p99_ms=p99_ms)
+    return tuple(LatencyWindow(index=i, start_s=i * 150.0, end_s=(i + 1) * 150.0, e2e=e2e) for i in range(40))
+
+
+def test_a_counter_that_moves_at_finish_may_stay_still_for_as_long_as_a_request_streams():
+    # SGLang counts generated tokens when a request finishes: 100 s of 90-s requests streaming is not a hang.
+    run = bare_run(RUN_S, server=server(3000.0, 100.0), events=(_sglang_event(),), latency_windows=_slow_windows(90_000))
+    finding = check_hang(run, Gates())
+    assert finding.verdict == PASS and finding.threshold == 150.0, finding.evidence
+    # The same still counter from a server that counts token by token is a hang.
+    run = bare_run(RUN_S, server=server(3000.0, 100.0), events=(_sglang_event(False),),
+                   latency_windows=_slow_windows(90_000))
+    assert check_hang(run, Gates()).verdict == FAIL
