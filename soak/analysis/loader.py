@@ -99,13 +99,25 @@ def load_gpu_processes(engine: Engine, run_id: str) -> tuple[GpuProcessSeries, .
                  for (pid, gpu), rows in sorted(by_key.items()))
 
 
+def gauge_source(rows: list[dict[str, Any]]) -> str:
+    """The scraped source whose gauges the checks read: the server's own /metrics (the first source), unless it
+    never carried running requests or generated tokens and another source did (Triton's metrics port, given
+    with --metrics-url)."""
+    sources = list(dict.fromkeys(row["source"] for row in rows))
+
+    def carries(source: str) -> bool:
+        return any(row["source"] == source and (row["running"] is not None or row["generation_tokens_total"]
+                                                is not None) for row in rows)
+    return next((source for source in sources if carries(source)), sources[0])
+
+
 def load_server(engine: Engine, run_id: str) -> ServerSeries | None:
-    """The first scraped source's gauges and counters (the server's own /metrics)."""
+    """The gauges and counters of the source that carries them (`gauge_source`)."""
     rows = read_rows(engine, ServerSample, run_id)
     if not rows:
         return None
-    first_source = rows[0]["source"]
-    rows = [row for row in rows if row["source"] == first_source]
+    source = gauge_source(rows)
+    rows = [row for row in rows if row["source"] == source]
     for row in rows:
         if not row["scrape_ok"]:
             row.update(running=None, waiting=None, kv_usage=None, generation_tokens_total=None)

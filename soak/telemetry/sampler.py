@@ -236,7 +236,7 @@ class Telemetry:
         health_ok = probe_health(self.sources.health_url) if self.sources.health_url else None
         keep_extra = t_s - self._last_extra_s >= EXTRA_METRICS_EVERY_S
         for index, url in enumerate(self.sources.metrics_urls):
-            dialect = self.dialects.dialect if index == 0 else None  # extra endpoints: each page's own names
+            dialect = self.dialects.dialect  # extra endpoints too; until it is known, each page's own names
             reading = scrape(url, self.sources.headers, with_extra=keep_extra or dialect is None, dialect=dialect,
                              model=self.sources.model)
             if index == 0:  # the first source is the server's own /metrics
@@ -247,8 +247,8 @@ class Telemetry:
                 reading.pop(key, None)
             row = {"source": url, "health_ok": health_ok, **reading}
             self.recorder.rows(ServerSample, [row], t_s)
-            if not snapshot.server:
-                snapshot.server = row
+            if not snapshot.server or (snapshot.server.get("running") is None and row.get("running") is not None):
+                snapshot.server = row  # the server's own /metrics, unless only another source has its gauges
             if keep_extra and extra:
                 self.recorder.rows(MetricSample, [
                     {"name": name[:200], "labels_json": json.dumps(labels, sort_keys=True), "value": value}

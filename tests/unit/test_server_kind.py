@@ -1,0 +1,37 @@
+"""What the server left unmeasured, and which scraped source carries its gauges."""
+
+from __future__ import annotations
+
+from soak.analysis.inputs import Event
+from soak.analysis.loader import gauge_source
+from soak.analysis.server_kind import not_measured
+from soak.contracts import EventKind
+from soak.telemetry.dialects import DIALECTS
+from soak.telemetry.sampler import not_measured as dialect_lacks
+
+
+def _row(source, running=None, tokens=None):
+    return {"source": source, "running": running, "generation_tokens_total": tokens}
+
+
+def test_the_servers_own_metrics_carry_the_gauges_unless_only_another_source_does():
+    own, triton = "http://h:9000/metrics", "http://h:8002/metrics"
+    assert gauge_source([_row(own, 1, 10), _row(triton, 2, 20)]) == own
+    assert gauge_source([_row(own), _row(triton, 2, 20), _row(own)]) == triton  # Triton's metrics port
+    assert gauge_source([_row(own), _row(triton)]) == own
+
+
+def test_each_dialect_says_what_it_never_exposes():
+    assert dialect_lacks(DIALECTS["vllm"]) == []
+    assert dialect_lacks(DIALECTS["tgi"]) == ["a preemption counter"]
+    assert dialect_lacks(DIALECTS["llamacpp"]) == ["a preemption counter"]  # KV: older builds only, seen at run
+
+
+def test_not_measured_names_the_gauges_and_the_missing_processes():
+    events = [Event(1.0, EventKind.SERVER_PROCESSES, "none", {"pids": [], "how": None}),
+              Event(2.0, EventKind.SERVER_DIALECT, "llamacpp", {"dialect": "llamacpp", "server": "llama.cpp llama-server",
+                                                                "not_measured": ["KV-cache usage"]})]
+    lines = not_measured(events)
+    assert lines[0] == "KV-cache usage: llama.cpp llama-server exposes none on /metrics"
+    assert "pass --server-pid PID" in lines[1]
+    assert not_measured([Event(1.0, EventKind.SERVER_PROCESSES, "found", {"pids": [7], "how": "started by soak"})]) == []
