@@ -33,8 +33,9 @@ def record_server_processes(recorder: Recorder, info: ServerInfo) -> str | None:
                        {"pids": pids, "how": how})
         return f"sampling server process(es) {_pids(pids)}, {how}" if how.startswith("listening") else None
     text = (f"no server process can be sampled: {info.base_url} is not on this host, or its process cannot be "
-            "seen; server memory and open files come only from its /metrics process_* series if it serves "
-            "them (leak.rss and leak.fds are SKIPPED otherwise); pass --server-pid PID to sample it")
+            "seen (another user's, or inside a container); server memory and open files come only from its "
+            "/metrics process_* series if it serves them (leak.rss and leak.fds are SKIPPED otherwise); pass "
+            "--server-pid PID to sample it")
     log.warning("%s", text)
     recorder.event(EventKind.SERVER_PROCESSES, text, {"pids": [], "how": None})
     return text

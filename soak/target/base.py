@@ -70,12 +70,24 @@ def url_port(base_url: str) -> int | None:
         return None
 
 
+# Programs that listen for a container's published port: the server itself runs inside the container.
+PORT_PROXIES = ("docker-proxy", "rootlessport", "slirp4netns", "pasta", "conmon")
+
+
 def local_listeners(base_url: str) -> list[int]:
-    """The processes listening on the URL's port when its host is this machine; [] otherwise or when unseen."""
+    """The processes listening on the URL's port when its host is this machine; [] otherwise, when unseen, or
+    when the listener is a container runtime's port proxy rather than the server."""
     port = url_port(base_url)
     if port is None or not is_local_host(urllib.parse.urlsplit(base_url).hostname):
         return []
-    return listening_pids(port)
+    return [pid for pid in listening_pids(port) if _process_name(pid) not in PORT_PROXIES]
+
+
+def _process_name(pid: int) -> str:
+    try:
+        return psutil.Process(pid).name()
+    except psutil.Error:
+        return ""
 
 
 def port_free(port: int) -> bool:
