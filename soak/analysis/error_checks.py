@@ -47,9 +47,13 @@ def _rates(rows: list[RequestWindow]) -> tuple[np.ndarray, np.ndarray]:
 def rate_step(rows: list[RequestWindow], gates: Gates) -> StepResult | None:
     """The step gate on the window error rates: a lasting rise of at least rise_abs.
 
-    find_step picks the split and judges size and persistence on the rates after a running median
-    of 3 (an isolated burst window vanishes: bursts are `errors.bursts`' business). Two things
-    change for error counts:
+    find_step picks the split and judges persistence on the rates after a running median of 3 (an
+    isolated burst window vanishes: bursts are `errors.bursts`' business). Three things change for
+    error counts:
+
+    * **size** is the level reached — the median of the last third after the split — over the
+      level before it (`after` and `shift` are rewritten to say so): a late ramp's median after the
+      split is about half of how far it climbed, and "rose from 0.1 % to 2.5 %" is what happened;
 
     * **significance** is a count test (`_excess_p`): the errors after the split against the rate
       and overdispersion of the windows before it. find_step's own test reads the spread inside
@@ -67,9 +71,12 @@ def rate_step(rows: list[RequestWindow], gates: Gates) -> StepResult | None:
     if step is None:
         return None
     p_value = min(1.0, _excess_p(rows, step.index) * max(len(rows) - 2 * min_size + 1, 1))
-    raised = smoothed[step.index:] >= step.before + step.shift / 2
-    return replace(step, p_value=p_value, gates={**step.gates, "significant": p_value < gates.p_value,
-                                                 "most_windows": bool(raised.mean() >= 2 / 3)})
+    later = smoothed[step.index:]
+    reached = float(np.median(later[-max(1, later.size // 3):]))
+    raised = later >= step.before + step.shift / 2
+    return replace(step, p_value=p_value, after=reached, shift=reached - step.before,
+                   gates={**step.gates, "size": reached - step.before >= spec.min_shift,
+                          "significant": p_value < gates.p_value, "most_windows": bool(raised.mean() >= 2 / 3)})
 
 
 def _excess_p(rows: list[RequestWindow], index: int) -> float:
@@ -240,15 +247,15 @@ def find_bursts(rows: list[RequestWindow], gates: Gates) -> tuple[list[tuple[Req
 
     Real error rates wander from window to window more than binomial noise allows, so the tail is
     negative-binomial with the overdispersion measured on the other windows. When the step gate
-    finds a lasting rise, the windows of the rise would inflate that overdispersion until no burst
-    stands out, so the baseline is measured before the step and the windows after it are judged
-    against their neighbours (`_bursts_after_step`).
+    finds a lasting rise, one pooled rate fits neither side of it and the windows of the rise would
+    inflate the overdispersion until no burst stands out, so each window is judged against its
+    neighbours instead (`_bursts_local`); the baseline returned is then the rate before the step.
     """
     step = rate_step(rows, gates) if len(rows) >= gates.min_windows else None
     if step is None or not step.found:
         return *_bursts_in(rows, gates), step
-    bursts, baseline = _bursts_in(rows[:step.index], gates)
-    return bursts + _bursts_after_step(rows[step.index:], baseline.alpha, gates), baseline, step
+    bursts, alpha = _bursts_local(rows, step.index, gates)
+    return bursts, ErrorBaseline(estimate_baseline(rows[:step.index]).rate, alpha), step
 
 
 def _bursts_in(rows: list[RequestWindow], gates: Gates) -> tuple[list[tuple[RequestWindow, float]], ErrorBaseline]:
@@ -265,21 +272,47 @@ def _bursts_in(rows: list[RequestWindow], gates: Gates) -> tuple[list[tuple[Requ
     return [(w, baseline.tail_p(w)) for w in rows if w.index in flagged], baseline
 
 
-def _bursts_after_step(rows: list[RequestWindow], alpha: float, gates: Gates) -> list[tuple[RequestWindow, float]]:
-    """Bursts after a step: the rate there may still be climbing, so each window's expected rate
-    is the median rate of its two neighbours on either side (not itself), with the overdispersion
-    measured before the step."""
+def _bursts_local(rows: list[RequestWindow], split: int, gates: Gates) -> tuple[list[tuple[RequestWindow, float]], float]:
+    """Bursts where the rate moves (a step, a ramp): each window's expected rate is the median of
+    its two neighbours on either side (not itself, so a burst does not raise its own bar; across
+    the split, so a ramp's windows next to it are not judged against one side only), at least the
+    median window rate before the split. The
+    overdispersion is measured around those local rates before the split, without the flagged
+    windows (three passes): where the rate climbs, the counts are large and say little about how
+    the ordinary rate wanders. Returns the bursts and the overdispersion."""
+    # A median of four small counts is noisy; the median window rate before the split is the floor
+    # (a median, so neither a burst nor the first windows of the rise raise it).
+    floor = float(np.median([w.error_count / w.requests for w in rows[:split]]))
+    expected = np.maximum(_neighbour_rates(rows), floor)
+    # Start without the obvious candidates, or their excess would inflate the overdispersion.
+    flagged = {w.index for w, rate in zip(rows, expected) if w.error_count >= gates.errors.burst_min_errors
+               and w.error_count / w.requests >= gates.errors.burst_factor * rate}
+    alpha = 0.0
+    for _ in range(3):
+        keep = [k for k in range(split) if rows[k].index not in flagged] or list(range(split))
+        alpha = _local_alpha([rows[k] for k in keep], expected[keep])
+        flagged = {w.index for w, rate in zip(rows, expected) if _is_burst(w, ErrorBaseline(rate, alpha), gates)}
+    return [(w, ErrorBaseline(rate, alpha).tail_p(w)) for w, rate in zip(rows, expected) if w.index in flagged], alpha
+
+
+def _neighbour_rates(rows: list[RequestWindow]) -> np.ndarray:
+    """Median error rate of each window's two neighbours on either side, floored at half an error
+    over those neighbours (as `estimate_baseline` floors a spotless baseline)."""
     rates = np.array([w.error_count / w.requests for w in rows])
-    out = []
-    for i, window in enumerate(rows):
-        near = list(range(max(0, i - 2), i)) + list(range(i + 1, min(len(rows), i + 3)))
-        if not near:
-            continue
-        floor = 0.5 / sum(rows[j].requests for j in near)  # half an error, as in estimate_baseline
-        baseline = ErrorBaseline(max(float(np.median(rates[near])), floor), alpha)
-        if _is_burst(window, baseline, gates):
-            out.append((window, baseline.tail_p(window)))
+    out = np.empty(len(rows))
+    for i in range(len(rows)):
+        near = [j for j in range(max(0, i - 2), min(len(rows), i + 3)) if j != i] or [i]
+        out[i] = max(float(np.median(rates[near])), 0.5 / sum(rows[j].requests for j in near))
     return out
+
+
+def _local_alpha(rows: list[RequestWindow], rates: np.ndarray) -> float:
+    """Method-of-moments overdispersion around per-window expected rates."""
+    n = np.array([w.requests for w in rows], dtype=float)
+    errors = np.array([w.error_count for w in rows], dtype=float)
+    mean = n * rates
+    excess = ((errors - mean) ** 2 - mean * (1 - rates)).sum()
+    return max(0.0, float(excess / (mean ** 2).sum())) if (mean ** 2).sum() > 0 else 0.0
 
 
 def _is_burst(window: RequestWindow, baseline: ErrorBaseline, gates: Gates) -> bool:
@@ -308,7 +341,8 @@ def check_bursts(run: RunData, gates: Gates) -> Finding:
     details["bursts"] = [_burst_dict(w, p) for w, p in bursts]
     evidence = _bursts_text(bursts, baseline.rate)
     if after_step:
-        evidence += f" Baseline measured before the error rate's lasting rise at {duration_text(step.t_s)}."
+        evidence += (f" The rate rose lastingly at {duration_text(step.t_s)}, so each window was judged "
+                     "against its neighbours.")
     return Finding(check="errors.bursts", verdict=verdict, value=len(bursts), unit="windows",
                    threshold=gates.errors.burst_p_value, evidence=evidence, details=details)
 
@@ -318,8 +352,8 @@ def _calm_text(rows: list[RequestWindow], step: StepResult | None) -> str:
     if not errors:
         return f"No errors in {requests} requests."
     if step is not None:
-        return (f"No window's error rate stands out from its own level ({pct_text(step.before, 3)} before "
-                f"the lasting rise at {duration_text(step.t_s)}, its neighbours' after it).")
+        return (f"No window's error rate stands out from its neighbours' (the rate rose lastingly at "
+                f"{duration_text(step.t_s)}, so each window is judged against the windows around it).")
     return f"No window's error rate stands out from the run's {pct_text(errors / requests, 3)}."
 
 

@@ -15,7 +15,9 @@ windows. When time and load move together (a pure ramp) `b` cannot be told from 
 `collinearity` (R² of t on the load terms) says so and the caller gives up.
 
 The offered rate of a window is its planned arrivals (`sends`) over its length; without sends, the
-mean in-flight gauge (`running`) of the server over the window stands in for it.
+mean in-flight gauge (`running`) of the server over the window stands in for it. That stand-in is
+weaker: by Little's law in-flight requests grow with latency itself, so part of a real creep can
+be taken out with the load; the evidence names which measure was used.
 """
 
 from __future__ import annotations
