@@ -4,8 +4,9 @@ A late onset — errors at 0.1 % for 18 h, then climbing to 3 % — bends a stra
 Theil–Sen slope reads a fraction of the rise and Mann–Kendall's autocorrelation correction reads the
 one late monotone block as drift. So the window error-rate series also goes through the step gate
 (steps.py): `errors.rise` FAILs on a lasting rise of at least `rise_abs`, `errors.budget` judges the
-segment after it (else the last quarter) on its own, and `errors.bursts` measures its baseline on
-each side of it, so the rise neither hides in the run's average nor inflates the overdispersion.
+segment after it (else the last quarter) on its own, and `errors.bursts` then judges each window
+against its neighbours with the overdispersion measured before the rise, so the rise neither hides
+in the run's average nor inflates the overdispersion until no burst stands out.
 """
 
 from __future__ import annotations
@@ -54,7 +55,6 @@ def rate_step(rows: list[RequestWindow], gates: Gates) -> StepResult | None:
     * **size** is the level reached — the median of the last third after the split — over the
       level before it (`after` and `shift` are rewritten to say so): a late ramp's median after the
       split is about half of how far it climbed, and "rose from 0.1 % to 2.5 %" is what happened;
-
     * **significance** is a count test (`_excess_p`): the errors after the split against the rate
       and overdispersion of the windows before it. find_step's own test reads the spread inside
       each segment, and a ramp after the split is all spread, so it would never call a ramp real;

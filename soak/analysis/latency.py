@@ -16,7 +16,7 @@ of at least the threshold late in the run FAILs even where a straight line under
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -143,7 +143,7 @@ def _creep_at_load(series: CreepSeries, load: LoadSeries, gates: Gates) -> Findi
                "load_max": float(load.values.max()), "load_elasticity": fit.elasticity,
                "time_load_r2": fit.collinearity}
     if not fit.separable:
-        return _collinear_finding(series, result, load_text, details, fit)
+        return _collinear_finding(series, result, load, details, fit)
     evidence = _at_load_sentence(series, result, gates.confidence) + f"; {load_text}"
     step = _step(series.t_s, fit.adjusted, series, gates)
     return _creep_finding(series, result, evidence, details, step)
@@ -172,12 +172,19 @@ def _at_load_sentence(series: CreepSeries, result: TrendResult, confidence: floa
     return f"{text}; {caveats}" if caveats else f"{text}; threshold {threshold}"
 
 
-def _collinear_finding(series: CreepSeries, result: TrendResult, load_text: str, details: dict,
+def _collinear_finding(series: CreepSeries, result: TrendResult, load: LoadSeries, details: dict,
                        fit: LoadFit) -> Finding:
-    """Time and load moved together (a pure ramp): a creep cannot be told from latency following load."""
-    evidence = (f"The offered load moved with time (R² {fit.collinearity:.2f} of time on load), so a "
-                f"{series.subject} creep cannot be told from latency following load; {load_text}")
-    return _creep_finding(series, replace(result, verdict=INCONCLUSIVE), evidence, details, None)
+    """Time and load moved together (a pure ramp): a creep cannot be told from latency following
+    load, so no fitted rise is quoted as if it were one."""
+    span = result.span_s
+    low, high = (_rise_pct(c * span) for c in result.ci_per_s)
+    evidence = (f"The {load.source} moved with time ({load.range_text()}, R² {fit.collinearity:.2f} of time "
+                f"on load), so a {series.subject} creep cannot be told from latency following load; "
+                "a run with the load held (or varied back and forth) can tell")
+    details.update({"windows_judged": series.judged, "span_s": span, "series_unit": "ms"})
+    return Finding(check=series.check, verdict=INCONCLUSIVE, value=_rise_pct(result.slope_per_s * span),
+                   unit="% over run", ci=(low, high), threshold=100 * series.rise_frac, evidence=evidence,
+                   percentile_used=series.level, detection_limit=high, details=details)
 
 
 def _creep_finding(series: CreepSeries, result: TrendResult, evidence: str, details: dict,
