@@ -102,7 +102,8 @@ class LeakGates(_Strict):
 
 
 class CreepGate(_Strict):
-    """FAIL when the window percentile is projected to rise by ≥ rise_frac over the judged span."""
+    """FAIL when the window percentile is projected to rise by ≥ rise_frac over the judged span — at
+    equal offered load when the load varies — or steps up lastingly by ≥ rise_frac."""
 
     rise_frac: Positive = 0.25
 
@@ -114,6 +115,10 @@ class CreepGates(_Strict):
 
 
 class ErrorGates(_Strict):
+    """`budget` bounds the error rate over the run and over its last segment; `rise_abs` is the
+    rise (trend over the run, or a lasting step) that FAILs `errors.rise`; the `burst_*` keys say
+    when a window's error count stands out."""
+
     budget: Fraction = 0.01
     rise_abs: Annotated[float, Field(gt=0, le=1)] = 0.005
     burst_p_value: Annotated[float, Field(gt=0, lt=1)] = 3e-6
@@ -134,6 +139,8 @@ class HangGate(_Strict):
 
 
 class ThroughputGate(_Strict):
+    """FAIL when output tokens per offered request are projected to decline by ≥ decay_frac."""
+
     decay_frac: Annotated[float, Field(gt=0, lt=1)] = 0.10
 
 
