@@ -55,7 +55,8 @@ def not_measured(events: Iterable[Event]) -> list[str]:
     dialect = _last_data(events, DIALECT_EVENTS)
     if dialect:
         server = dialect.get("server") or dialect.get("dialect")
-        lines += [f"{reading}: {server} exposes none on /metrics" for reading in dialect.get("not_measured") or []]
+        lines += [f"{reading} ({server} exposes no such series on /metrics)"
+                  for reading in dialect.get("not_measured") or []]
     processes = _last_data(events, PROCESS_EVENTS)
     if processes is not None and not processes.get("pids"):
         lines.append("server processes: none could be seen from soak's host, so memory and open files come only "

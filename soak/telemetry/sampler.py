@@ -128,14 +128,14 @@ class DialectWatch:
 
 # ServerSample field → what it is, as the summary and the checks name it when missing.
 GAUGE_TEXT = {"running": "running requests", "waiting": "waiting requests", "kv_usage": "KV-cache usage",
-              "preemptions_total": "a preemption counter", "prompt_tokens_total": "a prompt-token counter",
-              "generation_tokens_total": "a generation-token counter"}
+              "preemptions_total": "preemptions", "prompt_tokens_total": "prompt tokens",
+              "generation_tokens_total": "generation tokens"}
 DIALECT_FIELD = {"running": "running", "waiting": "waiting", "kv_usage": "kv_usage", "preemptions_total": "preemptions",
                  "prompt_tokens_total": "prompt_tokens", "generation_tokens_total": "generation_tokens"}
 
 
 def not_measured(dialect: Dialect) -> list[str]:
-    """What this server's /metrics never exposes, one phrase each (e.g. "a preemption counter")."""
+    """What this server's /metrics never exposes, one phrase each (e.g. "preemptions")."""
     return [text for key, text in GAUGE_TEXT.items() if getattr(dialect, DIALECT_FIELD[key]) is None]
 
 

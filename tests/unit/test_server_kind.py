@@ -23,8 +23,8 @@ def test_the_servers_own_metrics_carry_the_gauges_unless_only_another_source_doe
 
 def test_each_dialect_says_what_it_never_exposes():
     assert dialect_lacks(DIALECTS["vllm"]) == []
-    assert dialect_lacks(DIALECTS["tgi"]) == ["a preemption counter"]
-    assert dialect_lacks(DIALECTS["llamacpp"]) == ["a preemption counter"]  # KV: older builds only, seen at run
+    assert dialect_lacks(DIALECTS["tgi"]) == ["preemptions"]
+    assert dialect_lacks(DIALECTS["llamacpp"]) == ["preemptions"]  # KV: older builds only, seen at run
 
 
 def test_not_measured_names_the_gauges_and_the_missing_processes():
@@ -32,6 +32,6 @@ def test_not_measured_names_the_gauges_and_the_missing_processes():
               Event(2.0, EventKind.SERVER_DIALECT, "llamacpp", {"dialect": "llamacpp", "server": "llama.cpp llama-server",
                                                                 "not_measured": ["KV-cache usage"]})]
     lines = not_measured(events)
-    assert lines[0] == "KV-cache usage: llama.cpp llama-server exposes none on /metrics"
+    assert lines[0] == "KV-cache usage (llama.cpp llama-server exposes no such series on /metrics)"
     assert "pass --server-pid PID" in lines[1]
     assert not_measured([Event(1.0, EventKind.SERVER_PROCESSES, "found", {"pids": [7], "how": "started by soak"})]) == []
