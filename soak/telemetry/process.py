@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
+import socket
 import time
 from typing import Any
 
@@ -155,11 +157,31 @@ def local_addresses() -> set[str]:
 
 
 def is_local_host(host: str | None) -> bool:
-    """Whether a URL's host is this machine: a loopback name or address, or one of its interfaces' addresses."""
+    """Whether a URL's host is this machine: a loopback name or address, one of its interfaces' addresses, or a
+    name that resolves to one (this machine's own host name)."""
     if not host:
         return False
     host = host.strip("[]").lower()
-    return host in LOCAL_NAMES or host.startswith("127.") or host in local_addresses()
+    local = local_addresses()
+    if host in LOCAL_NAMES or host.startswith("127.") or host in local:
+        return True
+    return bool(_resolved(host) & local) if not _is_address(host) else False
+
+
+def _is_address(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
+def _resolved(name: str) -> set[str]:
+    """The addresses a host name resolves to; none when it does not resolve."""
+    try:
+        return {info[4][0].split("%", 1)[0] for info in socket.getaddrinfo(name, None)}
+    except (OSError, UnicodeError):
+        return set()
 
 
 def _listening_pids(connections: list) -> list[int]:

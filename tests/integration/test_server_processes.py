@@ -3,6 +3,7 @@ tree is then sampled as if --server-pid had named it; a URL on another host find
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 
@@ -56,4 +57,5 @@ def test_a_url_on_another_host_finds_nothing(local_server):
 
 def test_local_hosts():
     assert all(is_local_host(host) for host in ("127.0.0.1", "localhost", "::1", "[::1]", "127.0.1.1"))
+    assert is_local_host(socket.gethostname())  # this machine's own name resolves to one of its addresses
     assert not any(is_local_host(host) for host in ("192.0.2.10", "gpu-host.example", "", None))

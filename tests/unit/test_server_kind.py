@@ -35,3 +35,13 @@ def test_not_measured_names_the_gauges_and_the_missing_processes():
     assert lines[0] == "KV-cache usage (llama.cpp llama-server exposes no such series on /metrics)"
     assert "pass --server-pid PID" in lines[1]
     assert not_measured([Event(1.0, EventKind.SERVER_PROCESSES, "found", {"pids": [7], "how": "started by soak"})]) == []
+
+
+def test_memory_checks_without_any_server_process_name_the_flag():
+    from soak.analysis.gates import Gates
+    from soak.analysis.memory import check_fds, check_rss
+    from support.synthetic import bare_run
+
+    for check in (check_rss, check_fds):
+        finding = check(bare_run(3600.0), Gates())
+        assert finding.verdict == "SKIPPED" and "pass --server-pid PID" in finding.evidence

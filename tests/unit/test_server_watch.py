@@ -89,3 +89,28 @@ def test_a_request_silent_during_the_drain_is_not_streaming():
     watch.add(_record(990.0, [500.0, 500.0], 991.0))  # done before the probe
     watch.add(_record(980.0, [1000.0, 30_000.0], 1011.0))  # a chunk at 981 s, the next at 1011 s: stuck in the drain
     assert all(kind != EventKind.PROBE_DRAIN_STREAMING for kind, _, _ in log.events)
+
+
+def test_a_run_that_can_sample_no_server_process_says_what_to_pass():
+    from soak.run.server_watch import record_server_processes
+    from soak.target import ServerInfo
+
+    log = EventLog()
+    text = record_server_processes(log, ServerInfo(kind="external", base_url="http://gpu-host:8000", model="m"))
+    assert text.startswith("no server process can be sampled: http://gpu-host:8000 is not on this host")
+    assert "pass --server-pid PID" in text
+    [(kind, message, data)] = log.events
+    assert kind == EventKind.SERVER_PROCESSES and message == text and data == {"pids": [], "how": None}
+
+
+def test_a_process_found_by_its_port_is_announced():
+    from soak.run.server_watch import record_server_processes
+    from soak.target import ServerInfo
+
+    log = EventLog()
+    info = ServerInfo(kind="external", base_url="http://127.0.0.1:8000", model="m", root_pids=[4242],
+                      processes_from="listening on port 8000")
+    assert record_server_processes(log, info) == "sampling server process(es) 4242, listening on port 8000"
+    started = ServerInfo(kind="reference", base_url="http://127.0.0.1:8000", model="m", root_pids=[7],
+                         processes_from="started by soak")
+    assert record_server_processes(log, started) is None  # nothing new to tell
