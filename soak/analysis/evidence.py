@@ -14,6 +14,7 @@ def trend_caveats(result: TrendResult, threshold_text: str) -> str:
     phrases = {
         "significant": "not significant at the gate",
         "ci_above_zero": "CI not above 0",
+        "ci_above_half": "CI not above half the threshold",
         "practical": f"below the practical threshold {threshold_text}",
         "persistent": "does not persist in the 2nd half",
     }

@@ -16,6 +16,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from soak.analysis.findings import CHECK_NAMES
+from soak.analysis.steps import StepSpec
 from soak.analysis.trend import TrendSpec
 from soak.errors import ConfigError
 from soak.units import parse_bytes
@@ -181,10 +182,15 @@ class Gates(_Strict):
     baseline: BaselineGate = BaselineGate()
 
     def trend_spec(self, min_slope_per_s: float, persistence: bool = False) -> TrendSpec:
-        """The trend test's settings for one series, with the run-wide statistics gates."""
-        return TrendSpec(min_slope_per_s=min_slope_per_s, p_value=self.p_value,
+        """The trend test's settings for one series, with the run-wide statistics gates. It gets
+        half of `p_value`: the other half goes to the step gate that judges the same series."""
+        return TrendSpec(min_slope_per_s=min_slope_per_s, p_value=self.p_value / 2,
                          confidence=self.confidence, min_points=self.min_windows,
                          persistence=persistence)
+
+    def step_spec(self, min_shift: float, **fields: Any) -> StepSpec:
+        """The step gate's settings for one series: the other half of `p_value` (see trend_spec)."""
+        return StepSpec(min_shift=min_shift, p_value=self.p_value / 2, **fields)
 
     @field_validator("required")
     @classmethod

@@ -25,7 +25,7 @@ from soak.analysis.fmt import duration_text, hours_text, p_text, pct_text
 from soak.analysis.gates import Gates, KvGate
 from soak.analysis.inputs import ProbeReading, RunData
 from soak.analysis.server_kind import server_name
-from soak.analysis.steps import StepResult, StepSpec, find_step
+from soak.analysis.steps import StepResult, find_step
 from soak.analysis.trend import TrendResult, assess_trend
 from soak.analysis.windows import window_floors
 
@@ -144,7 +144,7 @@ def check_floor(run: RunData, gates: Gates) -> Finding:
                             details={"probes_ran": run.probes_ran, "source": FLOOR_SOURCE, "points": usable})
     threshold_per_s, start = floor_threshold_per_s(floors, gates.leak.kv, run.horizon_s)
     trend = assess_trend(t_s, floors, gates.trend_spec(threshold_per_s, persistence=True))
-    step = find_step(t_s, floors, StepSpec(threshold_per_s * trend.span_s, gates.p_value))
+    step = find_step(t_s, floors, gates.step_spec(threshold_per_s * trend.span_s))
     return _floor_finding(run, gates, trend, step, start)
 
 

@@ -243,13 +243,13 @@ def headroom_bytes(run: RunData, kind: LeakKind) -> float | None:
 
 
 def judge(series: Series, gates: Gates, threshold_per_s: float, p_value: float) -> Judged:
-    """The trend test and the step gate of one series at the given p."""
-    spec = replace(gates.trend_spec(threshold_per_s, persistence=True), p_value=p_value)
+    """The trend test and the step gate of one series, sharing the given p half and half."""
+    spec = replace(gates.trend_spec(threshold_per_s, persistence=True), p_value=p_value / 2)
     trend = assess_trend(series.t_s, series.values, spec)
     step = None
     if trend.n >= spec.min_points:
         # A step counts when it adds as much as a threshold-rate leak would over the judged span.
-        step = find_step(series.t_s, series.values, StepSpec(threshold_per_s * trend.span_s, p_value))
+        step = find_step(series.t_s, series.values, StepSpec(threshold_per_s * trend.span_s, p_value / 2))
     return Judged(series, trend, step)
 
 

@@ -3,15 +3,20 @@
 
 Errors at 0.1 % for 18 h and then 3 %, or +400 MiB at hour 14 that never comes back down, bend a
 straight line: its slope reads a fraction of the real change. This gate finds the single most
-likely split (ruptures' binary segmentation with the l1 cost, so one stall window cannot pull the
-split) and FAILs only when all three hold:
+likely split after the first quarter of the series (the l1 cost of ruptures, medians, so one stall
+window cannot pull the split; an early step is a warm-up tail or an allocator settling on its
+plateau, which the trend's persistence gate judges) and FAILs only when all three hold:
 
 * **size** — the later segment's median is at least `min_shift` above the earlier one's. Callers
   set `min_shift` to the change their threshold trend would make over the whole judged span, so a
   linear drift under the threshold (whose best split shows half its total rise) never reaches it;
-* **significance** — the shift over its robust standard error (MAD of the within-segment residuals,
-  widened for lag-1 autocorrelation as in `trend.widen`) gives a one-sided normal p that, multiplied
-  by the number of split positions searched (Bonferroni), is under `p_value`;
+* **significance** — the shift of the medians beyond half `min_shift` (a step of a size that
+  matters, not merely one above 0, as the trend's CI must clear half its threshold) over its robust
+  standard error (MAD of the within-segment residuals, never less than the readings' resolution —
+  whole fds, KV in blocks — so a median flipping by one unit over a tiny MAD is no step), z shrunk
+  by the AR(1) factor of those residuals as in `trend`, multiplied by the number of split positions
+  searched (Bonferroni), must be under `p_value`; and a one-sided Mann–Whitney test of later against
+  earlier must agree at `p_value`, so the shift is one of the whole segments, not of a few points;
 * **it lasts** — the last third of the later segment still sits at least half the shift above the
   earlier median (a burst that recovers is `errors.bursts`' business, not a step).
 
@@ -24,7 +29,9 @@ import math
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy.stats import norm
+from scipy.stats import mannwhitneyu, norm
+
+from soak.analysis.trend import ar1_factor, lag1_autocorrelation
 
 MAD_TO_SD = 1.4826
 
@@ -37,6 +44,7 @@ class StepSpec:
     p_value: float = 0.01
     min_size: int = 3
     min_points: int = 12
+    min_start_frac: float = 0.25
 
 
 @dataclass(frozen=True)
@@ -67,10 +75,11 @@ def find_step(t_s: np.ndarray, y: np.ndarray, spec: StepSpec) -> StepResult | No
     t_s, y = _finite_sorted(t_s, y)
     if y.size < max(spec.min_points, 2 * spec.min_size) or np.ptp(y) == 0:
         return None
-    split = _best_split(y, spec.min_size)
+    positions = _positions(y.size, spec)
+    split = _best_split(y, positions)
     before, after = y[:split], y[split:]
     shift = float(np.median(after) - np.median(before))
-    p_value = _shift_p(before, after, shift) * _positions(y.size, spec.min_size)
+    p_value = _shift_p(before, after, shift - spec.min_shift / 2, len(positions))
     tail = after[-max(1, after.size // 3):]
     gates = {"size": shift >= spec.min_shift, "significant": p_value < spec.p_value,
              "lasts": float(np.median(tail)) >= float(np.median(before)) + shift / 2}
@@ -86,35 +95,48 @@ def _finite_sorted(t_s: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarr
     return t_s[keep][order], y[keep][order]
 
 
-def _best_split(y: np.ndarray, min_size: int) -> int:
-    """Index of the first point of the later segment."""
-    import ruptures  # slow to import; only the step gate needs it
-
-    return int(ruptures.Binseg(model="l1", min_size=min_size, jump=1).fit(y).predict(n_bkps=1)[0])
-
-
-def _positions(n: int, min_size: int) -> int:
-    """How many split positions the search could have chosen."""
-    return max(n - 2 * min_size + 1, 1)
+def _positions(n: int, spec: StepSpec) -> range:
+    """The split positions searched: from the first quarter's end, leaving `min_size` points each side."""
+    first = max(spec.min_size, int(np.ceil(spec.min_start_frac * n)))
+    return range(first, max(n - spec.min_size + 1, first + 1))
 
 
-def _shift_p(before: np.ndarray, after: np.ndarray, shift: float) -> float:
-    """One-sided p of a shift this large, from the robust within-segment spread."""
+def _best_split(y: np.ndarray, positions: range) -> int:
+    """Index of the first point of the later segment: the allowed split of least total l1 cost."""
+    from ruptures.costs import CostL1  # slow to import; only the step gate needs it
+
+    cost = CostL1().fit(y)
+    return min(positions, key=lambda k: cost.error(0, k) + cost.error(k, y.size))
+
+
+def _shift_p(before: np.ndarray, after: np.ndarray, shift: float, positions: int) -> float:
+    """One-sided p that `after` sits higher than `before`: the larger of the robust median-shift
+    test (Bonferroni over the `positions` searched) and Mann–Whitney's."""
     residuals = np.concatenate([before - np.median(before), after - np.median(after)])
-    sd = MAD_TO_SD * float(np.median(np.abs(residuals)))
-    if sd == 0:
-        sd = float(np.std(residuals)) or 1e-12
-    phi = _lag1(before, after)
-    standard_error = sd * math.sqrt(1 / before.size + 1 / after.size) * math.sqrt((1 + phi) / (1 - phi))
+    # The scan picks the split that looks most like a step, so an under-estimated φ would let slow
+    # drift pass as one: the factor uses φ's upper end (+1/√n, about its standard error).
+    factor = ar1_factor(min(lag1_autocorrelation(residuals) + 1 / np.sqrt(residuals.size), 0.9))
+    resolution = _resolution(np.concatenate([before, after]))
+    return max(positions * _median_shift_p(residuals, before.size, after.size, shift, factor, resolution),
+               _rank_p(before, after))
+
+
+def _median_shift_p(residuals: np.ndarray, n_before: int, n_after: int, shift: float, factor: float,
+                    resolution: float) -> float:
+    """p of a median shift this large given the residuals' robust spread (MAD, at least the resolution)."""
+    sd = max(MAD_TO_SD * float(np.median(np.abs(residuals))), resolution) or float(np.std(residuals)) or 1e-12
     # Medians of normal samples are ~1.25× noisier than means.
-    return float(norm.sf(shift / (1.2533 * standard_error)))
+    standard_error = 1.2533 * sd * math.sqrt(1 / n_before + 1 / n_after) * factor
+    return float(norm.sf(shift / standard_error))
 
 
-def _lag1(before: np.ndarray, after: np.ndarray) -> float:
-    """Lag-1 autocorrelation within the segments, clamped to [0, 0.9]."""
-    pairs = [(seg[:-1] - seg.mean(), seg[1:] - seg.mean()) for seg in (before, after) if seg.size > 2]
-    if not pairs:
-        return 0.0
-    numerator = sum(float(np.dot(a, b)) for a, b in pairs)
-    denominator = sum(float(np.dot(s - s.mean(), s - s.mean())) for s in (before, after))
-    return float(np.clip(numerator / denominator, 0.0, 0.9)) if denominator > 0 else 0.0
+def _rank_p(before: np.ndarray, after: np.ndarray) -> float:
+    """One-sided Mann–Whitney p of later above earlier."""
+    return float(mannwhitneyu(after, before, alternative="greater", method="asymptotic").pvalue)
+
+
+def _resolution(y: np.ndarray) -> float:
+    """The smallest step between distinct readings: 1 for whole fds, 1/64 for KV in 64 blocks
+    (0 for continuous readings, where it is far below the noise anyway)."""
+    distinct = np.unique(y)
+    return float(np.diff(distinct).min()) if distinct.size > 1 else 0.0

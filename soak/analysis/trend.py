@@ -1,6 +1,7 @@
 """The trend test every trend check shares (docs/gates.md, "How a trend check decides").
 
-A FAIL needs all of: Mann–Kendall p < p_value, the Theil–Sen CI lower bound > 0, a slope at least
+A FAIL needs all of: Mann–Kendall p < p_value, the Theil–Sen CI lower bound above half the
+threshold (the run shows a rise of a size that matters, not merely one above 0), a slope at least
 the practical threshold and — for leaks — persistence (the second half alone still slopes ≥ half
 the threshold). A PASS has to be earned: the upper end of the CI must stay under the threshold, so
 the run has ruled out a trend of that size. Anything between is SUSPECT when the estimate itself
@@ -8,10 +9,12 @@ is at or over the threshold, else INCONCLUSIVE (the run could not tell). INCONCL
 `min_points`. The series is oriented so that "bad" is upward; callers negate a series whose bad
 direction is down.
 
-The Theil–Sen CI assumes independent points; window series drift slowly, so its half-width is
-widened by sqrt((1 + φ)/(1 − φ)), φ the lag-1 autocorrelation of the residuals (clamped to
-[0, 0.9]) — the usual AR(1) effective-sample-size correction. Without it a run would claim to rule
-out leaks it could not have seen.
+The Theil–Sen CI and the Mann–Kendall test assume independent points; window series drift slowly.
+So the CI's half-width is widened, and a third Mann–Kendall p computed with its z shrunk, by
+sqrt((1 + φ)/(1 − φ)) — the AR(1) effective-sample-size factor — with φ the lag-1 autocorrelation
+of the residuals around the line, bias-corrected for the short series (φ̂ + (1 + 3φ̂)/n, Kendall's
+correction) and clamped to [0, 0.9]. Without it a run would claim to rule out leaks it could not
+have seen, and a short run's slow drift would read as a trend.
 
 Mann–Kendall p is the larger of the original test and the Hamed–Rao autocorrelation-corrected one:
 window series are autocorrelated (slow drift), which makes the original test liberal, and
@@ -27,7 +30,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pymannkendall as mk
-from scipy.stats import theilslopes
+from scipy.stats import norm, theilslopes
 
 from soak.analysis.findings import FAIL, INCONCLUSIVE, PASS, SUSPECT
 
@@ -103,15 +106,16 @@ def assess_trend(t_s: np.ndarray, y: np.ndarray, spec: TrendSpec) -> TrendResult
     slope, intercept, low, high = theil_sen(t_s - t0_s, y, spec.confidence)
     phi = residual_autocorrelation(t_s - t0_s, y, slope, intercept)
     low, high = widen(slope, low, high, phi)
-    mk_p = mann_kendall_p(y)
+    mk_p = max(mann_kendall_p(y), ar1_mann_kendall_p(y, phi))
     gates = {
         "significant": mk_p < spec.p_value,
-        "ci_above_zero": low > 0,
+        "ci_above_half": low > spec.min_slope_per_s / 2,
         "practical": slope >= spec.min_slope_per_s,
     }
     half_slope = second_half_slope(t_s, y) if spec.persistence else None
     if spec.persistence:
-        gates["persistent"] = half_slope is not None and half_slope >= spec.min_slope_per_s / 2
+        gates["persistent"] = (half_slope is not None and half_slope >= spec.min_slope_per_s / 2
+                               and second_half_rises(t_s, y))
     return TrendResult(
         verdict=trend_verdict(gates, slope, high, spec.min_slope_per_s), n=len(y), t0_s=t0_s,
         span_s=float(t_s[-1] - t0_s), slope_per_s=slope, ci_per_s=(low, high), intercept=intercept,
@@ -130,18 +134,37 @@ def trend_verdict(gates: dict[str, bool], slope: float, ci_high: float, threshol
 
 
 def residual_autocorrelation(t_s: np.ndarray, y: np.ndarray, slope: float, intercept: float) -> float:
-    """Lag-1 autocorrelation of the residuals around the fitted line, clamped to [0, 0.9]."""
-    residuals = y - (intercept + slope * t_s)
+    """Lag-1 autocorrelation of the residuals around the fitted line, bias-corrected, in [0, 0.9]."""
+    return lag1_autocorrelation(y - (intercept + slope * t_s))
+
+
+def lag1_autocorrelation(residuals: np.ndarray) -> float:
+    """φ̂ + (1 + 3φ̂)/n — the plain estimate reads low on short series — clamped to [0, 0.9]."""
     if residuals.size < 4 or np.ptp(residuals) == 0:
         return 0.0
     centred = residuals - residuals.mean()
     phi = float(np.dot(centred[:-1], centred[1:]) / np.dot(centred, centred))
-    return float(np.clip(phi, 0.0, 0.9))
+    return float(np.clip(phi + (1 + 3 * phi) / residuals.size, 0.0, 0.9))
+
+
+def ar1_factor(phi: float) -> float:
+    """sqrt((1 + φ)/(1 − φ)): how much wider an AR(1) series' uncertainty is than independent points'."""
+    return math.sqrt((1 + phi) / (1 - phi))
+
+
+def ar1_mann_kendall_p(y: np.ndarray, phi: float) -> float:
+    """Two-sided Mann–Kendall p with z shrunk by the AR(1) factor (1.0 for a constant series)."""
+    if len(y) < 3 or np.ptp(y) == 0:
+        return 1.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        z = float(mk.original_test(y).z)
+    return float(2 * norm.sf(abs(z) / ar1_factor(phi)))
 
 
 def widen(slope: float, low: float, high: float, phi: float) -> tuple[float, float]:
     """The CI widened around the slope by the AR(1) factor sqrt((1 + φ)/(1 − φ))."""
-    factor = math.sqrt((1 + phi) / (1 - phi))
+    factor = ar1_factor(phi)
     return slope - factor * (slope - low), slope + factor * (high - slope)
 
 
@@ -171,6 +194,20 @@ def mann_kendall_p(y: np.ndarray) -> float:
         p_original = float(mk.original_test(y).p)
         p_corrected = float(mk.hamed_rao_modification_test(y).p)
     return p_original if not math.isfinite(p_corrected) else max(p_original, p_corrected)
+
+
+def second_half_rises(t_s: np.ndarray, y: np.ndarray) -> bool:
+    """Whether the second half alone rises significantly (one-sided Mann–Kendall at 5 %, with the
+    AR(1) shrink): a warm-up tail or an early step leaves a flat second half."""
+    later = t_s >= np.median(t_s)
+    if later.sum() < 4:
+        return False
+    y_later = y[later]
+    slope, intercept, _, _ = theil_sen(t_s[later] - t_s[later][0], y_later, 0.95)
+    if slope <= 0:
+        return False
+    phi = residual_autocorrelation(t_s[later] - t_s[later][0], y_later, slope, intercept)
+    return ar1_mann_kendall_p(y_later, phi) < 0.10  # two-sided 10 % = one-sided 5 % upward
 
 
 def second_half_slope(t_s: np.ndarray, y: np.ndarray) -> float | None:

@@ -34,9 +34,16 @@ def rss_threshold_bytes_per_h(gates: Gates) -> float:
 def healthy_model(scenario: Scenario, floor_bytes: float) -> MemoryModel:
     """The healthy memory model scaled to the scenario, with allocator ratchets at the 24 h model's
     rate (3 a day) rather than 3 per run: 3 ratchets in 5 minutes would be a climb of hundreds of
-    MiB/h, a leak by any absolute standard (identical to `scaled_memory_model` for 24 h runs)."""
+    MiB/h, a leak by any absolute standard (identical to `scaled_memory_model` for 24 h runs), and
+    no sawtooth where the windows are too short to show one (see below)."""
     model = scaled_memory_model(scenario.run_s, floor_bytes=floor_bytes, noise_frac=scenario.memory_noise_frac)
-    return replace(model, ratchets_per_run=model.ratchets_per_run * scenario.run_s / 86400.0)
+    model = replace(model, ratchets_per_run=model.ratchets_per_run * scenario.run_s / 86400.0)
+    if model.sawtooth_period_s < 5 * scenario.sample_s:
+        # A sawtooth must be shorter than half a window (so a window's floor sees its trough) and
+        # longer than a few samples (else it aliases into a slow wander of the floors that no real
+        # GC cycle makes). A 5-minute run's windows are too short for both, so it gets none.
+        model = replace(model, sawtooth_frac=0.0)
+    return model
 
 
 def tree_run(rng: np.random.Generator, scenario: Scenario, planted: Planted | None = None):

@@ -37,7 +37,7 @@ def test_significant_but_ruled_out_is_pass():
     # A real but small drift whose whole CI sits under the threshold: the run rules out a leak of that size.
     y = 100 + 0.0005 * T_S + np.random.default_rng(2).normal(0, 0.2, T_S.size)
     result = assess_trend(T_S, y, spec(min_slope_per_s=0.001))
-    assert result.gates == {"significant": True, "ci_above_zero": True, "practical": False}
+    assert result.gates == {"significant": True, "ci_above_half": False, "practical": False}
     assert result.ci_per_s[1] < 0.001
     assert result.verdict == PASS
     assert result.detection_limit_per_s == result.ci_per_s[1] and result.span_needed_s() is None
