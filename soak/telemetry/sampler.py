@@ -87,14 +87,15 @@ class DialectWatch:
         if self.dialect is not None:
             self._record(self.dialect, self.source, not_measured(self.dialect))
 
-    def _record(self, dialect: Dialect, source: str, missing: list[str]) -> None:
-        message = f"server dialect {dialect.name} ({dialect.server}), from {source}"
+    def _record(self, dialect: Dialect | None, source: str, missing: list[str]) -> None:
+        name, server = (dialect.name, dialect.server) if dialect else (None, "the server")
+        message = f"server dialect {name} ({server}), from {source}" if dialect else f"no server dialect: {source}"
         if missing:
             message += f"; not exposed: {', '.join(missing)}"
         log.info("%s", message)
         self.recorder.event(EventKind.SERVER_DIALECT, message, {
-            "dialect": dialect.name, "server": dialect.server, "source": source, "not_measured": missing,
-            "tokens_at_finish": dialect.tokens_at_finish})
+            "dialect": name, "server": server, "source": source, "not_measured": missing,
+            "tokens_at_finish": bool(dialect and dialect.tokens_at_finish)})
 
     def describe(self) -> str:
         """One line for the user at start: whose names /metrics is read in, or that none was recognised yet."""
@@ -104,9 +105,13 @@ class DialectWatch:
         return f"reading /metrics as {self.dialect.name} ({self.dialect.server}), from {self.source}"
 
     def close(self) -> None:
-        """Record the dialect once more with the readings no scrape of the run carried."""
-        if self.dialect is not None and self.seen:
-            self._record(self.dialect, self.source, [text for key, text in GAUGE_TEXT.items() if key not in self.seen])
+        """Record the dialect once more with the readings no scrape of the run carried (all six when /metrics
+        never answered, or named no known server)."""
+        missing = [text for key, text in GAUGE_TEXT.items() if key not in self.seen]
+        if self.dialect is not None:
+            self._record(self.dialect, self.source, missing)
+        else:
+            self._record(None, "the server's /metrics never named a known server (see --server-kind)", missing)
 
     def observe(self, reading: dict[str, Any]) -> None:
         """Note what a scrape carried; take the dialect it named, or ask /v1/models once when it failed."""

@@ -104,3 +104,63 @@ def test_a_server_serving_no_process_series_gives_no_process_row(refserver):
     telemetry, collector = _telemetry(refserver("llamacpp"))
     telemetry.sample()
     assert [row for row in collector.rows_by_model[ProcessSample] if row["role"] == "server"] == []
+
+
+# A server whose /metrics is off (404), answering only /v1/models — as llama-server without --metrics.
+NO_METRICS = """
+import http.server, json, sys
+OWNER = sys.argv[1]
+class Handler(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        if self.path == "/v1/models":
+            body = json.dumps({"object": "list", "data": [{"id": "m", "owned_by": OWNER}]}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+        else:
+            self.send_error(404)
+    def log_message(self, *args):
+        pass
+server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+print(server.server_address[1], flush=True)
+server.serve_forever()
+"""
+
+
+@pytest.fixture
+def no_metrics_server() -> Iterator:
+    """Factory: a server with /metrics off whose /v1/models names `owner`; yields its base URL."""
+    started: list[subprocess.Popen] = []
+
+    def start(owner: str) -> str:
+        process = subprocess.Popen([sys.executable, "-c", NO_METRICS, owner], stdout=subprocess.PIPE, text=True)
+        started.append(process)
+        return f"http://127.0.0.1:{int(process.stdout.readline())}"
+
+    yield start
+    for process in started:
+        process.kill()
+        process.wait(10)
+
+
+def test_with_metrics_off_the_dialect_comes_from_v1_models_and_every_gauge_is_unmeasured(no_metrics_server):
+    telemetry, collector = _telemetry(no_metrics_server("llamacpp"))
+    telemetry.sample()
+    telemetry.sample()
+    detected = collector.dialect_events()
+    assert [(e["dialect"], e["source"]) for e in detected] == [("llamacpp", "GET /v1/models (owned_by)")]
+    assert not collector.rows_by_model[ServerSample][0]["scrape_ok"]
+    telemetry.dialects.close()
+    assert len(collector.dialect_events()[-1]["not_measured"]) == 6
+
+
+def test_a_server_that_names_no_dialect_is_recorded_as_such(no_metrics_server):
+    telemetry, collector = _telemetry(no_metrics_server("someone"))
+    telemetry.sample()
+    assert collector.dialect_events() == []
+    assert "named no known server" in telemetry.dialects.describe()
+    telemetry.dialects.close()
+    [event] = collector.dialect_events()
+    assert event["dialect"] is None and event["server"] == "the server" and len(event["not_measured"]) == 6
