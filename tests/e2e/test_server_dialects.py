@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(300)]
 
 READY = re.compile(r"^SOAK_REFSERVER_READY (http://\S+)$")
 SHORT_RUN = ("start", "--duration", "30s", "--warmup", "6s", "--window", "4s", "--sample-every", "1s", "--rate", "2",
