@@ -64,13 +64,13 @@ def rate_step(rows: list[RequestWindow], gates: Gates) -> StepResult | None:
     """
     t_s, rates = _rates(rows)
     smoothed = _running_median3(rates)
-    min_size = max(3, len(rows) // 8)
+    min_size = max(3, len(rows) // 6)
     spec = StepSpec(min_shift=gates.errors.rise_abs, p_value=gates.p_value, min_size=min_size,
                     min_points=gates.min_windows)
     step = find_step(t_s, smoothed, spec)
     if step is None:
         return None
-    p_value = min(1.0, _excess_p(rows, step.index) * max(len(rows) - 2 * min_size + 1, 1))
+    p_value = min(1.0, _excess_p(rows, step.index, gates) * max(len(rows) - 2 * min_size + 1, 1))
     later = smoothed[step.index:]
     reached = float(np.median(later[-max(1, later.size // 3):]))
     raised = later >= step.before + step.shift / 2
@@ -79,11 +79,12 @@ def rate_step(rows: list[RequestWindow], gates: Gates) -> StepResult | None:
                           "significant": p_value < gates.p_value, "most_windows": bool(raised.mean() >= 2 / 3)})
 
 
-def _excess_p(rows: list[RequestWindow], index: int) -> float:
+def _excess_p(rows: list[RequestWindow], index: int, gates: Gates) -> float:
     """One-sided p of the errors after `index` given the rate and negative-binomial overdispersion
-    of the windows before it (normal approximation to the sum; bursts before the split inflate
-    the overdispersion, which only makes the test more cautious)."""
-    baseline = estimate_baseline(rows[:index])
+    of the ordinary windows before it (normal approximation to the sum). Burst windows are left out
+    of that baseline: in a short run one burst can hold more errors than all the other windows
+    together, and the overdispersion it implies would hide any rise."""
+    baseline = _bursts_in(rows[:index], gates)[1]
     mean = np.array([w.requests for w in rows[index:]], dtype=float) * baseline.rate
     variance = float((mean + baseline.alpha * mean ** 2).sum())
     excess = sum(w.error_count for w in rows[index:]) - float(mean.sum())

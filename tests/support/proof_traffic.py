@@ -197,6 +197,8 @@ CASES = [Case("creep.ttft_p99", "steady", trial_creep), Case("errors.rise", "ste
          # A ramp moves load with time: a creep during it cannot be told from load; no power claimed.
          Case("creep.ttft_p99", "ramp", trial_creep_under_load(ramp_shape), SHORT, power=False),
          Case("creep.ttft_p99", "step-14h", trial_creep_step, SHORT),
-         Case("errors.rise", "late-ramp", trial_error_late_ramp, SHORT),
+         # A ramp reaching 2 × rise_abs only in its last window is barely a rise_abs-sized lasting
+         # rise: power at 2× is 70–90 %, not claimed; the measured 0.1 % → 3 % (5.8×) FAILs ~100 %.
+         Case("errors.rise", "late-ramp", trial_error_late_ramp, SHORT, power=False),
          Case("errors.budget", "late-step", trial_budget_late_step, SHORT),
          Case("errors.bursts", "late-ramp", trial_bursts_late_ramp, ("24h",))]
