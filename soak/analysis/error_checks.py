@@ -166,7 +166,9 @@ def check_budget(run: RunData, gates: Gates) -> Finding:
                "cancelled": sum(w.cancelled for w in rows)}
     late = late_segment(_judged_rows(run), gates)
     if late is not None:
-        details["late_segment"] = late
+        if late["step"] is not None:
+            details["step"] = late["step"]
+        details["late_segment"] = {k: v for k, v in late.items() if k != "step"}
         if late["over_budget"] and verdict != FAIL:
             verdict, evidence = FAIL, evidence.rstrip(".") + "; but " + _late_text(late, budget)
     return Finding(check="errors.budget", verdict=verdict, value=100 * rate, unit="%", ci=(100 * low, 100 * high),
@@ -186,7 +188,8 @@ def late_segment(rows: list[RequestWindow], gates: Gates) -> dict | None:
     errors = sum(w.error_count for w in segment)
     low, _ = wilson_interval(errors, requests, gates.confidence)
     over = sum(w.error_count > gates.errors.budget * w.requests for w in segment)
-    return {"basis": "after the step" if found else "last quarter", "start_s": segment[0].start_s,
+    return {"step": step.to_dict() if step is not None else None,
+            "basis": "after the step" if found else "last quarter", "start_s": segment[0].start_s,
             "windows": len(segment), "windows_over": over, "requests": requests, "errors": errors,
             "rate": errors / requests, "wilson_low": low, "confidence": gates.confidence,
             "over_budget": low > gates.errors.budget and over > len(segment) / 2}

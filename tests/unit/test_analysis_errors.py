@@ -116,7 +116,7 @@ def test_budget_judges_the_segment_after_a_late_rise():
     assert finding.value < 1.0
     assert finding.verdict == FAIL
     late = finding.details["late_segment"]
-    assert late["basis"] == "after the step" and late["wilson_low"] > 0.01
+    assert late["basis"] == "after the step" and late["wilson_low"] > 0.01 and finding.details["step"]["found"]
     assert "after the rise" in finding.evidence and "exceeds the 1.00 % budget" in finding.evidence
 
 
