@@ -23,7 +23,8 @@ EXIT_OK, EXIT_USAGE = 0, 2
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="soak refserver",
-        description="CPU reference inference server (OpenAI-compatible, vLLM metric names) with fault injection.")
+        description="CPU reference inference server (OpenAI-compatible; vLLM metric names, or another "
+                    "server's with --dialect) with fault injection.")
     add = parser.add_argument
     add("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     add("--port", type=int, default=0, help="port to bind; 0 = a free port chosen by the OS (default)")
