@@ -22,7 +22,7 @@ from soak.analysis.findings import FAIL, INCONCLUSIVE, PASS, SUSPECT, Finding, i
 from soak.analysis.fmt import duration_text, p_text, pct_text
 from soak.analysis.gates import Gates
 from soak.analysis.inputs import RequestWindow, RunData
-from soak.analysis.steps import StepResult, StepSpec, find_step
+from soak.analysis.steps import StepResult, find_step
 from soak.analysis.trend import assess_trend
 
 
@@ -55,8 +55,9 @@ def rate_step(rows: list[RequestWindow], gates: Gates) -> StepResult | None:
     * **size** is the level reached — the median of the last third after the split — over the
       level before it (`after` and `shift` are rewritten to say so): a late ramp's median after the
       split is about half of how far it climbed, and "rose from 0.1 % to 2.5 %" is what happened;
-    * **significance** is a count test (`_excess_p`): the errors after the split against the rate
-      and overdispersion of the windows before it. find_step's own test reads the spread inside
+    * **significance** is a count test (`_excess_p`, Bonferroni over the split positions, at the
+      step gate's half of p_value): the errors after the split against the rate and overdispersion
+      of the ordinary windows before it. find_step's own test reads the spread inside
       each segment, and a ramp after the split is all spread, so it would never call a ramp real;
     * **most_windows**: at least two thirds of the (smoothed) windows after the split sit above the
       level before it plus half the shift, so a few bursts that happen to cluster near the end of
@@ -65,8 +66,7 @@ def rate_step(rows: list[RequestWindow], gates: Gates) -> StepResult | None:
     t_s, rates = _rates(rows)
     smoothed = _running_median3(rates)
     min_size = max(3, len(rows) // 6)
-    spec = StepSpec(min_shift=gates.errors.rise_abs, p_value=gates.p_value, min_size=min_size,
-                    min_points=gates.min_windows)
+    spec = gates.step_spec(gates.errors.rise_abs, min_size=min_size, min_points=gates.min_windows)
     step = find_step(t_s, smoothed, spec)
     if step is None:
         return None
@@ -76,7 +76,7 @@ def rate_step(rows: list[RequestWindow], gates: Gates) -> StepResult | None:
     raised = later >= step.before + step.shift / 2
     return replace(step, p_value=p_value, after=reached, shift=reached - step.before,
                    gates={**step.gates, "size": reached - step.before >= spec.min_shift,
-                          "significant": p_value < gates.p_value, "most_windows": bool(raised.mean() >= 2 / 3)})
+                          "significant": p_value < spec.p_value, "most_windows": bool(raised.mean() >= 2 / 3)})
 
 
 def _excess_p(rows: list[RequestWindow], index: int, gates: Gates) -> float:

@@ -26,7 +26,7 @@ from soak.analysis.fmt import duration_text, ms_text, p_text
 from soak.analysis.gates import Gates
 from soak.analysis.inputs import RunData
 from soak.analysis.load_model import LoadFit, LoadSeries, fit_with_load, offered_load
-from soak.analysis.steps import StepResult, StepSpec, find_step
+from soak.analysis.steps import StepResult, find_step
 from soak.analysis.trend import TrendResult, TrendSpec, assess_trend, trend_verdict
 
 PERCENTILE_LEVELS = (("p99", 1000), ("p95", 200), ("p90", 100))
@@ -114,9 +114,7 @@ def _spec(series: CreepSeries, gates: Gates) -> TrendSpec:
 def _step(t_s: np.ndarray, log_ms: np.ndarray, series: CreepSeries, gates: Gates) -> StepResult | None:
     """The step gate on the log series: a lasting jump of at least log(1 + rise_frac), the
     change the threshold trend would make over the whole run."""
-    spec = StepSpec(min_shift=math.log1p(series.rise_frac), p_value=gates.p_value,
-                    min_points=gates.min_windows)
-    return find_step(t_s, log_ms, spec)
+    return find_step(t_s, log_ms, gates.step_spec(math.log1p(series.rise_frac), min_points=gates.min_windows))
 
 
 def _creep_over_time(series: CreepSeries, gates: Gates) -> Finding:
@@ -150,9 +148,11 @@ def _creep_at_load(series: CreepSeries, load: LoadSeries, gates: Gates) -> Findi
 
 
 def _fit_result(fit: LoadFit, spec: TrendSpec) -> TrendResult:
-    """The load fit in the shape every trend finding shares (mk_p holds the HAC t-test p)."""
+    """The load fit in the shape every trend finding shares (mk_p holds the HAC t-test p), judged by
+    the same gates as `assess_trend`'s line: p under the spec's share of p_value, the CI's lower end
+    above half the threshold, the estimate at least the threshold."""
     low, high = fit.ci_per_s
-    gates = {"significant": fit.p_value < spec.p_value, "ci_above_zero": low > 0,
+    gates = {"significant": fit.p_value < spec.p_value, "ci_above_half": low > spec.min_slope_per_s / 2,
              "practical": fit.slope_per_s >= spec.min_slope_per_s}
     return TrendResult(verdict=trend_verdict(gates, fit.slope_per_s, high, spec.min_slope_per_s), n=fit.n,
                        t0_s=fit.t0_s, span_s=fit.span_s, slope_per_s=fit.slope_per_s, ci_per_s=fit.ci_per_s,
