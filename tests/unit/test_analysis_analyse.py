@@ -33,7 +33,11 @@ def test_healthy_run_passes(healthy):
     assert verdict == PASS, reason
     # The synthetic run has neither a server log nor canary answers: those two checks say so.
     own_data = {"server.log_errors", "canary"}
-    assert all(f.verdict in (PASS, SUSPECT) for f in healthy if f.check not in own_data), \
+    # fds are judged only at rest, and 17 idle probes are fewer than a trend needs (min_windows):
+    # leak.fds is not required, so it says so without holding the run back.
+    assert by_check(healthy)["leak.fds"].verdict == INCONCLUSIVE
+    assert "judged only at rest" in by_check(healthy)["leak.fds"].evidence
+    assert all(f.verdict in (PASS, SUSPECT) for f in healthy if f.check not in own_data | {"leak.fds"}), \
         [(f.check, f.verdict, f.evidence) for f in healthy]
     assert {f.verdict for f in healthy if f.check in own_data} == {SKIPPED}
 
@@ -73,7 +77,9 @@ def test_saturated_client_invalidates():
 
 def test_run_without_gpu_or_probes():
     findings = by_check(analyse(synthetic_run(4, with_changes(BASE, gpu=False, probe_every_s=0.0)), Gates()))
-    assert findings["leak.vram"].verdict == SKIPPED and findings["leak.kv"].verdict == SKIPPED
+    assert findings["leak.vram"].verdict == SKIPPED
+    # Without probes leak.kv judges the floor of the KV gauge between requests, and is not required.
+    assert findings["leak.kv"].verdict == PASS and findings["leak.kv"].details["probes_ran"] is False
     assert overall_verdict(list(findings.values()), Gates())[0] == PASS
 
 
