@@ -126,10 +126,7 @@ def fit_with_load(t_s: np.ndarray, y: np.ndarray, load: np.ndarray, confidence: 
     design = np.column_stack([np.ones_like(y), t_s - t0_s, x, x * x - (x * x).mean()])
     coef, psi, slope_of_psi = huber_fit(design, y)
     se = max(_hac_se(design, psi, slope_of_psi, 1), _ar1_se(design, psi, slope_of_psi, 1))
-    # Autocorrelated windows are fewer independent points than windows: the t quantile uses the
-    # effective number, n·(1 − φ)/(1 + φ), less the fitted coefficients (the SE is itself noisy).
-    phi = _lag1(psi, design.shape[1])
-    df = max(y.size * (1 - phi) / (1 + phi) - design.shape[1], 2.0)
+    df = max(y.size - design.shape[1], 1)
     z = float(student_t.ppf(0.5 + confidence / 2, df))
     slope = float(coef[1])
     p_value = float(2 * student_t.sf(abs(slope) / se, df)) if se > 0 else (0.0 if slope else 1.0)
