@@ -190,9 +190,14 @@ def trial_bursts_late_ramp(rng: np.random.Generator, scenario: Scenario, multipl
 
 SHORT = ("24h", "1h", "5m")
 CASES = [Case("creep.ttft_p99", "steady", trial_creep), Case("errors.rise", "steady", trial_error_rise),
-         Case("errors.bursts", "steady", trial_bursts), Case("throughput.decay", "steady", trial_throughput),
-         Case("creep.ttft_p99", "diurnal-rising", trial_creep_under_load(diurnal_shape(0.0)), SHORT),
-         Case("creep.ttft_p99", "diurnal-falling", trial_creep_under_load(diurnal_shape(np.pi)), SHORT),
+         Case("errors.bursts", "steady", trial_bursts, ("24h", "24h-noisy")),
+         # A burst window in a short run holds a few hundred requests: only gross bursts stand out.
+         Case("errors.bursts", "steady-short", trial_bursts, ("1h", "5m"), power=False),
+         Case("throughput.decay", "steady", trial_throughput),
+         # Over one daily cycle time and load share ~70 % of their variance, which doubles the
+         # spread of the creep-at-equal-load estimate: power at 2× measures 87–92 %, not claimed.
+         Case("creep.ttft_p99", "diurnal-rising", trial_creep_under_load(diurnal_shape(0.0)), SHORT, power=False),
+         Case("creep.ttft_p99", "diurnal-falling", trial_creep_under_load(diurnal_shape(np.pi)), SHORT, power=False),
          Case("creep.ttft_p99", "wave", trial_creep_under_load(wave_shape), SHORT),
          # A ramp moves load with time: a creep during it cannot be told from load; no power claimed.
          Case("creep.ttft_p99", "ramp", trial_creep_under_load(ramp_shape), SHORT, power=False),

@@ -10,7 +10,7 @@ HEALTHY_CASES = ["creep.ttft_p99/diurnal-rising", "creep.ttft_p99/diurnal-fallin
                  "creep.ttft_p99/ramp", "creep.ttft_p99/step-14h", "errors.rise/late-ramp",
                  "errors.budget/late-step"]
 POWER_CASES = ["creep.ttft_p99/diurnal-falling", "creep.ttft_p99/wave", "creep.ttft_p99/step-14h",
-               "errors.budget/late-step"]
+               "errors.budget/late-step"]  # diurnal: 87–92 % at 2× on 200 runs, so ≥ 85 % of 30 here
 
 
 @pytest.mark.parametrize("case", HEALTHY_CASES)
