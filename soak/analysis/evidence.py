@@ -12,7 +12,7 @@ from soak.analysis.trend import TrendResult
 def trend_caveats(result: TrendResult, threshold_text: str) -> str:
     """Why a trend fell short of FAIL, e.g. "below the practical threshold 16.0 MiB/h"."""
     phrases = {
-        "significant": "not significant at the gate",
+        "significant": "not significant once autocorrelation is allowed for",
         "ci_above_zero": "CI not above 0",
         "ci_above_half": "CI not above half the threshold",
         "practical": f"below the practical threshold {threshold_text}",

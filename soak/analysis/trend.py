@@ -1,6 +1,8 @@
 """The trend test every trend check shares (docs/gates.md, "How a trend check decides").
 
-A FAIL needs all of: Mann–Kendall p < p_value, the Theil–Sen CI lower bound above half the
+A FAIL needs all of: significance (Mann–Kendall p < p_value, the (1 − 2·p_value) Theil–Sen
+interval, widened as below, above 0, and the Mann–Kendall z shrunk as below still under p_value
+unless that interval alone clears the threshold), the Theil–Sen CI lower bound above half the
 threshold (the run shows a rise of a size that matters, not merely one above 0), a slope at least
 the practical threshold and — for leaks — persistence (the second half alone still slopes ≥ half
 the threshold). A PASS has to be earned: the upper end of the CI must stay under the threshold, so
@@ -10,10 +12,10 @@ is at or over the threshold, else INCONCLUSIVE (the run could not tell). INCONCL
 direction is down.
 
 The Theil–Sen CI and the Mann–Kendall test assume independent points; window series drift slowly.
-So the CI's half-width is widened, and a third Mann–Kendall p computed with its z shrunk, by
-sqrt((1 + φ)/(1 − φ)) — the AR(1) effective-sample-size factor — with φ the lag-1 autocorrelation
-of the residuals around the line, bias-corrected for the short series (φ̂ + (1 + 3φ̂)/n, Kendall's
-correction) and clamped to [0, 0.9]. Without it a run would claim to rule out leaks it could not
+So the CIs' half-widths are widened by sqrt((1 + φ)/(1 − φ)) — the AR(1) effective-sample-size
+factor — with φ the lag-1 autocorrelation of the residuals around the line, bias-corrected for the
+short series (φ̂ + (1 + 3φ̂)/n, Kendall's correction) and clamped to [0, 0.9]. The same factor
+shrinks a third Mann–Kendall z. Without this a run would claim to rule out leaks it could not
 have seen, and a short run's slow drift would read as a trend.
 
 Mann–Kendall p is the larger of the original test and the Hamed–Rao autocorrelation-corrected one:
@@ -106,9 +108,9 @@ def assess_trend(t_s: np.ndarray, y: np.ndarray, spec: TrendSpec) -> TrendResult
     slope, intercept, low, high = theil_sen(t_s - t0_s, y, spec.confidence)
     phi = residual_autocorrelation(t_s - t0_s, y, slope, intercept)
     low, high = widen(slope, low, high, phi)
-    mk_p = max(mann_kendall_p(y), ar1_mann_kendall_p(y, phi))
+    mk_p = mann_kendall_p(y)
     gates = {
-        "significant": mk_p < spec.p_value,
+        "significant": significant(t_s - t0_s, y, spec, phi, mk_p),
         "ci_above_half": low > spec.min_slope_per_s / 2,
         "practical": slope >= spec.min_slope_per_s,
     }
@@ -152,14 +154,30 @@ def ar1_factor(phi: float) -> float:
     return math.sqrt((1 + phi) / (1 - phi))
 
 
+def significant(t_s: np.ndarray, y: np.ndarray, spec: TrendSpec, phi: float, mk_p: float) -> bool:
+    """Mann–Kendall p < p_value and the strict interval above 0 — and, unless that interval already
+    clears the threshold itself, the Mann–Kendall z shrunk by the AR(1) factor must agree too."""
+    strict_low = strict_lower_bound(t_s, y, spec.p_value, phi)
+    if mk_p >= spec.p_value or strict_low <= 0:
+        return False
+    return strict_low >= spec.min_slope_per_s or ar1_mann_kendall_p(y, phi) < spec.p_value
+
+
 def ar1_mann_kendall_p(y: np.ndarray, phi: float) -> float:
-    """Two-sided Mann–Kendall p with z shrunk by the AR(1) factor (1.0 for a constant series)."""
+    """Two-sided Mann–Kendall p with z shrunk by the AR(1) factor. Its ranks saturate on a clean
+    trend, which is why `significant` does not ask it when the interval alone is decisive."""
     if len(y) < 3 or np.ptp(y) == 0:
         return 1.0
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         z = float(mk.original_test(y).z)
     return float(2 * norm.sf(abs(z) / ar1_factor(phi)))
+
+
+def strict_lower_bound(t_s: np.ndarray, y: np.ndarray, p_value: float, phi: float) -> float:
+    """The lower end of the (1 − 2·p_value) Theil–Sen interval, widened for AR(1)."""
+    slope, _, low, high = theil_sen(t_s, y, 1 - 2 * p_value)
+    return widen(slope, low, high, phi)[0]
 
 
 def widen(slope: float, low: float, high: float, phi: float) -> tuple[float, float]:
@@ -197,17 +215,14 @@ def mann_kendall_p(y: np.ndarray) -> float:
 
 
 def second_half_rises(t_s: np.ndarray, y: np.ndarray) -> bool:
-    """Whether the second half alone rises significantly (one-sided Mann–Kendall at 5 %, with the
-    AR(1) shrink): a warm-up tail or an early step leaves a flat second half."""
+    """Whether the second half alone rises: its 90 % Theil–Sen interval, widened for AR(1), lies
+    above 0 (one-sided 5 %). A warm-up tail or an early step leaves a flat second half."""
     later = t_s >= np.median(t_s)
     if later.sum() < 4:
         return False
-    y_later = y[later]
-    slope, intercept, _, _ = theil_sen(t_s[later] - t_s[later][0], y_later, 0.95)
-    if slope <= 0:
-        return False
-    phi = residual_autocorrelation(t_s[later] - t_s[later][0], y_later, slope, intercept)
-    return ar1_mann_kendall_p(y_later, phi) < 0.10  # two-sided 10 % = one-sided 5 % upward
+    t_later, y_later = t_s[later] - t_s[later][0], y[later]
+    slope, intercept, low, high = theil_sen(t_later, y_later, 0.90)
+    return widen(slope, low, high, residual_autocorrelation(t_later, y_later, slope, intercept))[0] > 0
 
 
 def second_half_slope(t_s: np.ndarray, y: np.ndarray) -> float | None:
