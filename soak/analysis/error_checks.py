@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass, replace
 
 import numpy as np
-from scipy.stats import binom, nbinom, norm
+from scipy.stats import binom, nbinom, norm, poisson
 
 from soak.analysis.evidence import detection_sentence, trend_sentence
 from soak.analysis.findings import FAIL, INCONCLUSIVE, PASS, SUSPECT, Finding, inconclusive, skipped
@@ -24,6 +24,8 @@ from soak.analysis.gates import Gates
 from soak.analysis.inputs import RequestWindow, RunData
 from soak.analysis.steps import StepResult, find_step
 from soak.analysis.trend import assess_trend
+
+NORMAL_MIN_ERRORS = 30
 
 
 def _judged_rows(run: RunData) -> list[RequestWindow]:
@@ -59,8 +61,8 @@ def rate_step(rows: list[RequestWindow], gates: Gates) -> StepResult | None:
       step gate's half of p_value): the errors after the split against the rate and overdispersion
       of the ordinary windows before it. find_step's own test reads the spread inside
       each segment, and a ramp after the split is all spread, so it would never call a ramp real;
-    * **most_windows**: at least two thirds of the (smoothed) windows after the split sit above the
-      level before it plus half the shift, so a few bursts that happen to cluster near the end of
+    * **most_windows**: at least two thirds of the windows after the split (their own rates) sit
+      above the level before it plus half the shift, so a few bursts that happen to cluster near the end of
       a long run (which can have one in a fifth of its windows) are no lasting rise.
     """
     t_s, rates = _rates(rows)
@@ -73,7 +75,8 @@ def rate_step(rows: list[RequestWindow], gates: Gates) -> StepResult | None:
     p_value = min(1.0, _excess_p(rows, step.index, gates) * max(len(rows) - 2 * min_size + 1, 1))
     later = smoothed[step.index:]
     reached = float(np.median(later[-max(1, later.size // 3):]))
-    raised = later >= step.before + step.shift / 2
+    # Raw rates, not smoothed: the running median turns every other window bursting into a raised run.
+    raised = rates[step.index:] >= step.before + step.shift / 2
     return replace(step, p_value=p_value, after=reached, shift=reached - step.before,
                    gates={**step.gates, "size": reached - step.before >= spec.min_shift,
                           "significant": p_value < spec.p_value, "most_windows": bool(raised.mean() >= 2 / 3)})
@@ -81,14 +84,23 @@ def rate_step(rows: list[RequestWindow], gates: Gates) -> StepResult | None:
 
 def _excess_p(rows: list[RequestWindow], index: int, gates: Gates) -> float:
     """One-sided p of the errors after `index` given the rate and negative-binomial overdispersion
-    of the ordinary windows before it (normal approximation to the sum). Burst windows are left out
-    of that baseline: in a short run one burst can hold more errors than all the other windows
-    together, and the overdispersion it implies would hide any rise."""
+    of the ordinary windows before it: the sum's tail from a negative binomial of the same mean and
+    variance while a handful of errors is expected (a normal approximation is too bold there; from
+NORMAL_MIN_ERRORS expected errors on it is close, and less timid than the moment-matched skew that
+burst-heavy long runs would give). Burst windows
+    are left out of that baseline: in a short run one burst can hold more errors than all the other
+    windows together, and the overdispersion it implies would hide any rise."""
     baseline = _bursts_in(rows[:index], gates)[1]
     mean = np.array([w.requests for w in rows[index:]], dtype=float) * baseline.rate
-    variance = float((mean + baseline.alpha * mean ** 2).sum())
-    excess = sum(w.error_count for w in rows[index:]) - float(mean.sum())
-    return float(norm.sf(excess / math.sqrt(variance))) if variance > 0 else float(excess <= 0)
+    total, extra = float(mean.sum()), float(baseline.alpha * (mean ** 2).sum())
+    observed = sum(w.error_count for w in rows[index:])
+    if total >= NORMAL_MIN_ERRORS:
+        variance = total + extra
+        return float(norm.sf((observed - total) / math.sqrt(variance))) if variance > 0 else float(observed <= total)
+    if extra <= 0:
+        return float(poisson.sf(observed - 1, total))
+    size = total * total / extra
+    return float(nbinom.sf(observed - 1, size, size / (size + total)))
 
 
 def _running_median3(values: np.ndarray) -> np.ndarray:
