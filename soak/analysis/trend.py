@@ -216,13 +216,18 @@ def mann_kendall_p(y: np.ndarray) -> float:
 
 def second_half_rises(t_s: np.ndarray, y: np.ndarray) -> bool:
     """Whether the second half alone rises: its 90 % Theil–Sen interval, widened for AR(1), lies
-    above 0 (one-sided 5 %). A warm-up tail or an early step leaves a flat second half."""
+    above 0 (one-sided 5 %) — or its ranks rise beyond doubt (Mann–Kendall p < 0.01), for a leak
+    that grows in bursts with the load leaves residuals that look autocorrelated although every
+    point rises. A warm-up tail or an early step leaves a flat second half."""
     later = t_s >= np.median(t_s)
     if later.sum() < 4:
         return False
     t_later, y_later = t_s[later] - t_s[later][0], y[later]
     slope, intercept, low, high = theil_sen(t_later, y_later, 0.90)
-    return widen(slope, low, high, residual_autocorrelation(t_later, y_later, slope, intercept))[0] > 0
+    if slope <= 0:
+        return False
+    widened_low = widen(slope, low, high, residual_autocorrelation(t_later, y_later, slope, intercept))[0]
+    return widened_low > 0 or mann_kendall_p(y_later) < 0.01
 
 
 def second_half_slope(t_s: np.ndarray, y: np.ndarray) -> float | None:
