@@ -77,18 +77,20 @@ class TrendResult:
 
     def span_needed_s(self) -> float | None:
         """About how long a run of the same shape must judge to rule out the threshold, or None
-        when this one already does (or cannot say). With a fixed number of windows the CI
-        half-width shrinks as 1/span — the conservative reading, since more windows shrink it faster."""
+        when this one already does (or cannot say). With a fixed number of windows the interval's
+        upper arm shrinks as 1/span — the conservative reading, since more windows shrink it faster."""
         low, high = self.ci_per_s
         if not (math.isfinite(low) and math.isfinite(high)) or self.span_s <= 0:
             return None
         if high < self.min_slope_per_s or self.min_slope_per_s <= 0:
             return None
-        half_width = 0.5 * (high - low)
-        room = self.min_slope_per_s - max(self.slope_per_s, 0.0)
-        if half_width <= 0 or room <= 0:
+        centre = max(self.slope_per_s, 0.0)
+        room = self.min_slope_per_s - centre
+        if room <= 0:
             return None
-        return self.span_s * half_width / room
+        # The upper arm (not the half-width): Theil–Sen intervals are asymmetric, and it is the
+        # upper end that has to come under the threshold.
+        return self.span_s * (high - centre) / room
 
     def line(self, space: str = "linear") -> dict:
         """The fitted line for a chart."""
