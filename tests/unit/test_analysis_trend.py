@@ -126,3 +126,13 @@ def test_verdict_invariant_to_shift_and_scale(shift, scale, seed):
     moved = assess_trend(T_S, y * scale + shift, spec(min_slope_per_s=0.001 * scale))
     assert moved.verdict == base.verdict
     assert moved.mk_p == pytest.approx(base.mk_p)
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**16), noise=st.floats(50, 400))
+def test_a_run_that_could_not_rule_out_the_threshold_needs_longer_than_itself(seed, noise):
+    y = 100 + np.random.default_rng(seed).standard_t(3, T_S.size) * noise  # heavy tails: asymmetric CIs
+    result = assess_trend(T_S, y, spec(min_slope_per_s=0.001))
+    needed = result.span_needed_s()
+    if result.verdict == INCONCLUSIVE and needed is not None:
+        assert needed > result.span_s
