@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(300)]
 
 SHORT_RUN = ["start", "--duration", "36s", "--warmup", "6s", "--window", "5s", "--sample-every", "2s", "--json"]
 READY = re.compile(r"^SOAK_REFSERVER_READY (http://\S+)$")

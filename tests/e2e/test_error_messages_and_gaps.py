@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(180)]
 
 MOCK = Path(__file__).resolve().parents[1] / "integration" / "load" / "mockserver.py"
 CONTEXT_400 = "HTTP 400: the request exceeds the available context size (1024 tokens)"

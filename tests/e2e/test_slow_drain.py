@@ -8,7 +8,7 @@ import sqlite3
 
 import pytest
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(300)]
 
 # Every answer is 1500 tokens, about 2 s on the reference server: each probe finds requests in flight.
 LONG_ANSWERS = '''

@@ -44,12 +44,14 @@ def test_a_healthy_but_noisy_server_fails_nothing(tmp_path, soak_cli):
     findings = _findings(result)
     failed = {check: f["evidence"] for check, f in findings.items() if f["verdict"] == "FAIL"}
     assert failed == {}
-    # Two minutes of a 64 MiB sawtooth may not rule out a 16 MiB/h leak: then the gate is INCONCLUSIVE, never PASS.
+    # Two minutes of a 64 MiB sawtooth may not rule out a 16 MiB/h leak: then the gate is INCONCLUSIVE (or
+    # SUSPECT, when the phase of the saw puts the estimate itself over), never PASS, and it says what it could see.
     rss = findings["leak.rss"]
     if rss["detection_limit"] < rss["threshold"]:
         assert rss["verdict"] in ("PASS", "SUSPECT"), rss
     else:
-        assert rss["verdict"] == "INCONCLUSIVE" and "rules out rises above" in rss["evidence"], rss
+        assert rss["verdict"] in ("INCONCLUSIVE", "SUSPECT"), rss
+        assert "rules out rises above" in rss["evidence"], rss
 
 
 KV_RUN = ["start", "--duration", "50s", "--warmup", "10s", "--window", "5s", "--sample-every", "1s", "--rate", "3",
