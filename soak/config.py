@@ -7,6 +7,7 @@ models below each key fills, and `resolve_config` builds them; every stage recei
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -39,6 +40,22 @@ def _duration_field(value: Any) -> Any:
         raise ValueError(str(exc)) from None
 
 
+MASTER_PORT = 5557  # Locust's own default for its master
+DEFAULT_MASTER_BIND = f"127.0.0.1:{MASTER_PORT}"
+
+
+def split_address(text: str, default_port: int) -> tuple[str, int]:
+    """`HOST[:PORT]` as (host, port); ValueError saying what is wrong otherwise."""
+    host, sep, port = str(text).strip().rpartition(":")
+    if not sep:
+        host, port = port, str(default_port)
+    if not host or any(c.isspace() or c in "/[]" for c in host):
+        raise ValueError(f"address {text!r} is not HOST[:PORT]")
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"address {text!r}: the port must be a number from 1 to 65535")
+    return host, int(port)
+
+
 class ScenarioSpec(_Model):
     """A built-in scenario name or a path to a user's scenario file, with its weight in the mix."""
 
@@ -52,6 +69,35 @@ class ScenarioSpec(_Model):
         if sep and weight.replace(".", "", 1).isdigit():
             return cls(name=name, weight=float(weight))
         return cls(name=text)
+
+
+LABEL_KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-/]{0,63}$")
+LABEL_VALUE_MAX = 200
+
+
+def parse_label(text: str) -> tuple[str, str]:
+    """`release=1.4.2` as (key, value); ValueError saying what is wrong otherwise."""
+    key, sep, value = str(text).partition("=")
+    key, value = key.strip(), value.strip()
+    if not sep or not value:
+        raise ValueError(f"label {text!r} is not KEY=VALUE")
+    if not LABEL_KEY.match(key):
+        raise ValueError(f"label key {key!r} must be letters, digits, '_', '-', '.' or '/' (at most 64)")
+    if len(value) > LABEL_VALUE_MAX or not value.isprintable():
+        raise ValueError(f"label {key}: the value must be printable and at most {LABEL_VALUE_MAX} characters")
+    return key, value
+
+
+def parse_labels(items: Any) -> dict[str, str]:
+    """KEY=VALUE strings (or a TOML table) as one dict; a key given twice with two values is an error."""
+    labels: dict[str, str] = {}
+    for item in [items] if isinstance(items, (str, dict)) else list(items or ()):
+        pairs = [parse_label(f"{k}={v}") for k, v in item.items()] if isinstance(item, dict) else [parse_label(item)]
+        for key, value in pairs:
+            if labels.get(key, value) != value:
+                raise ValueError(f"label {key} is given twice ({labels[key]!r} and {value!r})")
+            labels[key] = value
+    return labels
 
 
 class PhaseSpec(_Model):
@@ -140,14 +186,28 @@ class LoadSettings(_Model):
     seed: int = 0
     dataset: Path | None = None
     workers: int = Field(default=0, ge=0)
+    expect_workers: int = Field(default=0, ge=0)  # `soak worker` processes, usually on other hosts
+    master_bind: str = DEFAULT_MASTER_BIND
+    worker_wait_s: float = Field(default=300.0, gt=0)
     max_context: int | None = Field(default=None, ge=128)
     request_timeout_s: float = Field(default=300.0, gt=0)
     canary_every_s: float = Field(default=600.0, ge=0)  # 0: no canary
 
     _durations = field_validator(
         "idle_probe_every_s", "idle_probe_for_s", "drain_timeout_s", "request_timeout_s", "canary_every_s",
-        mode="before"
+        "worker_wait_s", mode="before"
     )(_duration_field)
+
+    @field_validator("master_bind")
+    @classmethod
+    def _check_master_bind(cls, value: str) -> str:
+        split_address(value, MASTER_PORT)  # a bad address fails here, naming the setting
+        return value
+
+    @property
+    def worker_count(self) -> int:
+        """Every load worker of the run: the local processes and the `soak worker`s expected to join."""
+        return self.workers + self.expect_workers
 
     @field_validator("scenarios", mode="before")
     @classmethod
@@ -185,12 +245,19 @@ class RunConfig(_Model):
     json_output: bool = False
     keep_requests: bool = False
     notify_env: str | None = None
+    stop_on_fail: bool = False  # end the run once a FAIL is beyond doubt (soak/analysis/early_stop.py)
+    labels: dict[str, str] = {}  # KEY=VALUE tags stored with the run (docs/history.md)
     config_file: Path | None = None
     target: TargetSettings = TargetSettings()
     load: LoadSettings = LoadSettings()
     telemetry: TelemetrySettings = TelemetrySettings()
 
     _durations = field_validator("horizon_s", mode="before")(_duration_field)
+
+    @field_validator("labels", mode="before")
+    @classmethod
+    def _parse_labels(cls, value: Any) -> Any:
+        return parse_labels(value)
 
     @model_validator(mode="after")
     def _check_spans(self) -> RunConfig:

@@ -39,6 +39,7 @@ class EventKind(StrEnum):
     OUTAGE_START = "outage_start"
     OUTAGE_END = "outage_end"
     RUN_END = "run_end"
+    EARLY_STOP = "early_stop"
     VRAM_NOT_RELEASED = "vram_not_released"
     # telemetry
     NO_GPU = "no_gpu"
@@ -64,6 +65,8 @@ class EventKind(StrEnum):
     LOAD_PAUSED = "load_paused"
     LOAD_RESUMED = "load_resumed"
     CONTEXT_LENGTH = "context_length"
+    WORKERS_JOINED = "workers_joined"  # the load workers (local and `soak worker`) the run started with
+    WORKER_LOST = "worker_lost"  # a load worker's process or heartbeat went away; its share moved to the rest
     # the conductor's outcome ledger (soak/run/ledger.py)
     ERROR_MESSAGE = "error_message"
     VALIDATION_GAP = "validation_gap"
@@ -210,6 +213,7 @@ class Summary(BaseModel):
     duration_s: float | None
     planned_duration_s: float
     target: SummaryTarget
+    labels: dict[str, str] | None = Field(None, description="the run's `--label` KEY=VALUE tags")
     verdict: Verdict
     verdict_reason: str
     findings: list[SummaryFinding]
@@ -219,6 +223,20 @@ class Summary(BaseModel):
     error_messages: list[ErrorMessage] = Field(default_factory=list, description="most frequent first")
     validation_gaps: list[ValidationGap] = Field(default_factory=list)
     report_html: str | None
+    stop_reason: str | None = Field(None, description="why the run ended: `completed`, `stopped by SIGINT`, "
+                                    "`server exited with code N`, `stopped early: …` (--stop-on-fail)")
+    in_progress: bool | None = Field(None, description="true in the report of a run still under way (`soak report` "
+                                     "or the live view); absent from a finished run's summary")
+
+    @model_serializer(mode="wrap")
+    def _drop_unset_labels(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # A run without labels leaves the key out, so older summaries read back byte for byte.
+        data = handler(self)
+        if data.get("labels") is None:
+            data.pop("labels", None)
+        if not data.get("in_progress"):  # likewise `in_progress`, written only while a run is under way
+            data.pop("in_progress", None)
+        return data
 
     def finding(self, check: str) -> SummaryFinding | None:
         """The finding of `check`, if the run has one."""

@@ -121,6 +121,13 @@ SETTINGS: tuple[Setting, ...] = (
        "(default: what the server states, else 2048; at least 128).", kind="int", metavar="N"),
     _s("workers", "load.workers", LOAD, "Locust worker processes (default 0: in-process).", kind="int",
        metavar="N"),
+    _s("expect_workers", "load.expect_workers", LOAD, "Wait for N `soak worker` processes (other hosts) to join "
+       "before the load starts; they share the rate with --workers (default 0; docs/load.md).", kind="int",
+       metavar="N"),
+    _s("master_bind", "load.master_bind", LOAD, "Address the load master listens on for `soak worker`, HOST[:PORT] "
+       "(default 127.0.0.1:5557; any other address lets that network join the run).", metavar="ADDR"),
+    _s("worker_wait", "load.worker_wait_s", LOAD, "Longest wait for the --expect-workers to join (default 5m).",
+       kind="duration", metavar="D"),
     _s("request_timeout", "load.request_timeout_s", LOAD, "Per-request timeout (default 5m).", kind="duration",
        metavar="D"),
     _s("canary_every", "load.canary_every_s", LOAD, "Send the golden-output canary (a fixed greedy request whose "
@@ -136,9 +143,13 @@ SETTINGS: tuple[Setting, ...] = (
        kind="duration", metavar="D"),
     _s("gates", "gates_file", OUTPUT, "Gates file (TOML).", kind="file", metavar="FILE"),
     _s("baseline", "baseline", OUTPUT, "Compare with this earlier run.", metavar="RUN"),
+    _s("label", "labels", OUTPUT, "Label the run, e.g. release=1.4.2 (repeatable; `soak runs --label`, "
+       "`soak history`, docs/history.md).", metavar="KEY=VALUE", multiple=True),
     _s("keep_requests", "keep_requests", OUTPUT, "Also store one row per request.", kind="flag"),
     _s("notify_env", "notify_env", OUTPUT, "Environment variable holding a webhook URL; the summary is POSTed "
        "to it when the run ends.", metavar="VAR"),
+    _s("stop_on_fail", "stop_on_fail", OUTPUT, "End the run early once a FAIL is beyond doubt (a leak, creep or "
+       "hang at several looks in a row; docs/gates.md, Early stop).", kind="flag"),
     _s("json", "json_output", OUTPUT, "Also print summary.json to stdout.", kind="flag"),
     _s("out", "out_dir", LOCATIONS, "Output folder (default ./soak-runs).", kind="folder", metavar="DIR"),
     _s("db", "db_url", LOCATIONS, "Database URL (default sqlite:///<out>/soak.db).", metavar="URL"),

@@ -45,6 +45,7 @@ def main() -> None:
 
 # -- commands ---------------------------------------------------------------------------------------
 from soak.cli.doctor import doctor  # noqa: E402 - registered after the group exists
+from soak.cli.history import history  # noqa: E402 - registered after the group exists
 from soak.cli.runs import close, compare, report, runs, status  # noqa: E402 - registered after the group exists
 from soak.cli.schedule import daemon, schedule  # noqa: E402 - registered after the group exists
 from soak.cli.start import start  # noqa: E402 - registered after the group exists
@@ -58,6 +59,7 @@ main.add_command(compare)
 main.add_command(schedule)
 main.add_command(daemon)
 main.add_command(doctor)
+main.add_command(history)
 
 
 @main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -11,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from soak.cli.common import VERDICT_EXIT, location_options, open_store, print_json
-from soak.errors import UnknownRunError
+from soak.errors import ConfigError, UnknownRunError
 from soak.units import format_duration
 
 if TYPE_CHECKING:
@@ -31,22 +32,42 @@ def _table(title: str, columns: list[str], rows: list[list[Any]]) -> None:
     Console(width=160).print(table)
 
 
+def label_option(help_text: str) -> Callable:
+    """--label KEY=VALUE, repeatable, parsed into one `labels` dict (a malformed one is a ConfigError)."""
+
+    def parse(_ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]) -> dict[str, str]:
+        from soak.config import parse_labels
+
+        try:
+            return parse_labels(values)
+        except ValueError as exc:
+            raise ConfigError(f"invalid --label: {exc}") from None
+
+    return click.option("--label", "labels", metavar="KEY=VALUE", multiple=True, callback=parse, help=help_text)
+
+
+def labels_text(labels: dict[str, str]) -> str:
+    """`gpu=h200 release=1.4.2`, or an empty string."""
+    return " ".join(f"{key}={value}" for key, value in labels.items())
+
+
 @click.command()
 @location_options
 @click.option("--limit", type=int, default=50, show_default=True, help="Show at most this many runs.")
+@label_option("Only runs with this label (repeatable: runs with all of them).")
 @click.option("--json", "json_output", is_flag=True, help="Print the runs as JSON.")
-def runs(locations: Locations, limit: int, json_output: bool) -> None:
-    """List runs, newest first, with status and verdict."""
+def runs(locations: Locations, limit: int, labels: dict[str, str], json_output: bool) -> None:
+    """List runs, newest first, with status, verdict and labels."""
     from soak.store.queries import list_runs
 
-    found = list_runs(open_store(locations), limit=limit)
+    found = list_runs(open_store(locations), limit=limit, labels=labels)
     if json_output:
         print_json([{k: r[k] for k in ("id", "status", "verdict", "started_at", "ended_at", "duration_s",
-                                       "target_kind", "model", "schedule_name", "out_dir")} for r in found])
+                                       "target_kind", "model", "schedule_name", "out_dir", "labels")} for r in found])
         return
-    _table("soak runs", ["run", "status", "verdict", "started (UTC)", "duration", "target", "model"], [
+    _table("soak runs", ["run", "status", "verdict", "started (UTC)", "duration", "target", "model", "labels"], [
         [r["id"], r["status"], r["verdict"], r["started_at"][:19], _duration_text(r),
-         r["target_kind"], r["model"]] for r in found])
+         r["target_kind"], r["model"], labels_text(r["labels"])] for r in found])
 
 
 def _duration_text(run: dict) -> str:

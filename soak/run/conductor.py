@@ -23,13 +23,15 @@ from soak.contracts import EventKind, P99Ms, Progress, Stage, Summary, measured_
 from soak.errors import EXIT_FORCED, StorageError
 from soak.load import LoadHooks, start_load
 from soak.load.canary import ProbeGate, start_canary
+from soak.run.early_stop import watch_for_failure
 from soak.run.environment import capture_environment, dumps
 from soak.run.finalise import finalise_run
 from soak.run.ledger import OutcomeLedger
 from soak.run.locking import hold_run_lock
 from soak.run.server_watch import DrainWatch, drain_timeout_hook, record_server_processes
+from soak.schedule.notify import failed_run_payload, notify_from_env
 from soak.store import StoreWriter, open_database
-from soak.store.models import RequestRow, Run
+from soak.store.models import CLIENT_LOOP_LAG_MAX_METRIC, CLIENT_LOOP_LAG_P99_METRIC, MetricSample, RequestRow, Run, RunLabel
 from soak.store.recorder import Recorder, utc_now_iso
 from soak.target import ServerInfo, Target, auth_headers, make_target
 from soak.telemetry.latency import LatencyWindows
@@ -111,11 +113,13 @@ class RunState:
     log_scanner: Any = None  # soak.telemetry.server_log.ServerLogScanner, when there is a log to scan
     canary: Any = None  # soak.load.canary.CanaryLoop, unless --canary-every 0
     drains: DrainWatch | None = None  # requests that kept streaming through a timed-out probe drain
+    early_stop: Any = None  # soak.run.early_stop.EarlyStopWatch, with --stop-on-fail
     ledger: OutcomeLedger | None = None
     t0: float = 0.0
     status: str = "running"
     end_reason: str = ""
     health_checked_at: float = 0.0
+    loop_lag_at: float = 0.0
     down_streak: int = 0
     in_outage: bool = False
 
@@ -131,6 +135,7 @@ class Conductor:
         run_dir = config.out_dir / run_id
         self.state = RunState(config, run_id, run_dir, make_target(config, run_dir))
         self.engine = None
+        self.summary: Summary | None = None  # once finalised: what a failure after it still notifies
 
     # -- phases of a run --------------------------------------------------------------------------
     def execute(self) -> Summary:
@@ -170,6 +175,8 @@ class Conductor:
         state.t0 = time.time()
         state.recorder = Recorder(state.writer, state.run_id, state.t0)
         state.writer.insert(Run, self._run_row())
+        for key, value in self.config.labels.items():  # queued after the run row, so committed with or after it
+            state.writer.insert(RunLabel, {"run_id": state.run_id, "key": key, "value": value})
         state.recorder.event(EventKind.SERVER_START, f"{state.info.kind} server at {state.info.base_url}",
                              {"pid": state.info.pgid, "cmd": state.info.cmd, "model": state.info.model})
 
@@ -204,6 +211,8 @@ class Conductor:
         hooks = self._watch_log_and_canary()
         state.load = start_load(config, base_url=state.info.base_url, model=state.info.model, t0=state.t0,
                                 hooks=hooks)
+        state.early_stop = watch_for_failure(self.engine, state.run_id, config)
+        self._say(state.early_stop and state.early_stop.describe())
 
     def _watch_log_and_canary(self) -> LoadHooks:
         """Start the server-log scan and the canary; the load's hooks, through which the canary learns of probes."""
@@ -266,10 +275,34 @@ class Conductor:
                 state.end_reason = "storage failure"
                 return
             self._scan_log()
-            if self._server_lost():
+            if self._server_lost() or self._failed_beyond_doubt(elapsed_s):
                 return
             self._report(self._progress(elapsed_s))
+            self._record_loop_lag(elapsed_s)
             time.sleep(TICK_S)
+
+    def _record_loop_lag(self, elapsed_s: float, final: bool = False) -> None:
+        """Store the client's event-loop lag so far (P99 and max over the load), once per sample interval."""
+        state = self.state
+        if not final and elapsed_s - state.loop_lag_at < self.config.telemetry.sample_every_s:
+            return
+        state.loop_lag_at = elapsed_s
+        counters = state.load.counters()
+        readings = {CLIENT_LOOP_LAG_P99_METRIC: counters.get("loop_lag_p99_ms"),
+                    CLIENT_LOOP_LAG_MAX_METRIC: counters.get("loop_lag_max_ms")}
+        state.recorder.rows(MetricSample, [{"name": name, "labels_json": "{}", "value": value}
+                                           for name, value in readings.items() if value is not None])
+
+    def _failed_beyond_doubt(self, elapsed_s: float) -> bool:
+        """With --stop-on-fail: True once the early-stop rule ends the run (docs/gates.md, "Early stop")."""
+        state = self.state
+        decision = state.early_stop.poll(elapsed_s) if state.early_stop is not None else None
+        if decision is None:
+            return False
+        state.end_reason = decision.reason()
+        state.recorder.event(EventKind.EARLY_STOP, state.end_reason,
+                             {"check": decision.check, "t_s": decision.t_s, "windows": decision.windows})
+        return True
 
     def _server_lost(self) -> bool:
         """True when the server died and policy does not (or cannot) bring it back."""
@@ -347,6 +380,7 @@ class Conductor:
         self._report(Progress(stage=Stage.FINALISING, run_id=state.run_id))
         self._stop_canary()
         state.load.stop(drain_timeout_s=STOP_DRAIN_S)
+        self._record_loop_lag(time.time() - state.t0, final=True)
         state.telemetry.stop()
         if state.log_scanner is not None:
             state.log_scanner.close()
@@ -359,6 +393,7 @@ class Conductor:
         self._flush_or_give_up()
         summary = finalise_run(self.engine, state.run_id, stopped_early=stopped_early,
                                gates_file=self.config.gates_file, baseline=self.config.baseline)
+        self.summary = summary
         if state.end_reason == "storage failure":
             raise StorageError(f"the database failed during the run ({state.writer.stats.failure}); load was "
                                f"stopped; report of what was collected: {summary.report_html}")
@@ -406,9 +441,33 @@ class Conductor:
             state.writer.update_run(state.run_id, status="aborted", ended_at=utc_now_iso())
             state.writer.flush(3.0)
         state.target.stop(grace_s=2.0)
+        # One quick try: the user asked to stop now, so no retries here.
+        self.notify_end(failed_run_payload(state.run_id, "aborted", f"forced stop by a second {self.stop.reason}"),
+                     attempts=1, timeout_s=3.0)
         os._exit(EXIT_FORCED)
+
+    def notify_end(self, summary: dict[str, Any], **options: Any) -> None:
+        """With --notify-env: POST the summary to the webhook (soak/schedule/notify.py, with its retries)."""
+        if self.config.notify_env:
+            line = notify_from_env(self.config.notify_env, summary, os.environ.get(SCHEDULE_NAME_ENV) or None,
+                                   **options)
+            log.info(line)
+            self._report(Progress(stage=Stage.FINALISING, run_id=self.state.run_id, message=line))
 
 
 def execute(config: RunConfig, on_progress: ProgressCallback | None = None) -> dict[str, Any]:
-    """Run one soak and return its summary.json document (the CLI prints it and maps the verdict to an exit code)."""
-    return Conductor(config, on_progress).execute().to_json_dict()
+    """Run one soak and return its summary.json document (the CLI prints it and maps the verdict to an exit code).
+
+    With --notify-env every ending is notified: a verdict, a stop by signal, a server crash, and a run that
+    failed (the summary of what was collected when there is one).
+    """
+    conductor = Conductor(config, on_progress)
+    try:
+        summary = conductor.execute().to_json_dict()
+    except Exception as exc:
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        collected = conductor.summary.to_json_dict() if conductor.summary else None
+        conductor.notify_end(collected or failed_run_payload(conductor.state.run_id, "failed", reason))
+        raise
+    conductor.notify_end(summary)
+    return summary

@@ -102,6 +102,12 @@ def target_of(run: dict[str, Any], events: list[dict[str, Any]]) -> SummaryTarge
                          dialect=dialects[-1].get("dialect") if dialects else None, not_measured=missing or None)
 
 
+def stop_reason(events: list[dict[str, Any]]) -> str | None:
+    """Why the run ended, as its `run_end` event says (None while it runs, or for a killed run)."""
+    ends = [event for event in events if event["kind"] == EventKind.RUN_END]
+    return (ends[-1]["message"] or None) if ends else None
+
+
 def build_summary(run: dict[str, Any], engine: Engine, findings: list[SummaryFinding], verdict: Verdict,
                   reason: str, report_html: str | None) -> Summary:
     """The summary of a stored run (docs/summary.md)."""
@@ -109,9 +115,9 @@ def build_summary(run: dict[str, Any], engine: Engine, findings: list[SummaryFin
     return Summary(
         run_id=run["id"], status=run["status"], started_at=run["started_at"], ended_at=run["ended_at"],
         duration_s=run["duration_s"], planned_duration_s=run["planned_duration_s"],
-        target=target_of(run, events),
+        target=target_of(run, events), labels=run.get("labels") or None,
         verdict=verdict, verdict_reason=reason, findings=findings,
         totals=request_totals(engine, run["id"]), latency_ms=latency_summary(engine, run["id"]),
         context=context_of(events), error_messages=error_messages(events), validation_gaps=validation_gaps(events),
-        report_html=report_html,
+        report_html=report_html, stop_reason=stop_reason(events),
     )

@@ -43,6 +43,17 @@ class Run(Base):
     summary_json: Mapped[str | None] = mapped_column(Text)
 
 
+class RunLabel(Base):
+    """One KEY=VALUE label of a run (`--label`), for finding and grouping runs (docs/history.md)."""
+
+    __tablename__ = "run_labels"
+    __table_args__ = (Index("ix_run_labels_key_value", "key", "value"),)
+
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True)
+    key: Mapped[str] = mapped_column(String(64), primary_key=True)
+    value: Mapped[str] = mapped_column(String(200))
+
+
 class EventRow(Base):
     """Something that happened at a point in time: server start/crash, phase change, probe, error burst…"""
 
@@ -141,6 +152,10 @@ class ServerSample(Base):
 # soak's own reading of the host's available memory (MemAvailable), stored among the scraped series under a name no
 # server uses: the headroom a leak eats into.
 HOST_AVAILABLE_METRIC = "soak_host_memory_available_bytes"
+# soak's own event-loop lag over the load so far (run-level P99 and max, in ms), stored the same way at every sample:
+# how late the client could have stamped a reply it received (`soak.load.health.LoopLagMonitor`).
+CLIENT_LOOP_LAG_P99_METRIC = "soak_client_loop_lag_p99_ms"
+CLIENT_LOOP_LAG_MAX_METRIC = "soak_client_loop_lag_max_ms"
 
 
 class MetricSample(Base):

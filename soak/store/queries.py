@@ -12,7 +12,7 @@ from sqlalchemy import Engine, select
 from sqlalchemy.exc import SQLAlchemyError
 
 from soak.errors import StorageError, UnknownRunError
-from soak.store.models import Base, EventRow, Run
+from soak.store.models import Base, EventRow, Run, RunLabel
 
 STALE_HEARTBEAT_S = 30.0
 
@@ -57,15 +57,37 @@ def effective_status(run: dict[str, Any], now: datetime | None = None) -> str:
     return "aborted" if age_s > STALE_HEARTBEAT_S else "running"
 
 
-def list_runs(engine: Engine, limit: int | None = None) -> list[dict[str, Any]]:
-    """Runs, newest first, each with its effective status."""
-    query = select(Run).order_by(Run.id.desc())
+def with_labels(query, labels: dict[str, str] | None):  # query: a Select over Run
+    """`query` narrowed to runs carrying every KEY=VALUE of `labels`."""
+    for key, value in (labels or {}).items():
+        query = query.where(select(RunLabel.run_id).where(RunLabel.run_id == Run.id, RunLabel.key == key,
+                                                          RunLabel.value == value).exists())
+    return query
+
+
+def run_labels(engine: Engine, run_ids: list[str]) -> dict[str, dict[str, str]]:
+    """run id → its labels (sorted by key), for the given runs."""
+    found: dict[str, dict[str, str]] = {run_id: {} for run_id in run_ids}
+    for start in range(0, len(run_ids), 500):  # stay under every database's bound-parameter limit
+        query = select(RunLabel).where(RunLabel.run_id.in_(run_ids[start:start + 500])).order_by(RunLabel.key)
+        with reading(engine) as session_rows:
+            for label in session_rows(query):
+                found[label.run_id][label.key] = label.value
+    return found
+
+
+def list_runs(engine: Engine, limit: int | None = None, labels: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    """Runs, newest first, each with its effective status and its `labels`; with `labels`, only the runs
+    carrying all of them."""
+    query = with_labels(select(Run).order_by(Run.id.desc()), labels)
     if limit:
         query = query.limit(limit)
     with reading(engine) as session_rows:
         rows = [row_to_dict(run) for run in session_rows(query)]
+    labels_of = run_labels(engine, [run["id"] for run in rows])
     for run in rows:
         run["status"] = effective_status(run)
+        run["labels"] = labels_of[run["id"]]
     return rows
 
 
@@ -79,6 +101,7 @@ def get_run(engine: Engine, run_id: str) -> dict[str, Any]:
     run["status"] = effective_status(run)
     run["config"] = json.loads(run["config_json"])
     run["environment"] = json.loads(run["environment_json"])
+    run["labels"] = run_labels(engine, [run_id])[run_id]
     return run
 
 

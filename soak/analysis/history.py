@@ -1,0 +1,169 @@
+"""A release series of runs, oldest to newest: each run's key figures, what changed from the run before
+(the same comparison as `soak compare`, from `baseline.py`) and what changed in the environment tested.
+
+Pure: it reads the plain run dicts the store returns (summary and environment decoded) and imports no stage.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from soak.analysis.baseline import IMPROVED, REGRESSED, WITHIN, compare_baseline, metric_values
+from soak.analysis.gates import Gates
+
+LEAK_CHECKS = ("leak.rss", "leak.vram", "leak.kv", "leak.fds")
+# The figures of every row: (key in compare_baseline's rows, column title, unit). The leak slopes come from the
+# checks chosen with --check (by default LEAK_CHECKS).
+FIGURES = (("latency.ttft.p99", "P99 TTFT", "ms"), ("latency.itl.p99", "P99 ITL", "ms"),
+           ("latency.e2e.p99", "P99 E2E", "ms"), ("error_rate", "error rate", "fraction"),
+           ("throughput.output_tokens_per_s", "throughput", "tokens/s"))
+# What a changed environment means for a before/after reading: (key, title).
+ENVIRONMENT_KEYS = (("soak", "soak"), ("vllm", "vLLM"), ("torch", "torch"), ("driver", "GPU driver"),
+                    ("cuda", "CUDA"), ("gpus", "GPUs"), ("model", "model"), ("serve_args", "serve args"),
+                    ("server_cmd", "server command"), ("python", "Python"), ("host", "host"),
+                    ("config_hash", "config hash"))
+_PORT = re.compile(r"\s--port[ =]\d+")  # a server's port is chosen per run, not part of what was tested
+
+
+@dataclass(frozen=True)
+class HistoryRun:
+    """One stored run as history reads it."""
+
+    run_id: str
+    started_at: str
+    status: str
+    labels: dict[str, str]
+    environment: dict[str, Any]
+    summary: dict[str, Any] | None  # None until the run is finalised
+
+
+@dataclass
+class HistoryRow:
+    """One run of the series: its figures, the checks asked for, and what changed since the previous run."""
+
+    run: HistoryRun
+    verdict: str | None
+    figures: dict[str, float | None]
+    checks: dict[str, dict[str, Any]]
+    previous: str | None = None  # the run the deltas are against (the latest earlier run with a summary)
+    deltas: dict[str, dict[str, Any]] = field(default_factory=dict)
+    verdict_changes: list[dict[str, Any]] = field(default_factory=list)
+    environment_changes: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The row as `soak history --json` prints it."""
+        return {"run_id": self.run.run_id, "started_at": self.run.started_at, "status": self.run.status,
+                "labels": self.run.labels, "verdict": self.verdict, "figures": self.figures,
+                "checks": self.checks, "previous": self.previous, "deltas": self.deltas,
+                "verdict_changes": self.verdict_changes, "environment_changes": self.environment_changes}
+
+
+def from_stored(run: dict[str, Any]) -> HistoryRun:
+    """A HistoryRun from a run dict of the store (`summary_json` and `environment_json` still encoded)."""
+    import json
+
+    summary = json.loads(run["summary_json"]) if run.get("summary_json") else None
+    environment = json.loads(run.get("environment_json") or "{}")
+    config = json.loads(run.get("config_json") or "{}")
+    environment = {**environment, "model": run.get("model"),
+                   "serve_args": (config.get("target") or {}).get("serve_args") or []}
+    return HistoryRun(run_id=run["id"], started_at=run["started_at"], status=run["status"],
+                      labels=dict(run.get("labels") or {}), environment=environment, summary=summary)
+
+
+def select_checks(summaries: list[dict[str, Any]], wanted: tuple[str, ...]) -> list[str]:
+    """The checks to show: each name in `wanted` or those it prefixes (`creep` → creep.*); default the leaks.
+
+    ValueError for a name no run has a finding of.
+    """
+    if not wanted:
+        return list(LEAK_CHECKS)
+    known = list(dict.fromkeys(f.get("check") for s in summaries for f in s.get("findings") or []))
+    chosen: list[str] = []
+    for name in wanted:
+        matches = [check for check in known if check == name or check.startswith(name.rstrip(".") + ".")]
+        if not matches:
+            raise ValueError(f"no run here has a check named {name!r} (known: {', '.join(known) or 'none'})")
+        chosen += [check for check in matches if check not in chosen]
+    return chosen
+
+
+def figures_of(summary: dict[str, Any] | None) -> dict[str, float | None]:
+    """The FIGURES of one summary (None where it has none)."""
+    values = {metric.name: value for metric, value in metric_values(summary).items()} if summary else {}
+    return {key: values.get(key) for key, _, _ in FIGURES}
+
+
+def checks_of(summary: dict[str, Any] | None, checks: list[str]) -> dict[str, dict[str, Any]]:
+    """Verdict, value and unit of each chosen check (None when the run has no such finding)."""
+    findings = {f.get("check"): f for f in (summary or {}).get("findings") or []}
+    return {check: {"verdict": findings[check].get("verdict"), "value": findings[check].get("value"),
+                    "unit": findings[check].get("unit")} if check in findings else None for check in checks}
+
+
+def _environment_value(environment: dict[str, Any], key: str) -> Any:
+    value = environment.get(key)
+    if key == "gpus":
+        return [gpu.get("name") for gpu in value or [] if isinstance(gpu, dict)] or None
+    if key == "server_cmd" and isinstance(value, str):
+        return _PORT.sub("", value)
+    return value or None
+
+
+def environment_changes(before: dict[str, Any], after: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each ENVIRONMENT_KEYS entry whose value differs between two runs."""
+    changes = []
+    for key, title in ENVIRONMENT_KEYS:
+        old, new = _environment_value(before, key), _environment_value(after, key)
+        if old != new:
+            changes.append({"key": key, "title": title, "before": old, "after": new})
+    return changes
+
+
+def check_deltas(row: HistoryRow, previous: HistoryRow) -> None:
+    """Each chosen check's change of value from the previous run (no tolerance: its verdict says enough)."""
+    for check, now in row.checks.items():
+        before = previous.checks.get(check)
+        if now and before and isinstance(now["value"], (int, float)) and isinstance(before["value"], (int, float)):
+            delta = now["value"] - before["value"]
+            row.deltas[check] = {"delta": delta, "unit": now["unit"],
+                                 "delta_pct": 100 * delta / before["value"] if before["value"] else None,
+                                 "status": None}
+
+
+def compare_with(row: HistoryRow, previous: HistoryRow, gates: Gates) -> None:
+    """Fill `row`'s deltas, verdict changes and environment changes against the previous run."""
+    row.previous = previous.run.run_id
+    row.environment_changes = environment_changes(previous.run.environment, row.run.environment)
+    if row.run.summary is None or previous.run.summary is None:
+        return
+    finding, compared = compare_baseline(row.run.summary, previous.run.summary, gates)
+    row.deltas = {item["name"]: {"delta": item["current"] - item["baseline"], "unit": item["unit"],
+                                 "delta_pct": item["delta_pct"], "status": item["status"],
+                                 "tolerance": item["tolerance_text"]}
+                  for item in compared if item["name"] in dict.fromkeys(k for k, _, _ in FIGURES)}
+    row.verdict_changes = (finding.details or {}).get("verdict_changes", [])
+    check_deltas(row, previous)
+
+
+def build_history(runs: list[HistoryRun], gates: Gates, wanted_checks: tuple[str, ...] = ()) -> list[HistoryRow]:
+    """One row per run, in the order given (oldest first), each compared with the latest earlier finalised
+    run; the environment is compared with the run just before."""
+    checks = select_checks([run.summary for run in runs if run.summary], wanted_checks)
+    rows: list[HistoryRow] = []
+    for run in runs:
+        row = HistoryRow(run=run, verdict=(run.summary or {}).get("verdict"), figures=figures_of(run.summary),
+                         checks=checks_of(run.summary, checks))
+        finalised = [earlier for earlier in rows if earlier.run.summary is not None]
+        if rows:
+            compare_with(row, finalised[-1] if finalised and run.summary else rows[-1], gates)
+        rows.append(row)
+    return rows
+
+
+def status_counts(rows: list[HistoryRow]) -> dict[str, int]:
+    """How many deltas regressed, improved or stayed within noise over the whole series."""
+    statuses = [delta["status"] for row in rows for delta in row.deltas.values() if delta["status"]]
+    return {status: statuses.count(status) for status in (REGRESSED, IMPROVED, WITHIN)}
