@@ -251,6 +251,8 @@ class ClientSeries:
     Run-level schedule lag: `sends` (all planned arrivals sent), `late_sends_1s` (sent > 1 s after their
     intended time), `lag_p99_ms` (P99 of sent − intended over the whole run).
     Run-level values may be None; the check then falls back to summing `RequestWindow` counts.
+    `loop_lag_p99_ms`, `loop_lag_max_ms`: how late the client's event loop woke while the load ran (P99 and
+    max), the delay any reply it received could have been stamped with; None for runs stored without them.
     """
 
     t_s: np.ndarray
@@ -259,6 +261,8 @@ class ClientSeries:
     sends: int | None = None
     late_sends_1s: int | None = None
     lag_p99_ms: float | None = None
+    loop_lag_p99_ms: float | None = None
+    loop_lag_max_ms: float | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "t_s", _array(self.t_s))

@@ -28,6 +28,8 @@ from soak.analysis.inputs import (
 )
 from soak.store.models import (
     ALL_SCENARIOS,
+    CLIENT_LOOP_LAG_MAX_METRIC,
+    CLIENT_LOOP_LAG_P99_METRIC,
     ERROR_CLASSES,
     HOST_AVAILABLE_METRIC,
     GpuProcessSample,
@@ -239,7 +241,15 @@ def load_client(engine: Engine, run_id: str, outage_indices: set[int]) -> Client
     return ClientSeries(t_s=_column(rows, "t_s") if rows else np.array([]),
                         cpu_percent=_column(rows, "cpu_percent"), rss_bytes=_column(rows, "rss_bytes"),
                         sends=sum(r["requests"] for r in requests) or None,
-                        late_sends_1s=sum(r["late_sends_1s"] for r in requests), lag_p99_ms=lag["p99"])
+                        late_sends_1s=sum(r["late_sends_1s"] for r in requests), lag_p99_ms=lag["p99"],
+                        loop_lag_p99_ms=_last_metric(engine, run_id, CLIENT_LOOP_LAG_P99_METRIC),
+                        loop_lag_max_ms=_last_metric(engine, run_id, CLIENT_LOOP_LAG_MAX_METRIC))
+
+
+def _last_metric(engine: Engine, run_id: str, name: str) -> float | None:
+    """The latest stored value of one of soak's own running figures (None when never stored)."""
+    rows = read_rows(engine, MetricSample, run_id, name=name)
+    return float(max(rows, key=lambda row: row["t_s"])["value"]) if rows else None
 
 
 def load_probes(events: list[dict[str, Any]]) -> tuple[ProbeReading, ...]:

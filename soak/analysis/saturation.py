@@ -1,7 +1,9 @@
 """`client.saturation`: was the load generator itself the bottleneck?
 
 An open-loop client measures latency from the intended send time; if it cannot send on schedule,
-the server was not offered the planned load and the run says nothing about it (INVALID).
+the server was not offered the planned load and the run says nothing about it (INVALID). Lateness on the
+receiving side counts as much: a client whose event loop wakes late stamps every reply late, and its
+latencies read high by that much (the loop lag, `loop_lag_p99_ms`).
 """
 
 from __future__ import annotations
@@ -15,6 +17,10 @@ from soak.analysis.fmt import pct_text
 from soak.analysis.gates import ClientGate, Gates
 from soak.analysis.inputs import RunData
 
+# Client CPU samples left out at each end: the first covers soak's own start-up (the sampler's first reading,
+# then importing and starting the load), the ones after the planned end cover the drain and the stop.
+STARTUP_SAMPLES = 2
+
 
 @dataclass(frozen=True)
 class ClientLag:
@@ -22,6 +28,8 @@ class ClientLag:
     late_sends_1s: int | None
     lag_p99_ms: float | None
     lag_estimated: bool  # True when the run-level P99 came from window P99s
+    loop_lag_p99_ms: float | None = None
+    loop_lag_max_ms: float | None = None
 
     @property
     def late_frac(self) -> float | None:
@@ -30,22 +38,68 @@ class ClientLag:
         return self.late_sends_1s / self.sends
 
 
+@dataclass(frozen=True)
+class Reading:
+    """One figure the check judges and the limits it is held to: above `invalid` INVALID, above `suspect`
+    SUSPECT (at or above, with `inclusive`). `unit` is "ms", "%" or "fraction"."""
+
+    label: str
+    value: float
+    unit: str
+    suspect: float | None = None
+    invalid: float | None = None
+    inclusive: bool = False
+
+    def _over(self, limit: float | None) -> bool:
+        return limit is not None and (self.value >= limit if self.inclusive else self.value > limit)
+
+    @property
+    def level(self) -> str:
+        if self._over(self.invalid):
+            return INVALID
+        return SUSPECT if self._over(self.suspect) else PASS
+
+    @property
+    def crossed(self) -> float | None:
+        """The limit this reading's level is judged against: the one crossed, else the first it would cross."""
+        if self.level == INVALID:
+            return self.invalid
+        return self.suspect if self.suspect is not None else self.invalid
+
+    def text(self, with_limit: bool) -> str:
+        """`schedule-lag P99 36.2 ms > 10 ms`, or without the limit `schedule-lag P99 36.2 ms`."""
+        said = f"{self.label} {_amount(self.value, self.unit)}"
+        if not with_limit or self.crossed is None:
+            return said
+        sign = (">" if self.level != PASS else "≤") if not self.inclusive else ("≥" if self.level != PASS else "<")
+        return f"{said} {sign} {_amount(self.crossed, self.unit, limit=True)}"
+
+
+def _amount(value: float, unit: str, limit: bool = False) -> str:
+    """A measured figure to one decimal (a percentage to none); a limit as the gates state it."""
+    if unit == "fraction":
+        return pct_text(value, 2)
+    number = f"{value:g}" if limit else (f"{value:.0f}" if unit == "%" else f"{value:.1f}")
+    return f"{number} {unit}"
+
+
 def client_lag(run: RunData) -> ClientLag:
-    """Run-level schedule lag: the client's own totals, else sums over the request windows."""
+    """Run-level schedule lag: the client's own totals, else sums over the request windows; and the loop lag."""
     client, rows = run.client, run.request_windows
     sends = client.sends if client and client.sends is not None else _sum(r.sends for r in rows)
     late = (client.late_sends_1s if client and client.late_sends_1s is not None
             else _sum(r.late_sends_1s for r in rows))
+    loop = (client.loop_lag_p99_ms, client.loop_lag_max_ms) if client else (None, None)
     if client and client.lag_p99_ms is not None:
-        return ClientLag(sends, late, client.lag_p99_ms, False)
+        return ClientLag(sends, late, client.lag_p99_ms, False, *loop)
     # Without a run-level histogram, the sends-weighted mean of window P99s stands in for it.
     pairs = [(r.lag_p99_ms, r.sends or 0) for r in rows if r.lag_p99_ms is not None]
     if not pairs:
-        return ClientLag(sends, late, None, False)
+        return ClientLag(sends, late, None, False, *loop)
     values = np.array([v for v, _ in pairs], dtype=float)
     weights = np.array([w for _, w in pairs], dtype=float)
     lag = float(np.average(values, weights=weights) if weights.sum() > 0 else values.mean())
-    return ClientLag(sends, late, lag, True)
+    return ClientLag(sends, late, lag, True, *loop)
 
 
 def _sum(values) -> int | None:
@@ -53,29 +107,61 @@ def _sum(values) -> int | None:
     return int(sum(known)) if known else None
 
 
-def _cpu_p95(run: RunData) -> float | None:
-    """A sustained client CPU figure: the 95th percentile of the samples (one spike is no evidence)."""
+def steady_cpu(run: RunData) -> np.ndarray:
+    """The client CPU samples of the load's steady state: the start-up samples and those after the planned end
+    (the drain, the stop) left out; with too few samples for that, none."""
     if run.client is None or run.client.cpu_percent is None:
-        return None
-    cpu = run.client.cpu_percent[np.isfinite(run.client.cpu_percent)]
+        return np.array([])
+    cpu, t_s = run.client.cpu_percent, run.client.t_s
+    keep = np.arange(cpu.size) >= STARTUP_SAMPLES
+    if t_s.size == cpu.size:
+        keep &= t_s <= run.planned_duration_s
+    if run.stopped_early and keep.any():
+        keep[np.flatnonzero(keep)[-1]] = False  # a stop before the planned end: its last sample covers the drain
+    cpu = cpu[keep]
+    return cpu[np.isfinite(cpu)]
+
+
+def _cpu_p95(run: RunData) -> float | None:
+    """A sustained client CPU figure: the 95th percentile of the steady samples (one spike is no evidence)."""
+    cpu = steady_cpu(run)
     return float(np.percentile(cpu, 95)) if cpu.size else None
 
 
-def saturation_verdict(lag: ClientLag, cpu_p95: float | None, gate: ClientGate) -> tuple[str, list[str]]:
-    """The verdict and the reasons for it, worst first."""
-    reasons_invalid, reasons_suspect = [], []
-    if lag.late_frac is not None and lag.late_frac > gate.late_frac_invalid:
-        reasons_invalid.append(f"{pct_text(lag.late_frac, 2)} of sends were > 1 s late "
-                               f"(limit {pct_text(gate.late_frac_invalid, 2)})")
-    if lag.lag_p99_ms is not None and lag.lag_p99_ms > gate.lag_p99_invalid_ms:
-        reasons_invalid.append(f"schedule-lag P99 {lag.lag_p99_ms:.1f} ms > {gate.lag_p99_invalid_ms:g} ms")
-    elif lag.lag_p99_ms is not None and lag.lag_p99_ms > gate.lag_p99_suspect_ms:
-        reasons_suspect.append(f"schedule-lag P99 {lag.lag_p99_ms:.1f} ms > {gate.lag_p99_suspect_ms:g} ms")
-    if cpu_p95 is not None and cpu_p95 >= gate.cpu_suspect_percent:
-        reasons_suspect.append(f"client CPU at {cpu_p95:.0f} % (95th percentile)")
-    if reasons_invalid:
-        return INVALID, reasons_invalid + reasons_suspect
-    return (SUSPECT, reasons_suspect) if reasons_suspect else (PASS, [])
+def readings(lag: ClientLag, cpu_p95: float | None, gate: ClientGate) -> list[Reading]:
+    """Every figure measured, each with its limits; a delay on either side of the client shares the lag gate."""
+    found = []
+    if lag.late_frac is not None:
+        found.append(Reading("sends > 1 s late", lag.late_frac, "fraction", invalid=gate.late_frac_invalid))
+    if lag.lag_p99_ms is not None:
+        found.append(Reading("schedule-lag P99", lag.lag_p99_ms, "ms", gate.lag_p99_suspect_ms, gate.lag_p99_invalid_ms))
+    if lag.loop_lag_p99_ms is not None:
+        found.append(Reading("event-loop lag P99", lag.loop_lag_p99_ms, "ms", gate.lag_p99_suspect_ms,
+                             gate.lag_p99_invalid_ms))
+    if cpu_p95 is not None:
+        found.append(Reading("client CPU (95th percentile, steady state)", cpu_p95, "%", gate.cpu_suspect_percent,
+                             inclusive=True))
+    return found
+
+
+def saturation_verdict(lag: ClientLag, cpu_p95: float | None, gate: ClientGate) -> tuple[str, list[Reading]]:
+    """The verdict and the readings that decided it, worst first (none for a PASS)."""
+    found = readings(lag, cpu_p95, gate)
+    invalid = [r for r in found if r.level == INVALID]
+    suspect = [r for r in found if r.level == SUSPECT]
+    if invalid:
+        return INVALID, invalid + suspect
+    return (SUSPECT, suspect) if suspect else (PASS, [])
+
+
+def headline(verdict: str, deciding: list[Reading], found: list[Reading]) -> Reading | None:
+    """The reading the finding's value and threshold show: the worst that decided it, else the largest lag."""
+    if deciding:
+        return deciding[0]
+    lags = [r for r in found if r.unit == "ms"]
+    if lags:
+        return max(lags, key=lambda r: r.value)
+    return found[0] if found else None
 
 
 def lag_limits(gate: ClientGate) -> dict[str, float]:
@@ -85,27 +171,26 @@ def lag_limits(gate: ClientGate) -> dict[str, float]:
 
 def check_saturation(run: RunData, gates: Gates) -> Finding:
     lag, cpu_p95 = client_lag(run), _cpu_p95(run)
-    if lag.lag_p99_ms is None and lag.late_frac is None and cpu_p95 is None:
-        return skipped("client.saturation", "No schedule-lag or client CPU measurements.", **lag_limits(gates.client))
-    verdict, reasons = saturation_verdict(lag, cpu_p95, gates.client)
+    found = readings(lag, cpu_p95, gates.client)
+    if not found:
+        return skipped("client.saturation", "No schedule-lag, loop-lag or client CPU measurements.",
+                       **lag_limits(gates.client))
+    verdict, deciding = saturation_verdict(lag, cpu_p95, gates.client)
+    shown = headline(verdict, deciding, found)
     details = {"sends": lag.sends, "late_sends_1s": lag.late_sends_1s, "late_frac": lag.late_frac,
                "lag_p99_ms": lag.lag_p99_ms, "lag_p99_estimated": lag.lag_estimated,
-               "cpu_p95_percent": cpu_p95, **lag_limits(gates.client)}
-    return Finding(check="client.saturation", verdict=verdict, value=lag.lag_p99_ms, unit="ms",
-                   threshold=gates.client.lag_p99_invalid_ms,
-                   evidence=_text(verdict, reasons, lag, cpu_p95), details=details)
+               "loop_lag_p99_ms": lag.loop_lag_p99_ms, "loop_lag_max_ms": lag.loop_lag_max_ms,
+               "cpu_p95_percent": cpu_p95, "judged_by": shown.label, **lag_limits(gates.client)}
+    return Finding(check="client.saturation", verdict=verdict, value=shown.value, unit=shown.unit,
+                   threshold=shown.crossed, evidence=_text(verdict, deciding, found, lag), details=details)
 
 
-def _text(verdict: str, reasons: list[str], lag: ClientLag, cpu_p95: float | None) -> str:
+def _text(verdict: str, deciding: list[Reading], found: list[Reading], lag: ClientLag) -> str:
     if verdict == INVALID:
-        return "The client was the bottleneck: " + "; ".join(reasons) + "."
+        return "The client was the bottleneck: " + "; ".join(r.text(True) for r in deciding) + "."
     if verdict == SUSPECT:
-        return "The client may have limited the load: " + "; ".join(reasons) + "."
-    parts = []
-    if lag.lag_p99_ms is not None:
-        parts.append(f"schedule-lag P99 {lag.lag_p99_ms:.1f} ms")
+        return "The client may have limited the load: " + "; ".join(r.text(True) for r in deciding) + "."
+    parts = [r.text(True) for r in found if r.unit != "fraction"]
     if lag.late_frac is not None:
         parts.append(f"{lag.late_sends_1s} of {lag.sends} sends > 1 s late")
-    if cpu_p95 is not None:
-        parts.append(f"client CPU {cpu_p95:.0f} % (95th percentile)")
     return "The client kept its schedule: " + ", ".join(parts) + "."

@@ -24,7 +24,7 @@ from gevent.pool import Group
 from locust.exception import RescheduleTask, StopUser
 
 from soak.load.client import Arrival, set_arrival
-from soak.load.health import ClientHealth
+from soak.load.health import ClientHealth, LoopLagMonitor
 from soak.load.plan import ArrivalClock, DealtClock, GapSampler, RatePlan, Segment, arrival_rng
 from soak.load.records import CANCELLED, RequestRecord
 from soak.load.scenarios import LoadedScenario, weighted_tasks
@@ -125,6 +125,13 @@ class Dispatcher:
             return
         self._running = True
         self._start_instances()
+        loop_lag = LoopLagMonitor(self.health).start()  # while arrivals run: start-up and the drain stay out
+        try:
+            self._dispatch()
+        finally:
+            loop_lag.stop()
+
+    def _dispatch(self) -> None:
         while not self._stopping:
             intended_t = self._wait_next()
             if intended_t is None:
