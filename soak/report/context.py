@@ -13,7 +13,7 @@ import numpy as np
 from sqlalchemy import Engine
 
 from soak.analysis.gates import ClientGate
-from soak.report import charts, sections
+from soak.report import charts, sections, timeline
 from soak.report.charts import GIB, MIB, Frame, LagLimits
 from soak.report.latency import latency_tables
 from soak.report.markers import build_markers, legend_items, marker_shapes, marker_trace
@@ -192,10 +192,11 @@ def build_context(engine: Engine, run_id: str, summary: dict[str, Any] | None,
         "run_facts": sections.run_facts(run, events, data["request_windows"], duration_s),
         "outcomes": outcomes(summary),
         "latency": latency_tables(data["latency_windows"]),
-        "events": sections.events_table(events),
+        "events": timeline.events_table(events),
         "environment": sections.environment(run),
         "charts": build_charts(data, frame, trends, events, lag_limits(findings)),
         "marker_legend": legend_items(markers),
         "baseline": sections.baseline_table(baseline),
         "generated_at": datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
+        "in_progress": bool(summary.get("in_progress")),  # a run still under way: banner says so
     }

@@ -159,13 +159,46 @@ def format_utc(text: Any) -> str:
 
 
 def format_value(value: Any) -> str:
-    """Any stored value (scalar, list, dict) as one line of text; lists of scalars comma-separated."""
+    """Any stored value (scalar, list, dict) as one line of words: no Python reprs, no JSON braces.
+
+    Dicts become `key value, key value`, lists are comma-separated (dicts in a list `;`-separated), yes/no for
+    booleans, numbers rounded; the raw form belongs behind a disclosure, never in the visible text.
+    """
     if value is None or value == "" or value == [] or value == {}:
         return MISSING
+    if isinstance(value, bool):
+        return "yes" if value else "no"
     if isinstance(value, float):
         return format_number(value)
-    if isinstance(value, str):
-        return value
-    if isinstance(value, (list, tuple)) and all(not isinstance(x, (dict, list)) for x in value):
-        return ", ".join(str(x) for x in value)
-    return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
+    if isinstance(value, dict):
+        return ", ".join(f"{key} {format_value(item)}" for key, item in value.items())
+    if isinstance(value, (list, tuple)):
+        glue = "; " if any(isinstance(item, (dict, list, tuple)) for item in value) else ", "
+        return glue.join(format_value(item) for item in value)
+    return str(value)
+
+
+def raw_json(value: Any) -> str:
+    """A stored value as indented JSON, for the disclosures that show what was recorded."""
+    return json.dumps(value, indent=1, ensure_ascii=False, sort_keys=True, default=str)
+
+
+def format_rate(rps: Any) -> str:
+    """A request rate with the digits that mean something: `2 req/s`, `2.5 req/s`, `0.333 req/s`."""
+    return f"{rps:.3g} req/s" if is_number(rps) else MISSING
+
+
+def format_seconds(seconds: Any) -> str:
+    """A short time: `3 ms`, `4.3 s`, `12 s`, or a span such as `2m5s` from a minute on."""
+    if not is_number(seconds):
+        return MISSING
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
+    if seconds < 60:
+        return f"{seconds:.2g} s" if seconds < 10 else f"{seconds:.0f} s"
+    return format_span(seconds)
+
+
+def format_share(fraction: Any) -> str:
+    """A 0–1 fraction as a percentage, a zero as plain `0 %`."""
+    return "0 %" if fraction == 0 else format_percent(fraction)

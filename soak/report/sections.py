@@ -7,12 +7,13 @@ strings inert.
 from __future__ import annotations
 
 import json
+import shlex
 from typing import Any
 
+from soak.report import timeline
 from soak.report.formatting import (
     MISSING,
     format_bytes,
-    format_elapsed,
     format_hours,
     format_number,
     format_percent,
@@ -23,11 +24,9 @@ from soak.report.formatting import (
     parse_utc,
     quantity_texts,
 )
-from soak.report.markers import event_class
 from soak.store.models import ERROR_CLASSES
 
 VERDICT_ORDER = ("INVALID", "FAIL", "INCONCLUSIVE", "SUSPECT", "SKIPPED", "PASS")
-MAX_EVENT_ROWS = 2000
 ENVIRONMENT_KEYS = ("host", "cpu", "gpus", "driver", "cuda", "python", "torch", "vllm", "soak", "platform",
                     "server_cmd", "scenarios", "config_hash")
 
@@ -175,21 +174,6 @@ def gates(findings: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 # ---- run facts ----------------------------------------------------------------------------------------
 
-def phases(events: list[dict[str, Any]], end_s: float | None) -> list[dict[str, Any]]:
-    """Phase changes with their start, name, settings and how long each lasted."""
-    phase_events = [event for event in events if event["kind"] == "phase"]
-    rows = []
-    for i, event in enumerate(phase_events):
-        until_s = phase_events[i + 1]["t_s"] if i + 1 < len(phase_events) else end_s
-        data = dict(event.get("data") or {})
-        name = data.pop("name", None) or event.get("message") or MISSING
-        rows.append({"start": format_elapsed(event["t_s"]), "name": str(name),
-                     "lasted": format_span(until_s - event["t_s"]) if is_number(until_s) else MISSING,
-                     "message": event.get("message") if event.get("message") != name else "",
-                     "settings": format_value(data) if data else ""})
-    return rows
-
-
 def _request_sums(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Counts summed over windows, with errors by class, error rate and rates per second."""
     keys = ("requests", "ok", "cancelled", "expected_errors", "output_tokens", "prompt_tokens", "late_sends_1s")
@@ -226,37 +210,13 @@ def run_facts(run: dict[str, Any], events: list[dict[str, Any]], windows: list[d
         "duration": format_span(duration_s), "planned": format_span(run.get("planned_duration_s")),
         "warmup": format_span(run.get("warmup_s")), "window": format_span(run.get("window_s")),
         "windows": len({row["window_index"] for row in windows if row["window_index"] >= 0}),
-        "phases": phases(events, duration_s),
+        "phases": timeline.phases(events, duration_s),
         "totals": request_totals(windows),
         "error_classes": ERROR_CLASSES,
     }
 
 
 # ---- events, environment, baseline ---------------------------------------------------------------------
-
-EVENT_DATA_SHORT_CHARS = 160
-
-
-def _event_data(data: Any) -> dict[str, Any]:
-    """An event's data as one short line, plus its fields in full when the line had to be cut (a log tail)."""
-    if not data:
-        return {"short": "", "full": []}
-    text = format_value(data)
-    if len(text) <= EVENT_DATA_SHORT_CHARS:
-        return {"short": text, "full": []}
-    full = [{"key": str(key), "text": value if isinstance(value, str) else format_value(value)}
-            for key, value in data.items()] if isinstance(data, dict) else [{"key": "", "text": text}]
-    return {"short": text[:EVENT_DATA_SHORT_CHARS] + "…", "full": full}
-
-
-def events_table(events: list[dict[str, Any]]) -> dict[str, Any]:
-    """Events in time order (capped, with the number left out)."""
-    rows = [{"t": format_elapsed(event["t_s"]), "at": format_utc(event.get("at")), "kind": event["kind"],
-             "class": event_class(event["kind"]), "message": event.get("message") or "",
-             "data": _event_data(event.get("data"))}
-            for event in events[:MAX_EVENT_ROWS]]
-    return {"rows": rows, "left_out": max(len(events) - MAX_EVENT_ROWS, 0)}
-
 
 def _item_text(item: Any) -> str:
     """One list item of the environment: a dict as `key: value` pairs (byte sizes in binary units)."""
@@ -274,6 +234,18 @@ def value_lines(value: Any) -> list[str]:
     return [format_value(value)]
 
 
+def command_line(value: Any) -> str:
+    """A stored command (a list, or a JSON list as text) as the shell line that would run it."""
+    if isinstance(value, str) and value.startswith("["):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return value
+    if isinstance(value, (list, tuple)):
+        return shlex.join(str(part) for part in value)
+    return format_value(value)
+
+
 def environment(run: dict[str, Any]) -> dict[str, Any]:
     """The Environment section: known keys first (missing as "—"), then any others, then target and config."""
     env = run.get("environment") or {}
@@ -284,7 +256,7 @@ def environment(run: dict[str, Any]) -> dict[str, Any]:
         "target": [{"key": "target kind", "lines": value_lines(run.get("target_kind"))},
                    {"key": "target URL", "lines": value_lines(run.get("target_url"))},
                    {"key": "model", "lines": value_lines(run.get("model"))},
-                   {"key": "server command", "lines": value_lines(run.get("server_cmd"))},
+                   {"key": "server command", "lines": [command_line(run.get("server_cmd"))]},
                    {"key": "output folder", "lines": value_lines(run.get("out_dir"))}],
         "config": json.dumps(run.get("config") or {}, indent=2, sort_keys=True, ensure_ascii=False, default=str),
     }

@@ -60,7 +60,9 @@ def test_times_and_misc():
     assert format_utc("2026-12-02T10:15:00Z") == "2026-12-02 10:15:00 UTC"
     assert format_utc("yesterday") == "yesterday" and format_utc(None) == "—"
     assert format_bytes(512) == "512 B" and format_percent(0.0042) == "0.42 %"
-    assert format_value(["a", "b"]) == "a, b" and format_value({}) == "—" and format_value({"k": 1}) == '{"k": 1}'
+    assert format_value(["a", "b"]) == "a, b" and format_value({}) == "—" and format_value({"k": 1}) == "k 1"
+    # No Python reprs and no JSON in visible text: booleans in words, None as a dash, nested values flattened.
+    assert format_value({"on": True, "none": None, "list": [{"pid": 7, "rss": 1.5}]}) == "on yes, none —, list pid 7, rss 1.50"
 
 
 @pytest.mark.parametrize("hours, expected", [(0.5, "30m"), (2.25, "2.2 h"), (31.4, "31 h"), (300.0, "12 days"),
@@ -84,3 +86,11 @@ def test_the_detection_limit_shares_the_value_unit():
     texts = quantity_texts(1 * MIB, "bytes/h", [-2 * MIB, 3 * MIB], 16 * MIB, 3 * MIB)
     assert texts["detection_limit"] == "3.00 MiB/h"
     assert quantity_texts(1.0, "ms")["detection_limit"] == ""
+
+
+def test_short_times_rates_and_shares():
+    from soak.report.formatting import format_rate, format_seconds, format_share
+
+    assert [format_seconds(x) for x in (0.0015, 4.31, 12.2, 125.0)] == ["2 ms", "4.3 s", "12 s", "2m5s"]
+    assert [format_rate(x) for x in (2.0, 2.5, 1 / 3)] == ["2 req/s", "2.5 req/s", "0.333 req/s"]
+    assert format_share(0.0) == "0 %" and format_share(0.5) == "50.0 %"

@@ -88,6 +88,8 @@ def test_gate_values_are_in_human_units(rendered):
 def test_run_section_has_phases_and_request_totals(rendered):
     run = rendered["html"][rendered["html"].index('<section id="run">'):rendered["html"].index('<section id="latency">')]
     assert "steady" in run and "burst" in run and "+0:15:00" in run
+    assert "steady at 2.5 req/s for 13m" in run
+    assert "5 req/s with bursts of 15 req/s for 30s every 5m for 15m" in run
     totals = table_html(run, "totals")
     whole = re.search(r"<tr><td>all scenarios, whole run</td>(.*?)</tr>", totals, re.S).group(1)
     cells = [re.sub(r"<[^>]+>", "", c) for c in re.findall(r"<td[^>]*>(.*?)</td>", whole)]
@@ -126,10 +128,14 @@ def test_latency_tables_per_scenario(rendered):
 def test_events_are_listed_with_the_crash_log_tail(rendered):
     events = rendered["html"][rendered["html"].index('<section id="events">'):]
     events = events[:events.index("</section>")]
-    for kind in ("server_start", "warmup_end", "phase", "probe_start", "probe_drained", "probe_end", "crash",
-                 "restart", "error_burst", "probe_drain_timeout", "outage_start"):
+    for kind in ("server start", "warmup end", "phase", "idle probe", "crash", "restart", "error burst",
+                 "outage start"):
         assert f">{kind}</span>" in events
-    assert "Traceback (most recent call last):" in events and "<details>" in events
+    assert "Traceback (most recent call last):" in events and "<details" in events
+    # The probe's four events are one row; the drain timeout with no probe around it is a row of its own.
+    assert events.count(">idle probe</span>") == 2
+    assert "idle probe 1: drained in 12 s; KV 0 %, 0 running; RSS 900 MiB; idle for 42 s" in events
+    assert "idle probe 2: drain timed out after 1m with 3 in flight; no server gauges; idle for 1m30s" in events
 
 
 def test_environment_lists_known_keys_with_missing_ones_as_dash(rendered):
