@@ -18,6 +18,7 @@ from soak.errors import ConfigError
 from soak.locations import Locations
 from soak.settings import SETTINGS_BY_FIELD, SETTINGS_BY_KEY, Layers, read_layers
 from soak.units import parse_duration
+from soak.web.address import ANY_PORT, LOOPBACK, join_host_port, split_host_port
 
 WARMUP_FRACTION = 0.05
 WARMUP_MIN_S, WARMUP_MAX_S = 30.0, 3600.0
@@ -98,6 +99,20 @@ def parse_labels(items: Any) -> dict[str, str]:
                 raise ValueError(f"label {key} is given twice ({labels[key]!r} and {value!r})")
             labels[key] = value
     return labels
+
+
+WEB_ON, WEB_OFF = ("1", "true", "yes", "on"), ("", "0", "false", "no", "off")
+
+
+def web_address(value: Any) -> str | None:
+    """The live view's address as HOST:PORT (docs/report.md, "Live view"): on (`--web` alone, true, 1) is
+    127.0.0.1 at a free port, off (false, 0) is None, anything else is an address."""
+    text = str(value).strip().lower() if not isinstance(value, bool) else ("on" if value else "off")
+    if value is None or text in WEB_OFF:
+        return None
+    if text in WEB_ON:
+        return join_host_port(LOOPBACK, ANY_PORT)
+    return join_host_port(*split_host_port(str(value)))
 
 
 class PhaseSpec(_Model):
@@ -247,12 +262,18 @@ class RunConfig(_Model):
     notify_env: str | None = None
     stop_on_fail: bool = False  # end the run once a FAIL is beyond doubt (soak/analysis/early_stop.py)
     labels: dict[str, str] = {}  # KEY=VALUE tags stored with the run (docs/history.md)
+    web: str | None = None  # HOST:PORT of the live view (soak.web), None = off
     config_file: Path | None = None
     target: TargetSettings = TargetSettings()
     load: LoadSettings = LoadSettings()
     telemetry: TelemetrySettings = TelemetrySettings()
 
     _durations = field_validator("horizon_s", mode="before")(_duration_field)
+
+    @field_validator("web", mode="before")
+    @classmethod
+    def _parse_web(cls, value: Any) -> Any:
+        return web_address(value)
 
     @field_validator("labels", mode="before")
     @classmethod

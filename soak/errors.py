@@ -36,3 +36,9 @@ class StorageError(SoakError):
     """The database could not be written or read."""
 
     exit_code = EXIT_INTERNAL
+
+
+class ToolError(SoakError):
+    """A program soak calls on (Chromium, for `soak report --pdf`) is missing or failed."""
+
+    exit_code = EXIT_USAGE

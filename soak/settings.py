@@ -38,6 +38,7 @@ class Setting:
     metavar: str | None = None
     multiple: bool = False  # repeatable flag, a TOML list, a comma-separated variable
     choices: tuple[str, ...] = ()
+    flag_value: str | None = None  # the value of the flag given alone (its value is optional: `--web`)
 
     @property
     def flag(self) -> str:
@@ -151,6 +152,9 @@ SETTINGS: tuple[Setting, ...] = (
     _s("stop_on_fail", "stop_on_fail", OUTPUT, "End the run early once a FAIL is beyond doubt (a leak, creep or "
        "hang at several looks in a row; docs/gates.md, Early stop).", kind="flag"),
     _s("json", "json_output", OUTPUT, "Also print summary.json to stdout.", kind="flag"),
+    _s("web", "web", OUTPUT, "Serve a read-only live view of the run at ADDR (HOST[:PORT] or :PORT; the flag alone: "
+       "127.0.0.1 at a free port) and print its URL. No authentication: docs/report.md, Live view.",
+       metavar="ADDR", flag_value="on"),
     _s("out", "out_dir", LOCATIONS, "Output folder (default ./soak-runs).", kind="folder", metavar="DIR"),
     _s("db", "db_url", LOCATIONS, "Database URL (default sqlite:///<out>/soak.db).", metavar="URL"),
 )

@@ -34,6 +34,8 @@ def setting_option(setting: Setting, show_env: bool = False) -> Callable:
         kwargs["type"] = CLICK_TYPES[setting.kind]
     if setting.multiple:
         kwargs.update(multiple=True, default=())
+    if setting.flag_value is not None:  # `--web` alone, or `--web ADDR`
+        kwargs.update(is_flag=False, flag_value=setting.flag_value)
     return click.option(setting.flag, setting.key, **kwargs)
 
 

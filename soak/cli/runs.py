@@ -32,8 +32,8 @@ def _table(title: str, columns: list[str], rows: list[list[Any]]) -> None:
     Console(width=160).print(table)
 
 
-def label_option(help_text: str) -> Callable:
-    """--label KEY=VALUE, repeatable, parsed into one `labels` dict (a malformed one is a ConfigError)."""
+def label_option(help_text: str, flag: str = "--label") -> Callable:
+    """`flag` KEY=VALUE, repeatable, parsed into one `labels` dict (a malformed one is a ConfigError)."""
 
     def parse(_ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]) -> dict[str, str]:
         from soak.config import parse_labels
@@ -41,9 +41,9 @@ def label_option(help_text: str) -> Callable:
         try:
             return parse_labels(values)
         except ValueError as exc:
-            raise ConfigError(f"invalid --label: {exc}") from None
+            raise ConfigError(f"invalid {flag}: {exc}") from None
 
-    return click.option("--label", "labels", metavar="KEY=VALUE", multiple=True, callback=parse, help=help_text)
+    return click.option(flag, "labels", metavar="KEY=VALUE", multiple=True, callback=parse, help=help_text)
 
 
 def labels_text(labels: dict[str, str]) -> str:
@@ -116,17 +116,37 @@ def status(run_id: str | None, locations: Locations, json_output: bool) -> None:
               help="Write report.html and summary.json here and leave the run's own files and stored verdict "
                    "as they are. Default: the run's folder, or RUN_FOLDER/vs-BASELINE with --baseline.")
 @click.option("--json", "json_output", is_flag=True, help="Print summary.json to stdout.")
+@click.option("--pdf", metavar="FILE", type=click.Path(dir_okay=False),
+              help="Also print the report to this PDF (needs Chromium; charts become static images).")
+@click.option("--paper", type=click.Choice(["a4", "letter"]), help="Paper size of --pdf (default a4).")
 def report(run_id: str, locations: Locations, baseline: str | None, gates: str | None, junit: str | None,
-           report_dir: str | None, json_output: bool) -> None:
+           report_dir: str | None, json_output: bool, pdf: str | None, paper: str | None) -> None:
     """Rebuild a run's report.html and summary.json from the database alone.
 
     --out/--db say where runs are stored, not where this report goes: use --report-dir for that.
     A report with --baseline goes to a vs-BASELINE folder inside the run's folder, so the run's own
-    summary.json is never overwritten by a comparison.
+    summary.json is never overwritten by a comparison. A run still under way gets
+    report-in-progress.html and summary-in-progress.json, marked in progress; the run itself is left alone.
     """
+    if paper and not pdf:
+        raise click.UsageError("--paper goes with --pdf FILE")
+    if pdf:
+        from soak.report.pdf import require_chromium
+
+        require_chromium()  # before the analysis, so a missing browser fails at once
     summary = _finalise(run_id, locations, baseline, gates, close=False,
                         report_dir=Path(report_dir) if report_dir else None)
+    if pdf:
+        _print_pdf(summary, Path(pdf), paper or "a4")
     _emit(summary, junit, json_output, exit_with_verdict=False)
+
+
+def _print_pdf(summary: Summary, pdf: Path, paper: str) -> None:
+    from soak.report.pdf import print_pdf
+
+    click.echo(f"printing the report to {pdf} ({paper}) with headless Chromium…", err=True)
+    print_pdf(Path(summary.report_html), pdf, paper)
+    click.echo(f"pdf: {pdf}", err=True)
 
 
 @click.command()
@@ -152,10 +172,14 @@ def _finalise(run_id: str, locations: Locations, baseline: str | None, gates: st
 
         return close_run(engine, run, Path(gates) if gates else None)
     stopped_early = run["status"] != "completed"
-    if run["status"] == "running":
-        click.echo(f"run {run_id} is still running; the report covers what is stored so far", err=True)
     if baseline and report_dir is None:
         report_dir = Path(run["out_dir"]) / f"vs-{baseline}"
+    if run["status"] == "running":
+        from soak.run.in_progress import write_in_progress_report
+
+        click.echo(f"run {run_id} is still running: an in-progress report of what is stored so far (the run "
+                   "writes its own report when it ends)", err=True)
+        return write_in_progress_report(engine, run_id, Path(gates) if gates else None, baseline, report_dir)
     return finalise_run(engine, run_id, stopped_early=stopped_early, gates_file=Path(gates) if gates else None,
                         baseline=baseline, report_dir=report_dir)
 

@@ -53,11 +53,13 @@ def environment() -> Environment:
     return env
 
 
-def render_html(context: dict[str, Any]) -> str:
-    """The report page as text."""
+def render_html(context: dict[str, Any], live: dict[str, Any] | None = None) -> str:
+    """The report page as text; `live` (the live view: `refresh_s`, `plotly_url`) makes the page reload itself
+    and load plotly.js by URL instead of inline."""
     chart_data = {chart["id"]: chart["figure"] for chart in context["charts"] if chart["figure"]}
     return environment().get_template(TEMPLATE).render(
-        **context, chart_json=script_json(chart_data), plotly_js=plotly_js(), soak_version=soak.__version__)
+        **context, chart_json=script_json(chart_data), plotly_js=plotly_js(), soak_version=soak.__version__,
+        live=live)
 
 
 def write_atomically(text: str, out_path: Path) -> Path:

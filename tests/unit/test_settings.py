@@ -74,7 +74,8 @@ EXAMPLES: dict[str, Example] = {
     "idle_probe_for": ex("5s", 5.0), "drain_timeout": ex("20s", 20.0), "no_idle_probes": FLAG,
     "sample_every": ex("2s", 2.0), "gates": ex("/etc/gates.toml", Path("/etc/gates.toml")),
     "label": repeated(["release=1.4.2", "gpu=h200"], {"release": "1.4.2", "gpu": "h200"}),
-    "baseline": ex("RUN-1", "RUN-1"), "keep_requests": FLAG, "notify_env": ex("HOOK", "HOOK"), "json": FLAG,
+    "web": ex("0.0.0.0:8090", "0.0.0.0:8090"), "baseline": ex("RUN-1", "RUN-1"), "keep_requests": FLAG, "notify_env": ex("HOOK", "HOOK"), "json": FLAG,
+    "stop_on_fail": FLAG,
     "out": ex("/tmp/soak-settings-test", Path("/tmp/soak-settings-test")),
     "db": ex("sqlite:////tmp/soak-settings-test.db", "sqlite:////tmp/soak-settings-test.db"),
 }
