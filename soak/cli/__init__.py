@@ -44,6 +44,7 @@ def main() -> None:
 
 
 # -- commands ---------------------------------------------------------------------------------------
+from soak.cli.archive import export, prune  # noqa: E402 - registered after the group exists
 from soak.cli.doctor import doctor  # noqa: E402 - registered after the group exists
 from soak.cli.history import history  # noqa: E402 - registered after the group exists
 from soak.cli.runs import close, compare, report, runs, status  # noqa: E402 - registered after the group exists
@@ -60,6 +61,8 @@ main.add_command(schedule)
 main.add_command(daemon)
 main.add_command(doctor)
 main.add_command(history)
+main.add_command(export)
+main.add_command(prune)
 
 
 @main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True,

@@ -67,8 +67,8 @@ def _print(rows: list[HistoryRow]) -> None:
         click.echo("no runs match", err=True)
         return
     table = Table(title="soak history (oldest first; changes against the run before)")
-    for column in columns(rows):
-        table.add_column(column)
+    for index, column in enumerate(columns(rows)):
+        table.add_column(column, no_wrap=index in (0, 3))  # run ids and labels stay whole, to be copied
     for row in rows:
         table.add_row(*[cell["text"] + (f"\n{cell['delta']}" if cell["delta"] else "") for cell in cells(row)])
     console = Console(width=200)

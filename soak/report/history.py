@@ -63,8 +63,8 @@ def columns(rows: list[HistoryRow]) -> list[str]:
 
 def cells(row: HistoryRow) -> list[dict[str, str]]:
     """One row's cells, each {"text", "delta", "status"} in the order of `columns`."""
-    labels = " ".join(f"{key}={value}" for key, value in row.run.labels.items())
-    out = [{"text": row.run.run_id}, {"text": format_utc(row.run.started_at)},
+    labels = "\n".join(f"{key}={value}" for key, value in row.run.labels.items())  # one a line in a terminal
+    out = [{"text": row.run.run_id}, {"text": format_utc(row.run.started_at).removesuffix(" UTC")},
            {"text": row.verdict or row.run.status}, {"text": labels}]
     out += [{"text": check_text(entry), "delta": delta_text(row.deltas.get(check))}
             for check, entry in row.checks.items()]

@@ -86,6 +86,11 @@ def exhaustion_lines(findings: list[dict[str, Any]]) -> list[str]:
             for hours, resource, check in sorted(found, key=lambda item: item[0])]
 
 
+def stop_line(reason: str | None) -> str | None:
+    """The banner's line on why a run ended before its planned time (None for one that ran it)."""
+    return f"Why it ended: {reason}" if reason and reason != "completed" else None
+
+
 def header(run: dict[str, Any], summary: dict[str, Any], duration_s: float | None) -> dict[str, Any]:
     """The verdict banner and the run's identity, status, times and duration against plan."""
     verdict = str(summary.get("verdict") or run.get("verdict") or "UNKNOWN").upper()
@@ -103,8 +108,10 @@ def header(run: dict[str, Any], summary: dict[str, Any], duration_s: float | Non
                    "dialect": (summary.get("target") or {}).get("dialect")},
         "not_measured": [f"Not measured: {line}" for line in (summary.get("target") or {}).get("not_measured") or []],
         "schedule": run.get("schedule_name"),
+        "labels": run.get("labels") or summary.get("labels") or {},
         "counts": verdict_counts(summary.get("findings") or []),
         "exhaustion": exhaustion_lines(summary.get("findings") or []),
+        "stop_reason": stop_line(summary.get("stop_reason")),
     }
 
 

@@ -26,10 +26,10 @@ def _version(distribution: str) -> str | None:
 def config_hash(config: RunConfig) -> str:
     """A short hash of the resolved config and its scenarios' sources, to tell two runs' setups apart.
 
-    It reads nothing of the machine, so one setup hashes the same on a GPU host and a CPU one; labels name
-    a run rather than set it up, so two releases tested alike hash the same.
+    It reads nothing of the machine, so one setup hashes the same on a GPU host and a CPU one; labels and
+    --json say what to call a run and what to print, not how it runs, so they are left out.
     """
-    digest = hashlib.sha256(config.model_dump_json(exclude={"labels"}).encode())
+    digest = hashlib.sha256(config.model_dump_json(exclude={"labels", "json_output"}).encode())
     for text in scenario_sources(config.load.scenarios):
         digest.update(text.encode())
     return digest.hexdigest()[:16]

@@ -76,3 +76,10 @@ def test_hash_follows_the_scenario_source(tmp_path):
     scenario_file(tmp_path, "x = 2\n")
     assert config_hash(config) != before
     assert recorded_environment(config, [FAKE_GPU])["config_hash"] == config_hash(config)
+
+
+def test_labels_and_json_output_leave_the_hash_alone(tmp_path):
+    config = make_config(tmp_path, scenario_file(tmp_path))
+    relabelled = config.model_copy(update={"labels": {"release": "1.4.2"}, "json_output": not config.json_output})
+    assert config_hash(relabelled) == config_hash(config)
+    assert config_hash(config.model_copy(update={"keep_requests": not config.keep_requests})) != config_hash(config)
