@@ -124,6 +124,9 @@ class SummaryFinding(BaseModel):
         None, description="leak checks: resource, headroom, hours until it runs out at the slope")
     attribution: list[dict[str, Any]] | None = Field(
         None, description="leak checks: growth per request of each scenario, with CI")
+    next_step: str | None = Field(
+        None, description="any verdict but PASS and SKIPPED: one line saying what would settle the check or where to "
+        "look, e.g. a run length that would rule the threshold out, or the flag that would measure it")
     details: dict[str, Any] | None = Field(None, description="check-specific figures")
 
     @model_serializer(mode="wrap")
@@ -236,6 +239,8 @@ class Summary(BaseModel):
             data.pop("labels", None)
         if not data.get("in_progress"):  # likewise `in_progress`, written only while a run is under way
             data.pop("in_progress", None)
+        if data.get("stop_reason") is None:  # and `stop_reason`, absent from runs recorded before it
+            data.pop("stop_reason", None)
         return data
 
     def finding(self, check: str) -> SummaryFinding | None:

@@ -9,6 +9,7 @@ from soak.analysis import canary, error_checks, kv, latency, liveness, memory, s
 from soak.analysis.findings import CHECK_ORDER, Finding, inconclusive
 from soak.analysis.gates import Gates
 from soak.analysis.inputs import RunData
+from soak.analysis.next_steps import add_next_steps
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +40,7 @@ def analyse(run: RunData, gates: Gates | None = None) -> list[Finding]:
     """One finding per check, in CHECK_ORDER. A check that raises becomes INCONCLUSIVE (and is
     logged) so that one malformed series cannot cost the run its report."""
     gates = gates or Gates()
-    return [_run_check(name, check, run, gates) for name, check in CHECKS.items()]
+    return add_next_steps([_run_check(name, check, run, gates) for name, check in CHECKS.items()], run, gates)
 
 
 def _run_check(name: str, check: Check, run: RunData, gates: Gates) -> Finding:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 from scipy.stats import binom, nbinom, norm, poisson
 
-from soak.analysis.evidence import detection_sentence, trend_sentence
+from soak.analysis.evidence import detection_sentence, settle_step, trend_sentence
 from soak.analysis.findings import FAIL, INCONCLUSIVE, PASS, SUSPECT, Finding, inconclusive, skipped
 from soak.analysis.fmt import duration_text, p_text, pct_text
 from soak.analysis.gates import Gates
@@ -141,7 +141,8 @@ def check_rise(run: RunData, gates: Gates) -> Finding:
         evidence += f"; {sentence}"
     return Finding(check="errors.rise", verdict=verdict, value=value, unit="pp over run",
                    ci=(low, high), threshold=100 * gates.errors.rise_abs, evidence=evidence,
-                   trend=result.line("linear"), detection_limit=high, details=details)
+                   trend=result.line("linear"), detection_limit=high, details=details,
+                   next_step=settle_step(result, lambda s: f"+{100 * s * result.span_s:.2f} pp"))
 
 
 def _step_text(step: StepResult) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from soak.analysis.findings import PASS
+from soak.analysis.findings import FAIL, PASS
 from soak.analysis.fmt import duration_text, p_text
 from soak.analysis.trend import TrendResult
 
@@ -51,3 +51,16 @@ def detection_sentence(result: TrendResult, amount: Callable[[float], str]) -> s
     if needed is not None:
         text += f"; about {duration_text(needed)} of this load would rule out {amount(result.min_slope_per_s)}"
     return text
+
+
+def settle_step(result: TrendResult, amount: Callable[[float], str]) -> str | None:
+    """What would settle a trend that is neither PASS nor FAIL: "run ≥ 9h00m of judged load at this rate to rule
+    out 16.0 MiB/h"; None when the trend decided, or when no length of this load would rule the threshold out
+    (the slope itself is at or past it)."""
+    if result.verdict in (PASS, FAIL) or not result.n:
+        return None
+    needed = result.span_needed_s()
+    if needed is None:
+        return None
+    return (f"run ≥ {duration_text(needed)} of judged load (after warm-up, probes and outages) at this rate "
+            f"to rule out {amount(result.min_slope_per_s)}")

@@ -30,7 +30,8 @@ class Finding:
     `value`, `ci`, `threshold` and `detection_limit` share `unit`; `detection_limit` is the smallest
     change the run rules out (the upper end of a trend's CI). `exhaustion` (leak checks) says when the
     headroom runs out at the measured slope; `attribution` (leak checks) the growth per request of
-    each scenario. `trend` lets a chart draw the fitted line:
+    each scenario. `next_step` (any verdict but PASS and SKIPPED) says in one line what would settle the
+    check or where to look. `trend` lets a chart draw the fitted line:
     {"slope_per_s", "intercept", "t0_s", "space"}; in "log" space the line is
     exp(intercept + slope_per_s·(t − t0_s)), in "linear" space intercept + slope_per_s·(t − t0_s),
     with t in seconds since run start and the result in the finding's series unit (see details).
@@ -50,6 +51,7 @@ class Finding:
     detection_limit: float | None = None
     exhaustion: dict[str, Any] | None = None
     attribution: list[dict[str, Any]] | None = None
+    next_step: str | None = None
     details: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -65,7 +67,7 @@ class Finding:
             "threshold": _num(self.threshold), "evidence": self.evidence,
         }
         for key in ("per_process", "per_request", "percentile_used", "trend", "detection_limit",
-                    "exhaustion", "attribution"):
+                    "exhaustion", "attribution", "next_step"):
             if getattr(self, key) is not None:
                 out[key] = _clean(getattr(self, key))
         if self.details:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from soak.analysis.evidence import detection_sentence, trend_sentence
+from soak.analysis.evidence import detection_sentence, settle_step, trend_sentence
 from soak.analysis.findings import FAIL, PASS, Finding, inconclusive, skipped
 from soak.analysis.fmt import duration_text, hours_text, p_text, pct_text
 from soak.analysis.gates import Gates, KvGate
@@ -156,7 +156,7 @@ def _floor_finding(run: RunData, gates: Gates, trend: TrendResult, step: StepRes
         ci=(trend.ci_per_s[0] * HOUR_S, trend.ci_per_s[1] * HOUR_S), threshold=trend.min_slope_per_s * HOUR_S,
         evidence=_floor_evidence(trend, step if stepped else None, verdict, start, run.horizon_s, gates.confidence),
         trend={**trend.line("linear"), "series": "kv_usage"},
-        detection_limit=trend.detection_limit_per_s * HOUR_S,
+        detection_limit=trend.detection_limit_per_s * HOUR_S, next_step=settle_step(trend, _rate),
         details={"probes_ran": run.probes_ran, "source": FLOOR_SOURCE, "points": trend.n, "mk_p": trend.mk_p,
                  "gates": trend.gates, "start_floor": start, "step": None if step is None else step.to_dict()})
 

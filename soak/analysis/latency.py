@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from soak.analysis.evidence import detection_sentence, trend_caveats, trend_sentence
+from soak.analysis.evidence import detection_sentence, settle_step, trend_caveats, trend_sentence
 from soak.analysis.findings import FAIL, INCONCLUSIVE, Finding, inconclusive, skipped
 from soak.analysis.fmt import duration_text, ms_text, p_text
 from soak.analysis.gates import Gates
@@ -184,7 +184,9 @@ def _collinear_finding(series: CreepSeries, result: TrendResult, load: LoadSerie
     details.update({"windows_judged": series.judged, "span_s": span, "series_unit": "ms"})
     return Finding(check=series.check, verdict=INCONCLUSIVE, value=_rise_pct(result.slope_per_s * span),
                    unit="% over run", ci=(low, high), threshold=100 * series.rise_frac, evidence=evidence,
-                   percentile_used=series.level, detection_limit=high, details=details)
+                   percentile_used=series.level, detection_limit=high, details=details,
+                   next_step="hold the load steady (or move it up and down) through a run: during a ramp a creep "
+                   "cannot be told from latency following load")
 
 
 def _creep_finding(series: CreepSeries, result: TrendResult, evidence: str, details: dict,
@@ -212,7 +214,8 @@ def _creep_finding(series: CreepSeries, result: TrendResult, evidence: str, deta
                     "fitted_start_ms": start_ms, "fitted_end_ms": end_ms})
     return Finding(check=series.check, verdict=verdict, value=value, unit="% over run", ci=(low, high),
                    threshold=100 * series.rise_frac, evidence=evidence, percentile_used=series.level,
-                   trend=result.line("log"), detection_limit=high, details=details)
+                   trend=result.line("log"), detection_limit=high, details=details,
+                   next_step=settle_step(result, lambda s: f"+{_rise_pct(s * span):.1f} %"))
 
 
 def _step_sentence(series: CreepSeries, step: StepResult) -> str:

@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from soak.analysis.attribution import Attribution, attribute, attribution_text
-from soak.analysis.evidence import detection_sentence, trend_sentence
+from soak.analysis.evidence import detection_sentence, settle_step, trend_sentence
 from soak.analysis.findings import FAIL, SUSPECT, Finding, inconclusive, skipped
 from soak.analysis.fmt import bytes_range_text, count_text, duration_text, hours_text, p_text, small_bytes_text
 from soak.analysis.gates import FdLeakGate, Gates, MemoryLeakGate
@@ -78,6 +78,11 @@ class LeakKind:
     @property
     def base_unit(self) -> str:
         return "bytes" if self.is_bytes else "fds"
+
+    @property
+    def chart(self) -> str:
+        """The report chart that shows this quantity."""
+        return {"leak.rss": "memory chart", "leak.vram": "per-process VRAM chart"}.get(self.check, "open-fds chart")
 
 
 RSS = LeakKind("leak.rss", "RSS", True, "rss_bytes", "host memory")
@@ -282,8 +287,19 @@ def leak_finding(run: RunData, gates: Gates, outcome: Outcome) -> Finding:
         per_request=_per_request(kind, result, rate_per_s), trend=result.line("linear"),
         detection_limit=_h(result.detection_limit_per_s), exhaustion=exhaustion,
         attribution=None if attribution is None else attribution.to_dicts(kind.base_unit),
-        details=_details(run, outcome),
+        next_step=_leak_next_step(kind, outcome, attribution), details=_details(run, outcome),
     )
+
+
+def _leak_next_step(kind: LeakKind, outcome: Outcome, attribution: Attribution | None) -> str | None:
+    """Which traffic the growth follows, when attribution named it; else how long a run would settle it."""
+    named = attribution.named if attribution is not None else None
+    if named is not None and named.is_time:
+        return f"the growth follows time, not requests: look for a timer or cache in the server; see the {kind.chart}"
+    if named is not None:
+        cancelled = "cancelled " if named.cancelled else ""
+        return f"the growth follows {cancelled}`{named.scenario}` requests: see the {kind.chart} and the per-scenario rows"
+    return settle_step(outcome.chosen.trend, kind.rate)
 
 
 def _growth_times(run: RunData, outcome: Outcome) -> np.ndarray:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from soak.analysis.evidence import detection_sentence, trend_sentence
+from soak.analysis.evidence import detection_sentence, settle_step, trend_sentence
 from soak.analysis.findings import FAIL, Finding, inconclusive, skipped
 from soak.analysis.gates import Gates
 from soak.analysis.inputs import RequestWindow, RunData
@@ -54,7 +54,7 @@ def check_decay(run: RunData, gates: Gates) -> Finding:
         evidence += f"; {sentence.replace('rises', 'declines')}"
     return Finding(check=CHECK, verdict=result.verdict, value=decline, unit="% decline over run",
                    ci=(low, high), threshold=100 * gates.throughput.decay_frac, evidence=evidence,
-                   detection_limit=high,
+                   detection_limit=high, next_step=settle_step(result, lambda s: f"a {100 * s * result.span_s:.2g} % decline"),
                    trend={"slope_per_s": result.slope_per_s * -median, "intercept": -result.intercept * median,
                           "t0_s": result.t0_s, "space": "linear"},
                    details={"measure": measure, "median": median, "windows_used": result.n,

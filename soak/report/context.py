@@ -189,6 +189,7 @@ def build_context(engine: Engine, run_id: str, summary: dict[str, Any] | None,
     return {
         "header": sections.header(run, summary, duration_s),
         "gates": sections.gates(findings),
+        "what_next": sections.what_next(sections.gates(findings)),
         "run_facts": sections.run_facts(run, events, data["request_windows"], duration_s),
         "outcomes": outcomes(summary),
         "latency": latency_tables(data["latency_windows"]),

@@ -27,6 +27,7 @@ from soak.report.formatting import (
 from soak.store.models import ERROR_CLASSES
 
 VERDICT_ORDER = ("INVALID", "FAIL", "INCONCLUSIVE", "SUSPECT", "SKIPPED", "PASS")
+UNSETTLED = ("INVALID", "FAIL", "INCONCLUSIVE", "SUSPECT")  # the verdicts a reader must act on
 ENVIRONMENT_KEYS = ("host", "cpu", "gpus", "driver", "cuda", "python", "torch", "vllm", "soak", "platform",
                     "server_cmd", "scenarios", "config_hash")
 
@@ -167,6 +168,7 @@ def gate_row(finding: dict[str, Any]) -> dict[str, Any]:
     return {
         "check": check, "verdict": verdict, "verdict_class": verdict_class(verdict), **texts,
         "evidence": str(finding.get("evidence") or ""), "anchor": check_anchor(check),
+        "next_step": str(finding.get("next_step") or "") if verdict in UNSETTLED else "",
         "percentile_used": finding.get("percentile_used"),
         "per_process": [_fields(item) for item in finding.get("per_process") or []],
         "per_request": _fields(finding.get("per_request")),
@@ -177,6 +179,19 @@ def gate_row(finding: dict[str, Any]) -> dict[str, Any]:
 def gates(findings: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The gates table, in the order analysis reported the findings."""
     return [gate_row(finding) for finding in findings]
+
+
+def what_next(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One line per unsettled check, worst verdict first: what would settle it or where to look.
+
+    A summary written before checks carried `next_step` still gets a line: its evidence says why, the chart link
+    says where.
+    """
+    order = {word: i for i, word in enumerate(VERDICT_ORDER)}
+    unsettled = [row for row in rows if row["verdict"] in UNSETTLED]
+    return [{"check": row["check"], "verdict": row["verdict"], "verdict_class": row["verdict_class"],
+             "anchor": row["anchor"], "text": row["next_step"] or "see the chart this check links to"}
+            for row in sorted(unsettled, key=lambda row: order.get(row["verdict"], 99))]
 
 
 # ---- run facts ----------------------------------------------------------------------------------------
