@@ -50,6 +50,8 @@ from soak.cli.history import history  # noqa: E402 - registered after the group 
 from soak.cli.runs import close, compare, report, runs, status  # noqa: E402 - registered after the group exists
 from soak.cli.schedule import daemon, schedule  # noqa: E402 - registered after the group exists
 from soak.cli.start import start  # noqa: E402 - registered after the group exists
+from soak.cli.web import web  # noqa: E402 - registered after the group exists
+from soak.cli.worker import worker  # noqa: E402 - registered after the group exists
 
 main.add_command(start)
 main.add_command(runs)
@@ -60,9 +62,11 @@ main.add_command(compare)
 main.add_command(schedule)
 main.add_command(daemon)
 main.add_command(doctor)
+main.add_command(worker)
 main.add_command(history)
 main.add_command(export)
 main.add_command(prune)
+main.add_command(web)
 
 
 @main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from collections.abc import Callable
@@ -60,7 +59,9 @@ class ProgressPrinter:
 
     def __call__(self, progress: dict[str, Any]) -> None:
         line = describe_progress(progress)
-        if self.interactive:
+        if self.interactive and progress.get("message") and progress.get("stage") == "starting":
+            self._console.print(line)  # a start message (the live view's URL…) stays on screen
+        elif self.interactive:
             self._status.update(line)
         elif progress.get("stage") not in ("warm-up", "measuring") or time.monotonic() - self._last_print >= 10:
             self._last_print = time.monotonic()
@@ -77,7 +78,7 @@ def describe_progress(progress: dict[str, Any]) -> str:
     if stage == "starting":
         return progress.get("message") or f"starting the {progress.get('target')} server…"
     if stage == "finalising":
-        return f"run {progress.get('run_id')}: stopping load, analysing, writing the report…"
+        return progress.get("message") or f"run {progress.get('run_id')}: stopping load, analysing, writing the report…"
     if stage == "storage_failure":
         return f"storage failure: {progress.get('message')}"
     elapsed, total = progress["elapsed_s"], progress["duration_s"]
@@ -175,22 +176,7 @@ def start(**options: Any) -> None:
     print_verdict(summary)
     if config.json_output:
         print_json(summary)
-    if config.notify_env:
-        _notify(config.notify_env, summary)
     sys.exit(VERDICT_EXIT.get(summary["verdict"], 3))
-
-
-def _notify(variable: str, summary: dict[str, Any]) -> None:
-    """POST the summary to the webhook URL held in $variable (the URL itself is never printed)."""
-    from soak.schedule.notify import notify
-
-    url = os.environ.get(variable, "").strip()
-    if not url:
-        click.echo(f"note: ${variable} is not set; no notification sent", err=True)
-        return
-    delivered = notify(url, summary)
-    click.echo(f"notification {'delivered' if delivered else 'NOT delivered'} to the webhook in ${variable}",
-               err=True)
 
 
 def _run(config) -> dict[str, Any]:  # config: a RunConfig

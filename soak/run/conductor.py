@@ -21,7 +21,7 @@ from typing import Any
 from soak.config import RunConfig
 from soak.contracts import EventKind, P99Ms, Progress, Stage, Summary, measured_rate_rps, stage_at
 from soak.errors import EXIT_FORCED, StorageError
-from soak.load import LoadHooks, start_load
+from soak.load import LoadHooks, gather_workers, start_load
 from soak.load.canary import ProbeGate, start_canary
 from soak.run.early_stop import watch_for_failure
 from soak.run.environment import capture_environment, dumps
@@ -109,12 +109,14 @@ class RunState:
     recorder: Recorder | None = None
     telemetry: Telemetry | None = None
     load: Any = None
+    workers: Any = None  # soak.load.pool.WorkerPool: the load workers, gathered before the run opens
     windows: LatencyWindows | None = None
     log_scanner: Any = None  # soak.telemetry.server_log.ServerLogScanner, when there is a log to scan
     canary: Any = None  # soak.load.canary.CanaryLoop, unless --canary-every 0
     drains: DrainWatch | None = None  # requests that kept streaming through a timed-out probe drain
     early_stop: Any = None  # soak.run.early_stop.EarlyStopWatch, with --stop-on-fail
     ledger: OutcomeLedger | None = None
+    web: Any = None  # soak.web.launch.WebProcess, with --web
     t0: float = 0.0
     status: str = "running"
     end_reason: str = ""
@@ -148,7 +150,9 @@ class Conductor:
                 self.engine = open_database(self.config.db_url)
                 install_signal_handlers(self.stop)
                 self._start_target()
+                self._gather_workers()
                 self._open_run()
+                self._start_web()
                 self._start_measuring()
                 self._drive()
                 return self._finish()
@@ -167,6 +171,11 @@ class Conductor:
     def _start_target(self) -> None:
         self._report(Progress(stage=Stage.STARTING, run_id=self.state.run_id, target=self.state.target.kind))
         self.state.info = self.state.target.start()
+
+    def _gather_workers(self) -> None:
+        """Load workers (local, and `soak worker`s on other hosts) join before the run opens: waiting for them
+        takes nothing from the run's time, and workers that never come leave no run behind (TargetError)."""
+        self.state.workers = gather_workers(self.config, self.state.info.base_url, say=self._say)
 
     def _open_run(self) -> None:
         """Insert the run row (status running) once the server is up: a failed start leaves no run behind."""
@@ -210,7 +219,7 @@ class Conductor:
         self._say(state.telemetry.dialects.describe())
         hooks = self._watch_log_and_canary()
         state.load = start_load(config, base_url=state.info.base_url, model=state.info.model, t0=state.t0,
-                                hooks=hooks)
+                                hooks=hooks, workers=state.workers)
         state.early_stop = watch_for_failure(self.engine, state.run_id, config)
         self._say(state.early_stop and state.early_stop.describe())
 
@@ -229,6 +238,22 @@ class Conductor:
         return LoadHooks(on_request=self._on_request, on_event=state.drains.watching(gate.watching(state.recorder.event)),
                          on_idle_probe=on_idle_probe,
                          drain_timeout_s=drain_timeout_hook(config, lambda: state.windows.progress()["p99_ms"]["e2e"]))
+
+    def _start_web(self) -> None:
+        """With --web, the live view in a process of its own (it reads the database, never this process)."""
+        if not self.config.web:
+            return
+        from soak.web.launch import exposure_note, start_web_process
+
+        state = self.state
+        state.web = start_web_process(self.config.db_url, self.config.web, state.run_id, state.run_dir / "web.log")
+        log.info("live view at %s (pid %d)", state.web.url, state.web.process.pid)
+        self._say(exposure_note(self.config.web))
+        self._say(f"live view: {state.web.url}")
+
+    def _stop_web(self) -> None:
+        if self.state.web is not None:
+            self.state.web.stop()
 
     def _say(self, message: str | None) -> None:
         """Tell the user something at start (the progress line shows it), when there is something to tell."""
@@ -273,6 +298,9 @@ class Conductor:
                 return
             if state.writer.failed:
                 state.end_reason = "storage failure"
+                return
+            if state.load.failure:
+                state.end_reason = state.load.failure
                 return
             self._scan_log()
             if self._server_lost() or self._failed_beyond_doubt(elapsed_s):
@@ -416,9 +444,12 @@ class Conductor:
     def _cleanup(self) -> None:
         state = self.state
         try:
+            self._stop_web()
             self._stop_canary()
             if state.load is not None and not getattr(state.load, "stopped", False):
                 state.load.stop(drain_timeout_s=0)
+            elif state.load is None and state.workers is not None:
+                state.workers.close()
         finally:
             state.target.stop()
             if state.writer is not None:

@@ -1,0 +1,103 @@
+"""The live view's pages as HTML text: the run picker and each run's report, rebuilt from the database.
+
+A run still under way is analysed as it stands (soak.run.in_progress) and marked in progress; a finished run
+shows its stored summary. Pages are cached for part of the refresh period and built one at a time, so however
+many browsers poll, the database sees at most about one read of a run per period.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import Engine
+
+from soak.report.context import build_context
+from soak.report.formatting import format_span, format_utc
+from soak.report.render import environment, render_html
+from soak.report.sections import verdict_class
+from soak.run.in_progress import elapsed_s, in_progress_summary, mark_provisional
+from soak.store.queries import get_run, list_runs
+
+INDEX_TEMPLATE = "live_index.html.j2"
+PLOTLY_URL = "/static/plotly.js"
+MAX_RUNS_LISTED = 500
+MAX_CACHED_PAGES = 32
+FINISHED_CACHE_S = 60.0  # a finished run's page changes only when someone re-finalises it
+
+
+@dataclass
+class CachedPage:
+    html: str
+    built_at: float
+    finished: bool  # a finished run's page keeps longer
+
+
+@dataclass
+class LivePages:
+    """Builds and caches the pages of one database."""
+
+    engine: Engine
+    refresh_s: float = 5.0
+    _cache: dict[str, CachedPage] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def run_page(self, run_id: str) -> str:
+        """The report of `run_id` with the live banner; UnknownRunError for a run the database lacks."""
+        with self._lock:  # one build at a time: a second browser waits and then gets the cached page
+            cached = self._cache.get(run_id)
+            if cached and time.monotonic() - cached.built_at < (FINISHED_CACHE_S if cached.finished else
+                                                                 self.refresh_s / 2):
+                return cached.html
+            run = get_run(self.engine, run_id)
+            html = render_html(build_context(self.engine, run_id, self._summary(run)),
+                               live={"refresh_s": self._refresh_text(), "plotly_url": PLOTLY_URL})
+            self._remember(run_id, html, finished=run["status"] != "running")
+            return html
+
+    def index_page(self) -> str:
+        """Every run, newest first, linking to its page."""
+        runs = [_index_row(run) for run in list_runs(self.engine, limit=MAX_RUNS_LISTED)]
+        return environment().get_template(INDEX_TEMPLATE).render(
+            runs=runs, refresh_s=self._refresh_text(), generated_at=_now_text(),
+            database=self.engine.url.render_as_string(hide_password=True), soak_version=_version())
+
+    def _summary(self, run: dict[str, Any]) -> dict[str, Any] | None:
+        """A running run's summary so far; a finished run's stored one (None); one never finalised, analysed."""
+        if run["status"] != "running" and run.get("summary_json"):
+            return None
+        summary = in_progress_summary(self.engine, run)
+        if run["status"] == "running":
+            mark_provisional(summary, run)
+        else:  # killed and not yet closed: what was stored, and not in progress any more
+            summary.in_progress = None
+        return summary.to_json_dict()
+
+    def _remember(self, run_id: str, html: str, finished: bool) -> None:
+        if len(self._cache) >= MAX_CACHED_PAGES:
+            self._cache.pop(min(self._cache, key=lambda key: self._cache[key].built_at))
+        self._cache[run_id] = CachedPage(html, time.monotonic(), finished)
+
+    def _refresh_text(self) -> str:
+        return f"{self.refresh_s:g}"
+
+
+def _index_row(run: dict[str, Any]) -> dict[str, Any]:
+    """One row of the run picker."""
+    duration = run["duration_s"] if run["status"] != "running" else elapsed_s(run)
+    return {**run, "verdict_class": verdict_class(run.get("verdict")), "started": format_utc(run.get("started_at")),
+            "duration": format_span(duration) + (" so far" if run["status"] == "running" else ""),
+            "labels": ", ".join(f"{k}={v}" for k, v in (run.get("labels") or {}).items())}
+
+
+def _now_text() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _version() -> str:
+    import soak
+
+    return soak.__version__
