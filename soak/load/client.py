@@ -3,6 +3,9 @@
 It times each request from its *intended* send (given by the dispatcher through the greenlet's arrival),
 classifies every failure into one error class, and never lets a hostile response escape as an exception.
 Each finished request becomes a `RequestRecord`, goes to the record sink and fires Locust's request event.
+
+Every streamed chunk is stamped with the time the socket read that brought it returned, before any parsing,
+so the client's own work does not add to TTFT and ITL (bench/timing_fidelity.py).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from typing import Any
 
 import gevent
 import gevent.local
+import orjson
 from geventhttpclient._parser import HTTPParseError
 from geventhttpclient.response import HTTPConnectionClosed
 from geventhttpclient.url import URL
@@ -137,14 +141,15 @@ class _Exchange:
     usage: dict[str, Any] | None = None
     status_code: int | None = None
     headers_seen: bool = False
+    headers_t: float = 0.0
     done: bool = False
     finish_reason: str | None = None
     error_class: str | None = None
     error_message: str | None = None
     expected_error: bool = False
 
-    def content(self, text: str) -> None:
-        now = time.time()
+    def content(self, text: str, now: float) -> None:
+        """A content chunk that arrived at `now` (the time its socket read returned)."""
         if self.first_token_t is None:
             self.first_token_t = now
         else:
@@ -194,29 +199,91 @@ def short_error(body: bytes, secrets: tuple[str | None, ...] = ()) -> str:
     return scrub_secrets(" ".join(str(message).split()), secrets)[:MAX_MESSAGE_CHARS]
 
 
-def iter_sse_data(response: Any) -> Iterator[bytes]:
-    """Yield each SSE event's data as its terminating blank line arrives, reading the socket line by line.
+class SseParser:
+    """Splits an SSE byte stream, fed as it arrives, into the data of each event (its `data:` lines joined).
 
-    Line by line matters: reading fixed-size chunks would wait for a full chunk and make TTFT equal E2E.
+    An event ends at a blank line; comments and other fields are skipped. `close` gives what the end of the
+    stream completes: a last line without its newline, a last event without its blank line.
     """
-    data: list[bytes] = []
-    while True:
-        line = response.readline(b"\n")
+
+    def __init__(self) -> None:
+        self._pending = bytearray()
+        self._data: list[bytes] = []
+
+    def feed(self, chunk: bytes) -> list[bytes]:
+        """The events that `chunk` completes (usually one: servers write an event per chunk)."""
+        self._pending += chunk
+        end = self._pending.rfind(b"\n")
+        if end < 0:
+            return []
+        lines = bytes(self._pending[:end]).split(b"\n")
+        del self._pending[:end + 1]
+        events: list[bytes] = []
+        for line in lines:
+            self._line(line[:-1] if line.endswith(b"\r") else line, events)
+        return events
+
+    def close(self) -> list[bytes]:
+        events: list[bytes] = []
+        if self._pending:
+            self._line(bytes(self._pending).rstrip(b"\r"), events)
+            self._pending.clear()
+        self._line(b"", events)
+        return events
+
+    def _line(self, line: bytes, events: list[bytes]) -> None:
         if not line:
-            line = response.read()  # readline drops a last line without a newline
-            if not line:
-                if data:
-                    yield b"\n".join(data)
-                return
-        line = line.rstrip(b"\r\n")
-        if not line:
-            if data:
-                yield b"\n".join(data)
-                data = []
-            continue
+            if self._data:
+                events.append(b"\n".join(self._data))
+                self._data = []
+            return
         name, _, value = line.partition(b":")
         if name == b"data":
-            data.append(value[1:] if value.startswith(b" ") else value)
+            self._data.append(value[1:] if value.startswith(b" ") else value)
+
+
+def body_reads(response: Any, headers_t: float) -> Iterator[tuple[bytes, float]]:
+    """The response body as it arrives, each socket read's bytes (chunked encoding undone) with the time the read
+    returned; body bytes that came with the headers carry `headers_t`.
+
+    Whatever the socket holds is taken at once: reading line by line or in fixed sizes would wait, and stamping
+    after the parse would add the client's own work to every token's time.
+    """
+    buffer = response._body_buffer
+    if buffer:
+        yield _take(buffer), headers_t
+    while not response.message_complete:
+        sock = response._sock
+        if sock is None:
+            raise HTTPConnectionClosed("connection closed.")
+        try:
+            data = sock.recv(response.block_size)
+            received_t = time.time()
+            response.feed(data)
+        except BaseException:
+            response.release()
+            raise
+        if buffer:
+            yield _take(buffer), received_t
+        elif not data and not response.message_complete:
+            raise HTTPConnectionClosed("connection closed mid-body")
+
+
+def _take(buffer: bytearray) -> bytes:
+    data = bytes(buffer)
+    del buffer[:]
+    return data
+
+
+def iter_sse_events(response: Any, headers_t: float) -> Iterator[tuple[bytes, float]]:
+    """Each SSE event's data with the time the read that completed it returned."""
+    parser = SseParser()
+    received_t = headers_t
+    for chunk, received_t in body_reads(response, headers_t):
+        for data in parser.feed(chunk):
+            yield data, received_t
+    for data in parser.close():
+        yield data, received_t
 
 
 def discard_connection(response: Any) -> None:
@@ -325,6 +392,7 @@ class OpenAIClient:
             if arrival is not None and arrival.on_first_send is not None:
                 arrival.on_first_send((exchange.sent_t - exchange.intended_t) * 1000.0 - exchange.queue_ms)
             response = self._open(path, payload, stream)
+            exchange.headers_t = time.time()
             exchange.headers_seen = True
             exchange.status_code = response.get_code()
             self._read(exchange, response, stream, cancel_after)
@@ -373,13 +441,13 @@ class OpenAIClient:
     def _read_stream(self, exchange: _Exchange, response: Any, content_type: str, cancel_after: int | None) -> None:
         if "text/event-stream" not in content_type:
             raise StreamError(_wrong_type_message(response, content_type))
-        for data in iter_sse_data(response):
+        for data, received_t in iter_sse_events(response, exchange.headers_t):
             if data.strip() == b"[DONE]":
                 exchange.done = True
-                exchange.finish_t = time.time()
+                exchange.finish_t = received_t
                 self._drain_after_done(response)
                 return
-            _apply_chunk(exchange, _parse_chunk(data))
+            _apply_chunk(exchange, _parse_chunk(data), received_t)
             if cancel_after is not None and exchange.chunks >= cancel_after:
                 raise _Cancel()
         raise StreamError("stream ended without [DONE]" if exchange.chunks else "empty stream")
@@ -493,7 +561,7 @@ def _encode(body: bytes | str | dict[str, Any]) -> bytes:
 
 def _parse_chunk(data: bytes) -> dict[str, Any]:
     try:
-        chunk = json.loads(data)
+        chunk = orjson.loads(data)  # once per streamed token: several times faster than json
     except ValueError:
         raise StreamError(f"invalid JSON chunk: {data[:60]!r}") from None
     if not isinstance(chunk, dict):
@@ -503,19 +571,33 @@ def _parse_chunk(data: bytes) -> dict[str, Any]:
     return chunk
 
 
-def _apply_chunk(exchange: _Exchange, chunk: dict[str, Any]) -> None:
-    """Content (chat delta or completion text) is timed; usage and finish reasons are kept."""
-    if isinstance(chunk.get("usage"), dict):
-        exchange.usage = chunk["usage"]
+def _apply_chunk(exchange: _Exchange, chunk: dict[str, Any], received_t: float | None = None) -> None:
+    """Content (chat delta or completion text) is timed at `received_t` (else now); usage and finish reasons are
+    kept."""
+    usage = chunk.get("usage")
+    if isinstance(usage, dict):
+        exchange.usage = usage
     text = ""
-    for choice in chunk.get("choices") or []:
+    for choice in chunk.get("choices") or ():
         if not isinstance(choice, dict):
             raise StreamError("malformed choice in chunk")
-        delta = choice.get("delta") if isinstance(choice.get("delta"), dict) else {}
-        text += "".join(str(delta.get(key) or "") for key in _CONTENT_KEYS) + str(choice.get("text") or "")
+        text += _choice_text(choice)
         exchange.finish_reason = choice.get("finish_reason") or exchange.finish_reason
     if text:
-        exchange.content(text)
+        exchange.content(text, time.time() if received_t is None else received_t)
+
+
+def _choice_text(choice: dict[str, Any]) -> str:
+    """A choice's generated text: the delta's content (and reasoning) in a chat, `text` in a completion."""
+    text = ""
+    delta = choice.get("delta")
+    if isinstance(delta, dict):
+        for key in _CONTENT_KEYS:
+            value = delta.get(key)
+            if value:
+                text += str(value)
+    value = choice.get("text")
+    return text + str(value) if value else text
 
 
 def _wrong_type_message(response: Any, content_type: str) -> str:

@@ -111,3 +111,20 @@ def test_decoded_histograms_are_freed_by_reference_counting_and_read_back_exactl
         assert alive() is None
     finally:
         gc.enable()
+
+
+def test_bulk_recording_lands_where_hdrh_puts_each_value():
+    """record_many_ms (numpy, for a request's inter-token gaps) fills the same counts as record_ms one by one."""
+    import numpy as np
+
+    from soak.telemetry.latency import new_histogram, record_many_ms, record_ms
+
+    rng = np.random.default_rng(7)
+    values = [0.0004, 0.001, 0.5, 1.0, 1.024, 2.047, 2.048, 19.999, 20.0, 1e6, 4e6, *rng.lognormal(2.0, 2.0, 2000)]
+    one_by_one, bulk = new_histogram(), new_histogram()
+    for value in values:
+        record_ms(one_by_one, value)
+    record_many_ms(bulk, [*values, float("nan")])
+    assert list(bulk.counts) == list(one_by_one.counts)
+    assert bulk.get_total_count() == one_by_one.get_total_count() == len(values)
+    assert (bulk.get_max_value(), bulk.get_min_value()) == (one_by_one.get_max_value(), one_by_one.get_min_value())

@@ -10,32 +10,18 @@ from soak.load.client import (
     _apply_chunk,
     _Exchange,
     _parse_chunk,
-    iter_sse_data,
+    SseParser,
     scrub_secrets,
     short_error,
 )
 
 
-class CannedResponse:
-    """Just enough of geventhttpclient's response: readline(sep) and read()."""
-
-    def __init__(self, body: bytes) -> None:
-        self.buffer = body
-
-    def readline(self, sep: bytes = b"\r\n") -> bytes:
-        index = self.buffer.find(sep)
-        if index < 0:
-            return b""
-        line, self.buffer = self.buffer[:index + len(sep)], self.buffer[index + len(sep):]
-        return line
-
-    def read(self, length: int | None = None) -> bytes:
-        data, self.buffer = self.buffer, b""
-        return data
-
-
-def events(body: bytes) -> list[bytes]:
-    return list(iter_sse_data(CannedResponse(body)))
+def events(body: bytes, piece: int | None = None) -> list[bytes]:
+    """The events of `body` fed whole, or `piece` bytes at a time as a slow network would hand it over."""
+    parser = SseParser()
+    piece = piece or len(body) or 1
+    found = [event for start in range(0, len(body), piece) for event in parser.feed(body[start:start + piece])]
+    return found + parser.close()
 
 
 def test_sse_events_end_at_blank_lines_and_comments_are_skipped():
@@ -45,6 +31,21 @@ def test_sse_events_end_at_blank_lines_and_comments_are_skipped():
 
 def test_multi_line_data_joins_and_a_last_event_without_newline_is_kept():
     assert events(b"data: {\"a\":\ndata: 1}\n\ndata: [DONE]") == [b'{"a":\n1}', b"[DONE]"]
+
+
+@pytest.mark.parametrize("piece", [1, 2, 3, 7, 64])
+def test_events_split_across_reads_come_out_whole(piece):
+    body = b': keep-alive\n\ndata: {"a": 1}\r\n\r\ndata: {"b":\ndata: 2}\n\nevent: x\ndata: [DONE]\n\n'
+    assert events(body, piece) == [b'{"a": 1}', b'{"b":\n2}', b"[DONE]"]
+
+
+def test_a_chunk_is_timed_when_its_read_returned_not_when_it_was_parsed():
+    exchange = _Exchange("s", "chat", intended_t=100.0, queue_ms=0.0)
+    _apply_chunk(exchange, _parse_chunk(b'{"choices":[{"delta":{"content":"a"}}]}'), 100.2)
+    _apply_chunk(exchange, _parse_chunk(b'{"choices":[{"delta":{"reasoning_content":"b"}}]}'), 100.25)
+    record = exchange.record()
+    assert record.ttft_ms == pytest.approx(200.0) and record.itl_ms == pytest.approx((50.0,))
+    assert "".join(exchange.parts) == "ab"
 
 
 def test_chat_deltas_completion_text_and_usage():
