@@ -1,0 +1,94 @@
+"""soak history's analysis: figures per run, deltas as `soak compare` judges them, verdict and environment changes.
+
+The runs are a real reference run's summary.json (tests/unit/data) with the figures a release series would show.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+
+from soak.analysis import compare_baseline
+from soak.analysis.gates import Gates
+from soak.analysis.history import HistoryRun, build_history, environment_changes, from_stored, select_checks
+
+REFERENCE = Path(__file__).parent / "data" / "reference_run_summary.json"
+ENVIRONMENT = {"soak": "0.1.0", "vllm": "0.6.1", "torch": "2.4.0", "driver": "550.54", "gpus": [{"name": "H200"}],
+               "model": "llama-3-8b", "serve_args": ["--max-num-seqs=64"], "host": "gpu-1", "config_hash": "abc",
+               "server_cmd": "vllm serve llama-3-8b --port 41234"}
+
+
+def summary(run_id: str, ttft_p99: float, verdict: str = "INCONCLUSIVE", kv_verdict: str = "PASS") -> dict:
+    data = json.loads(REFERENCE.read_text(encoding="utf-8"))
+    data["run_id"], data["verdict"] = run_id, verdict
+    data["latency_ms"]["ttft"]["p99"] = ttft_p99
+    next(f for f in data["findings"] if f["check"] == "leak.kv")["verdict"] = kv_verdict
+    return data
+
+
+def run(run_id: str, data: dict | None, **environment: object) -> HistoryRun:
+    return HistoryRun(run_id=run_id, started_at=f"2026-12-0{run_id[-1]}T10:00:00+00:00", status="completed",
+                      labels={"release": f"1.4.{run_id[-1]}"}, environment={**ENVIRONMENT, **environment},
+                      summary=data)
+
+
+def test_each_row_holds_its_figures_and_the_previous_runs_delta_as_compare_judges_it():
+    first, second = summary("r1", 40.0), summary("r2", 50.0)
+    rows = build_history([run("r1", first), run("r2", second)], Gates())
+    assert [row.run.run_id for row in rows] == ["r1", "r2"]
+    assert rows[0].figures["latency.ttft.p99"] == 40.0 and rows[1].figures["latency.ttft.p99"] == 50.0
+    assert rows[0].previous is None and rows[0].deltas == {}
+    delta = rows[1].deltas["latency.ttft.p99"]
+    _, compared = compare_baseline(second, first, Gates())
+    expected = next(r for r in compared if r["name"] == "latency.ttft.p99")
+    assert delta["delta_pct"] == pytest.approx(25.0) == pytest.approx(expected["delta_pct"])
+    assert delta["status"] == expected["status"] == "regressed"
+    assert rows[1].deltas["error_rate"]["status"] == "within noise"
+
+
+def test_a_change_inside_the_tolerance_is_within_noise():
+    rows = build_history([run("r1", summary("r1", 40.0)), run("r2", summary("r2", 41.0))], Gates())
+    assert rows[1].deltas["latency.ttft.p99"]["status"] == "within noise"
+
+
+def test_verdict_changes_and_the_chosen_checks_are_reported():
+    rows = build_history([run("r1", summary("r1", 40.0)), run("r2", summary("r2", 40.0, kv_verdict="FAIL"))],
+                         Gates(), ("leak.kv", "creep"))
+    assert list(rows[1].checks) == ["leak.kv", "creep.ttft_p99", "creep.itl_p99", "creep.e2e_p99"]
+    assert rows[1].checks["leak.kv"]["verdict"] == "FAIL"
+    assert {"check": "leak.kv", "baseline": "PASS", "current": "FAIL"} in rows[1].verdict_changes
+
+
+def test_an_unknown_check_names_the_known_ones():
+    with pytest.raises(ValueError, match="no run here has a check named 'leak.nope'.*leak.rss"):
+        select_checks([summary("r1", 1.0)], ("leak.nope",))
+
+
+def test_environment_changes_name_what_changed_and_ignore_the_port():
+    changes = environment_changes(ENVIRONMENT, {**ENVIRONMENT, "vllm": "0.6.2", "gpus": [{"name": "H100"}],
+                                                "server_cmd": "vllm serve llama-3-8b --port 50001"})
+    assert [(c["key"], c["before"], c["after"]) for c in changes] == [
+        ("vllm", "0.6.1", "0.6.2"), ("gpus", ["H200"], ["H100"])]
+
+
+def test_a_run_without_summary_is_a_row_and_the_next_compares_with_the_last_finalised():
+    rows = build_history([run("r1", summary("r1", 40.0)), run("r2", None, torch="2.5.0"),
+                          run("r3", summary("r3", 60.0))], Gates())
+    assert rows[1].verdict is None and rows[1].deltas == {} and rows[1].previous == "r1"
+    assert [c["key"] for c in rows[1].environment_changes] == ["torch"]
+    assert rows[2].previous == "r1" and rows[2].deltas["latency.ttft.p99"]["delta_pct"] == pytest.approx(50.0)
+
+
+def test_from_stored_reads_the_run_row_of_the_store():
+    data = summary("r1", 40.0)
+    stored = {"id": "r1", "started_at": "2026-12-01T10:00:00+00:00", "status": "completed", "model": "m",
+              "labels": {"release": "1"}, "summary_json": json.dumps(data), "environment_json": json.dumps(ENVIRONMENT),
+              "config_json": json.dumps({"target": {"serve_args": ["--a"]}})}
+    history_run = from_stored(stored)
+    assert history_run.summary == data and history_run.labels == {"release": "1"}
+    assert history_run.environment["model"] == "m" and history_run.environment["serve_args"] == ["--a"]
+    no_summary = from_stored({**copy.deepcopy(stored), "summary_json": None})
+    assert no_summary.summary is None
