@@ -124,15 +124,18 @@ def _kv(finding: Finding, run: RunData, gates: Gates) -> str | None:
 
 
 def _creep(finding: Finding, run: RunData, gates: Gates) -> str | None:
-    """Windows too thin for a high percentile: more requests per window."""
+    """Too few windows, or windows too thin for a high percentile: more windows, more requests per window."""
     usable = (finding.details or {}).get("usable_windows")
     if finding.verdict != INCONCLUSIVE or not isinstance(usable, int) or usable >= gates.min_windows:
         return None
-    if len(run.judged_windows()) < gates.min_windows:
-        return too_few_windows(run, gates)
+    judged = len(run.judged_windows())
+    steps = [too_few_windows(run, gates)] if judged < gates.min_windows else []
     per_window = _requests_per_window(run)
-    return (f"windows hold ≈ {per_window:.0f} requests, {MIN_WINDOW_SAMPLES} needed for a high percentile: raise "
-            f"--rate or use a longer --window (≥ {duration_text(run.window_s * MIN_WINDOW_SAMPLES / max(per_window, 1))})")
+    if usable < judged and per_window < MIN_WINDOW_SAMPLES:
+        longer = duration_text(run.window_s * MIN_WINDOW_SAMPLES / max(per_window, 1.0))
+        steps.append(f"windows hold ≈ {per_window:.0f} requests and a high percentile needs {MIN_WINDOW_SAMPLES}: "
+                     f"raise --rate or use --window {longer} or longer")
+    return "; ".join(step for step in steps if step) or None
 
 
 def _budget(finding: Finding, run: RunData, gates: Gates) -> str | None:
