@@ -202,6 +202,29 @@ class ValidationGap(BaseModel):
     max_output_tokens: int | None = Field(description="the most output tokens such an answer carried")
 
 
+class LostWorker(BaseModel):
+    """A load worker lost mid-run (its `worker_lost` event)."""
+
+    index: int
+    host: str
+    pid: int
+    why: str = Field(description="`its process exited with code N`, `it left the master` or `its heartbeat stopped`")
+    t_s: float = Field(description="when the master noticed, in seconds since the run's start")
+    unseen_s: float | None = Field(description="how long it had been silent then: its share was not sent and its "
+                                   "unreported requests are missing; windows overlapping that silence are left out "
+                                   "of trends")
+    on_loss: Literal["redistributed", "run_ended"] = Field(
+        description="`redistributed`: its share went to the remaining workers; `run_ended`: none remained")
+
+
+class SummaryWorkers(BaseModel):
+    """The run's load workers (docs/load.md, "Workers on other hosts")."""
+
+    joined: int = Field(description="workers that started the run")
+    remote: int = Field(description="of them, `soak worker` processes that joined the master (the rest were local)")
+    lost: list[LostWorker] = Field(default_factory=list)
+
+
 class Summary(BaseModel):
     """`summary.json`: what scripts and CI read of a finished run."""
 
@@ -225,6 +248,7 @@ class Summary(BaseModel):
     context: SummaryContext | None = Field(description="null for a run that did not record it")
     error_messages: list[ErrorMessage] = Field(default_factory=list, description="most frequent first")
     validation_gaps: list[ValidationGap] = Field(default_factory=list)
+    workers: SummaryWorkers | None = Field(None, description="the load workers, for a run that had some")
     report_html: str | None
     stop_reason: str | None = Field(None, description="why the run ended: `completed`, `stopped by SIGINT`, "
                                     "`server exited with code N`, `stopped early: …` (--stop-on-fail)")
@@ -241,6 +265,8 @@ class Summary(BaseModel):
             data.pop("in_progress", None)
         if data.get("stop_reason") is None:  # and `stop_reason`, absent from runs recorded before it
             data.pop("stop_reason", None)
+        if data.get("workers") is None:  # and `workers`, for a run whose load ran in soak's own process
+            data.pop("workers", None)
         return data
 
     def finding(self, check: str) -> SummaryFinding | None:

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-EXCLUDED_REASONS = ("warmup", "probe", "outage")
+EXCLUDED_REASONS = ("warmup", "probe", "outage", "worker_lost")
 LATENCY_METRICS = ("ttft", "itl", "e2e")
 ERROR_CLASSES = ("connect", "timeout", "http_4xx", "http_5xx", "bad_stream")
 
@@ -40,8 +40,9 @@ class WindowInfo:
     """One analysis window `[start_s, end_s)`.
 
     `excluded` is None for a window that trends judge, else why it is left out: "warmup" (it
-    overlaps the warm-up), "probe" (an idle probe ran in it, so load was not steady) or "outage"
-    (the server was down or restarting for part of it).
+    overlaps the warm-up), "probe" (an idle probe ran in it, so load was not steady), "outage"
+    (the server was down or restarting for part of it) or "worker_lost" (a load worker went silent in it, so
+    part of the load was not sent and some records never came back).
     """
 
     index: int

@@ -59,11 +59,19 @@ def _intervals(events: list[dict[str, Any]], start_kind: str, end_kind: str, end
     return spans
 
 
+def worker_loss_spans(events: list[dict[str, Any]]) -> list[tuple[float, float]]:
+    """Each lost load worker's silence, from its last status to the loss: its share was not sent then and its
+    unreported requests never came back (soak.load.distributed)."""
+    return [(event["t_s"] - float(event["data"].get("unseen_s") or 0.0), event["t_s"])
+            for event in events if event["kind"] == "worker_lost"]
+
+
 def build_windows(run: dict[str, Any], actual_s: float, events: list[dict[str, Any]]) -> tuple[WindowInfo, ...]:
-    """Complete windows after warm-up, each marked when a probe or an outage overlaps it."""
+    """Complete windows after warm-up, each marked when a probe, an outage or a lost load worker overlaps it."""
     warmup_s, window_s = run["warmup_s"], run["window_s"]
     count = max(int(math.floor((actual_s - warmup_s) / window_s + 1e-9)), 0)
     spans = {reason: _intervals(events, *kinds, actual_s) for reason, kinds in INTERVAL_KINDS.items()}
+    spans["worker_lost"] = worker_loss_spans(events)
     windows = [WindowInfo(-1, 0.0, warmup_s, "warmup")] if warmup_s > 0 else []
     for index in range(count):
         start_s, end_s = warmup_s + index * window_s, warmup_s + (index + 1) * window_s

@@ -1,10 +1,17 @@
-"""Master + N local worker processes (`load.workers = N`).
+"""The master's side of a run with load workers (local processes or `soak worker`s on other hosts).
 
-The master (this process) runs the shape and the timeline; each worker runs one dispatcher at rate/N with
-its own seed (worker index), which for Poisson arrivals adds up exactly to the planned process. Gamma
-arrivals (burstiness ≠ 1) do not add up that way: then the master runs the one clock and deals its
-intended times round-robin to the workers, 1.5 s ahead. Messages:
-  master → workers  soak_plan {segments, closed} or {times}    soak_stop {drain_timeout_s}
+The workers were gathered before the run opened (`soak.load.pool`). At the start of the load each gets the
+run's spec and its share of the rate (1/total) and answers ready. The master runs the shape and the timeline;
+each worker runs one dispatcher at its share with its own seed (worker index), which for Poisson arrivals adds
+up exactly to the planned process. Gamma arrivals (burstiness ≠ 1) do not add up that way: then the master runs
+the one clock and deals its intended times round-robin to the workers, 1.5 s ahead.
+
+A worker lost mid-run (its process exits, it quits, or its heartbeat stops) is a `worker_lost` event; its share
+moves to the remaining workers (`soak_share`, or simply fewer hands for dealt times). When none remains the load
+has failed and the conductor ends the run. Messages:
+  workers → master  soak_hello {pid, host}    soak_ready {} | soak_failed {error}
+  master → workers  soak_spec {config, base_url, settings, share} | {reject}    soak_share {share}
+                    soak_plan {segments, closed} or {times}    soak_stop {drain_timeout_s}
   workers → master  soak_status {in_flight, schedule_t, health}  (every 0.2 s)
                     soak_stopped {records, health}   (after the drain at stop)
 Records travel in Locust's periodic worker report (`report_to_master` → `worker_report`) as `soak_records`;
@@ -13,28 +20,24 @@ the master hands each to the hooks.
 
 from __future__ import annotations
 
-import atexit
-import json
 import logging
-import socket
-import subprocess
-import sys
-import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import gevent
 from locust.env import Environment
 
 from soak.config import RunConfig
+from soak.contracts import EventKind
 from soak.errors import TargetError
-from soak.load.backend import PLAN_MESSAGE, QueueSink, dispatcher_user_class
+from soak.load.backend import PLAN_MESSAGE, QueueSink
 from soak.load.health import ClientHealth
 from soak.load.hooks import HookCaller
 from soak.load.locust_stats import keep_stats_bounded
 from soak.load.plan import ArrivalClock, GapSampler, RatePlan, arrival_rng
+from soak.load.pool import SPEC_MESSAGE, Member, WorkerPool, gather_workers
 from soak.load.records import RequestRecord
 from soak.load.settings import ClientSettings
 from soak.load.shape import LOOKAHEAD_S, LoadController, PhasePlan, SoakShape
@@ -42,29 +45,37 @@ from soak.load.shape import LOOKAHEAD_S, LoadController, PhasePlan, SoakShape
 log = logging.getLogger(__name__)
 
 STATUS_MESSAGE, STOP_MESSAGE, STOPPED_MESSAGE = "soak_status", "soak_stop", "soak_stopped"
+READY_MESSAGE, FAILED_MESSAGE, SHARE_MESSAGE = "soak_ready", "soak_failed", "soak_share"
 RECORDS_KEY = "soak_records"
 STATUS_EVERY_S = 0.2
-CONNECT_TIMEOUT_S = 60.0
+READY_TIMEOUT_S = 60.0
 STOP_MARGIN_S = 15.0
-EXIT_WAIT_S = 10.0
 START_DELAY_S = 0.5
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+WATCH_EVERY_S = 0.5
+POLL_S = 0.05
 
 
 @dataclass
 class WorkerStatuses:
-    """The latest status of every worker, and what the workers said when they stopped."""
+    """The latest status of every worker, what the workers said when they stopped, and the last word of the lost."""
 
     latest: dict[str, dict[str, Any]] = field(default_factory=dict)
     stopped: dict[str, dict[str, Any]] = field(default_factory=dict)
+    lost: dict[str, dict[str, Any]] = field(default_factory=dict)
+    seen_t: dict[str, float] = field(default_factory=dict)
 
     def on_status(self, environment: Any, msg: Any, **_kw: Any) -> None:
+        if msg.node_id in self.lost:  # a lost worker came back: its share is gone, so it stops
+            environment.runner.send_message("quit", None, client_id=msg.node_id)
+            return
         self.latest[msg.node_id] = msg.data
+        self.seen_t[msg.node_id] = time.time()
+
+    def forget(self, node_id: str) -> dict[str, Any]:
+        """Set a lost worker aside (its counts still add up); its last status, if any."""
+        last = self.latest.pop(node_id, None) or {}
+        self.lost[node_id] = last
+        return last
 
     def drain_state(self) -> tuple[int, float]:
         """(in flight over all workers, the earliest schedule position) — see LoadController."""
@@ -75,23 +86,40 @@ class WorkerStatuses:
 
     def health(self) -> ClientHealth:
         total = ClientHealth()
-        for status in {**self.latest, **self.stopped}.values():
-            total.merge(ClientHealth.from_wire(status["health"]))
+        for status in [*self.latest.values(), *self.stopped.values(), *self.lost.values()]:
+            if "health" in status:
+                total.merge(ClientHealth.from_wire(status["health"]))
         return total
+
+
+@dataclass
+class ReadyReplies:
+    """What each worker answered to its spec: ready, or why it could not prepare the load."""
+
+    ready: set[str] = field(default_factory=set)
+    failed: dict[str, str] = field(default_factory=dict)
+
+    def on_ready(self, environment: Any, msg: Any, **_kw: Any) -> None:
+        self.ready.add(msg.node_id)
+
+    def on_failed(self, environment: Any, msg: Any, **_kw: Any) -> None:
+        self.failed[msg.node_id] = str(msg.data.get("error", "unknown error"))
 
 
 def deals_times(config: RunConfig) -> bool:
     """Whether the master deals intended times to the workers (non-Poisson arrivals over several workers)."""
-    return config.load.workers > 0 and config.load.burstiness not in (None, 1.0)
+    return config.load.worker_count > 0 and config.load.burstiness not in (None, 1.0)
 
 
 class Dealer:
     """One arrival clock for all workers; its intended times go round-robin, in worker-index order."""
 
-    def __init__(self, phase_plan: PhasePlan, seed: int, burstiness: float | None) -> None:
+    def __init__(self, phase_plan: PhasePlan, seed: int, burstiness: float | None,
+                 members: Callable[[], list[Member]]) -> None:
         self.phase_plan = phase_plan
         self.plan = RatePlan()
         self.clock = ArrivalClock(self.plan, GapSampler(arrival_rng(seed, 0, 0), burstiness))
+        self.members = members
         self.dealt = 0
 
     def deal(self, runner: Any) -> None:
@@ -99,108 +127,85 @@ class Dealer:
         now = time.time()
         horizon_t = now + LOOKAHEAD_S
         self.plan.extend(self.phase_plan.segments(now, horizon_t))
-        workers = sorted(runner.clients.all, key=lambda node: runner.get_worker_index(node.id))
+        workers = [member.node_id for member in self.members()]
         if not workers:
             return
-        slices: dict[str, list[float]] = {node.id: [] for node in workers}
+        slices: dict[str, list[float]] = {node_id: [] for node_id in workers}
         while self.clock.peek() <= horizon_t:
-            slices[workers[self.dealt % len(workers)].id].append(self.clock.take())
+            slices[workers[self.dealt % len(workers)]].append(self.clock.take())
             self.dealt += 1
         for client_id, times in slices.items():
             if times:
                 runner.send_message(PLAN_MESSAGE, {"times": times}, client_id=client_id)
 
 
-def _write_spec(config: RunConfig, settings: ClientSettings, base_url: str, t0: float, port: int) -> Path:
-    """The worker's instructions, in a private temp file (the API key stays in the environment)."""
-    spec = {"config": config.model_dump_json(), "base_url": base_url, "t0": t0, "master_port": port,
-            "workers": config.load.workers,
-            "settings": {"model": settings.model, "max_model_len": settings.max_model_len}}
-    handle = tempfile.NamedTemporaryFile("w", prefix="soak-worker-", suffix=".json", delete=False)
-    with handle:
-        json.dump(spec, handle)
-    return Path(handle.name)
-
-
-@dataclass(frozen=True)
-class SpawnedWorker:
-    """One spawned worker and the file its stderr goes to."""
-
-    popen: subprocess.Popen
-    log_path: Path
-
-    def log_tail(self) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")[-600:]
-        except OSError:
-            return ""
-
-
-def _spawn_workers(count: int, spec_path: Path) -> list[SpawnedWorker]:
-    workers = []
-    for index in range(count):
-        with tempfile.NamedTemporaryFile(prefix=f"soak-worker-{index}-", suffix=".log", delete=False) as log_file:
-            popen = subprocess.Popen([sys.executable, "-m", "soak.load.worker", str(spec_path)],
-                                     stdout=subprocess.DEVNULL, stderr=log_file)
-        workers.append(SpawnedWorker(popen, Path(log_file.name)))
-    atexit.register(_kill_all, workers)
-    return workers
-
-
-def _kill_all(workers: list[SpawnedWorker]) -> None:
-    for worker in workers:
-        if worker.popen.poll() is None:
-            worker.popen.kill()
-
-
-def _wait_for_workers(runner: Any, workers: list[SpawnedWorker], count: int) -> None:
-    deadline = time.monotonic() + CONNECT_TIMEOUT_S
-    while runner.worker_count < count:
-        dead = [w for w in workers if w.popen.poll() is not None]
-        if dead or time.monotonic() > deadline:
-            _kill_all(workers)
-            tail = dead[0].log_tail() if dead else ""
-            raise TargetError(f"load workers did not start ({runner.worker_count}/{count} connected): {tail}")
-        gevent.sleep(0.05)
-
-
 @dataclass
 class DistributedBackend:
-    """The master's side: shape and timeline here, dispatchers in the worker processes."""
+    """The master's side: shape and timeline here, dispatchers in the workers; watches for lost workers."""
 
     environment: Environment
     controller: LoadController
     statuses: WorkerStatuses
-    workers: list[SpawnedWorker]
+    pool: WorkerPool
     sink: QueueSink
-    spec_path: Path
+    callers: HookCaller
     stats_trimmer: gevent.Greenlet
+    failure: str | None = None  # set when no worker remains: the load cannot go on
+    stopping: bool = False
 
     def in_flight(self) -> int:
         return self.statuses.drain_state()[0]
 
     def counters(self) -> dict[str, Any]:
-        return {**self.statuses.health().counters(self.in_flight()), "workers": len(self.workers)}
+        return {**self.statuses.health().counters(self.in_flight()), "workers": len(self.pool.members)}
+
+    def watch(self) -> None:
+        """Every half second: a worker whose process, connection or heartbeat is gone is lost."""
+        while not self.stopping:
+            for member in self.pool.ordered():
+                why = self.pool.gone(member)
+                if why is not None and not self.stopping:
+                    self._lose(member, why)
+            gevent.sleep(WATCH_EVERY_S)
+
+    def _lose(self, member: Member, why: str) -> None:
+        """Record the loss and hand the lost share to the remaining workers (or fail the load if none remains)."""
+        del self.pool.members[member.node_id]
+        last = self.statuses.forget(member.node_id)
+        remaining = self.pool.ordered()
+        share = 1.0 / len(remaining) if remaining else 0.0
+        for other in remaining:
+            self.pool.runner.send_message(SHARE_MESSAGE, {"share": share}, client_id=other.node_id)
+        if not remaining:
+            self.failure = f"every load worker was lost (the last: {member.describe()}, {why})"
+        seen_t = self.statuses.seen_t.get(member.node_id)
+        data = {**member.as_data(), "why": why, "remaining": len(remaining), "share": share,
+                "on_loss": "redistributed" if remaining else "run_ended",
+                "in_flight": int(last.get("in_flight", 0)), "last_status_t": seen_t,
+                "unseen_s": None if seen_t is None else round(time.time() - seen_t, 3)}
+        self.callers.event(EventKind.WORKER_LOST, _lost_text(member, why, len(remaining)), data)
 
     def stop(self, drain_timeout_s: float) -> None:
-        runner = self.environment.runner
+        self.stopping = True
+        runner = self.pool.runner
         runner.send_message(STOP_MESSAGE, {"drain_timeout_s": drain_timeout_s})
         deadline = time.monotonic() + drain_timeout_s + STOP_MARGIN_S
-        while len(self.statuses.stopped) < runner.worker_count and time.monotonic() < deadline:
-            gevent.sleep(0.05)
-        runner.quit()
+        while not self._all_stopped() and time.monotonic() < deadline:
+            gevent.sleep(POLL_S)
         self.stats_trimmer.kill(block=False)
+        self.pool.close()
         self.sink.flush()
-        self._reap()
 
-    def _reap(self) -> None:
-        deadline = time.monotonic() + EXIT_WAIT_S
-        while any(w.popen.poll() is None for w in self.workers) and time.monotonic() < deadline:
-            gevent.sleep(0.05)
-        _kill_all(self.workers)
-        self.spec_path.unlink(missing_ok=True)
-        for worker in self.workers:
-            worker.log_path.unlink(missing_ok=True)
+    def _all_stopped(self) -> bool:
+        return all(node_id in self.statuses.stopped or self.pool.gone(member) is not None
+                   for node_id, member in self.pool.members.items())
+
+
+def _lost_text(member: Member, why: str, remaining: int) -> str:
+    if not remaining:
+        return f"load {member.describe()} lost ({why}); no worker remains, so the run ends"
+    return (f"load {member.describe()} lost ({why}); its share of the rate moved to the {remaining} remaining "
+            f"worker{'s' if remaining > 1 else ''}")
 
 
 def _deliver_records(sink: QueueSink, data: dict[str, Any]) -> None:
@@ -208,20 +213,55 @@ def _deliver_records(sink: QueueSink, data: dict[str, Any]) -> None:
         sink.put(RequestRecord.from_wire(wire))
 
 
+def hand_out_specs(pool: WorkerPool, config: RunConfig, base_url: str, settings: ClientSettings) -> None:
+    """Send every worker the run and its share; TargetError unless all answer ready in time."""
+    replies = ReadyReplies()
+    pool.runner.register_message(READY_MESSAGE, replies.on_ready)
+    pool.runner.register_message(FAILED_MESSAGE, replies.on_failed)
+    spec = {"config": config.model_dump_json(), "base_url": base_url, "share": 1.0 / len(pool.members),
+            "settings": {"model": settings.model, "max_model_len": settings.max_model_len}}
+    for member in pool.ordered():
+        pool.runner.send_message(SPEC_MESSAGE, spec, client_id=member.node_id)
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while len(replies.ready) + len(replies.failed) < len(pool.members):
+        gone = next((m for m in pool.ordered() if pool.gone(m) is not None), None)
+        if gone is not None or time.monotonic() > deadline:
+            late = gone or next(m for m in pool.ordered() if m.node_id not in replies.ready)
+            raise TargetError(f"load {late.describe()} did not get ready for the run "
+                              f"({pool.gone(late) or f'no answer in {READY_TIMEOUT_S:g}s'})")
+        gevent.sleep(POLL_S)
+    if replies.failed:
+        node_id, error = next(iter(replies.failed.items()))
+        raise TargetError(f"load {pool.members[node_id].describe()} could not prepare the run: {error}")
+
+
 def start_distributed(config: RunConfig, base_url: str, t0: float, settings: ClientSettings,
-                      callers: HookCaller) -> DistributedBackend:
-    """Start a master here and `config.load.workers` worker processes; returns once all are connected."""
-    count = config.load.workers
-    statuses, sink, port = WorkerStatuses(), QueueSink(callers.request), free_port()
-    environment = Environment(user_classes=[dispatcher_user_class(lambda _env: None)], host=base_url,
-                              stop_timeout=config.load.request_timeout_s)
-    runner = environment.create_master_runner("127.0.0.1", port)
+                      callers: HookCaller, pool: WorkerPool | None = None) -> DistributedBackend:
+    """Start the load on the gathered workers (gathering them now when `pool` is None); returns once it runs."""
+    pool = pool or gather_workers(config, base_url)
+    try:
+        hand_out_specs(pool, config, base_url, settings)
+    except BaseException:
+        pool.close()
+        raise
+    runner, environment = pool.runner, pool.environment
+    statuses, sink = WorkerStatuses(), QueueSink(callers.request)
     runner.register_message(STATUS_MESSAGE, statuses.on_status)
     runner.register_message(STOPPED_MESSAGE, lambda environment, msg, **_kw: _on_stopped(statuses, sink, msg))
     environment.events.worker_report.add_listener(lambda client_id, data, **_kw: _deliver_records(sink, data))
-    spec_path = _write_spec(config, settings, base_url, t0, port)
-    workers = _spawn_workers(count, spec_path)
-    _wait_for_workers(runner, workers, count)
+    callers.event(EventKind.WORKERS_JOINED, f"{len(pool.members)} load workers at {pool.address}: " +
+                  ", ".join(member.describe() for member in pool.ordered()),
+                  {"address": pool.address, "workers": [member.as_data() for member in pool.ordered()]})
+    controller = _start_shape(config, t0, callers, pool, statuses)
+    backend = DistributedBackend(environment, controller, statuses, pool, sink, callers,
+                                 keep_stats_bounded(environment))
+    gevent.spawn(backend.watch)
+    return backend
+
+
+def _start_shape(config: RunConfig, t0: float, callers: HookCaller, pool: WorkerPool,
+                 statuses: WorkerStatuses) -> LoadController:
+    runner = pool.runner
     dealer: list[Dealer] = []
 
     def publish(message: dict[str, Any]) -> None:
@@ -232,14 +272,14 @@ def start_distributed(config: RunConfig, base_url: str, t0: float, settings: Cli
     controller = LoadController(config, t0, time.time() + START_DELAY_S, callers, send=publish,
                                 drain_state=statuses.drain_state)
     if deals_times(config):
-        dealer.append(Dealer(controller.phase_plan, config.load.seed, config.load.burstiness))
-    environment.shape_class = SoakShape(controller, users=count)
-    environment.shape_class.runner = runner
+        dealer.append(Dealer(controller.phase_plan, config.load.seed, config.load.burstiness, pool.ordered))
+    # One dispatcher user per worker; a worker handed a second user after a loss runs it not (Dispatcher.run).
+    pool.environment.shape_class = SoakShape(controller, users=len(pool.members))
+    pool.environment.shape_class.runner = runner
     controller.publish()
     runner.start_shape()
     controller.start()
-    return DistributedBackend(environment, controller, statuses, workers, sink, spec_path,
-                              keep_stats_bounded(environment))
+    return controller
 
 
 def _on_stopped(statuses: WorkerStatuses, sink: QueueSink, msg: Any) -> None:

@@ -1,7 +1,8 @@
 """`start_load`: the one entry point of the load stage, and the `LoadHandle` the conductor drives.
 
-workers = 0 runs everything in this process with Locust's local runner; workers = N > 0 runs a master here
-and N local worker processes (see `soak.load.distributed`).
+Without load workers everything runs in this process with Locust's local runner; with them (`load.workers`
+local processes, `load.expect_workers` on other hosts) a master runs here and the workers gathered by
+`soak.load.pool.gather_workers` send the requests (see `soak.load.distributed`).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from soak.load.dispatcher import Dispatcher, PlanBoard
 from soak.load.distributed import start_distributed
 from soak.load.hooks import HookCaller, LoadHooks
 from soak.load.locust_stats import keep_stats_bounded
+from soak.load.pool import WorkerPool
 from soak.load.scenarios import LoadedScenario, check_dataset, effective_specs, load_scenarios
 from soak.load.settings import ClientSettings
 from soak.load.shape import LoadController, PhasePlan, SoakShape, build_phases
@@ -77,6 +79,11 @@ class LoadHandle:
     def in_flight(self) -> int:
         """Requests started and not yet finished, over all processes."""
         return self._backend.in_flight()
+
+    @property
+    def failure(self) -> str | None:
+        """Why the load cannot go on (every load worker was lost), or None while it runs."""
+        return getattr(self._backend, "failure", None)
 
     def counters(self) -> dict[str, Any]:
         """sends, skipped, late_sends_1s, lag_p50_ms, lag_p99_ms, lag_max_ms, in_flight, probes so far."""
@@ -128,10 +135,13 @@ class LocalBackend:
         log.info("load stopped: %s (%d cancelled at stop)", self.dispatcher.counters(), cancelled)
 
 
-def start_load(config: RunConfig, base_url: str, model: str, t0: float, hooks: LoadHooks | None = None) -> LoadHandle:
-    """Start open-loop load against `base_url` on the plan of `config`, measured from wall time `t0`.
+def start_load(config: RunConfig, base_url: str, model: str, t0: float, hooks: LoadHooks | None = None,
+               workers: WorkerPool | None = None) -> LoadHandle:
+    """Start open-loop load against `base_url` on the plan of `config`, measured from wall time `t0`, on the
+    load workers already gathered (`workers`; gathered here when the config has some and none are given).
 
-    Raises ConfigError (before any request) for unknown scenarios, a missing dataset or bad phases.
+    Raises ConfigError (before any request) for unknown scenarios, a missing dataset or bad phases; TargetError
+    when load workers do not join or cannot prepare the run.
     """
     specs = effective_specs(config.load)
     scenarios = load_scenarios(specs)
@@ -140,8 +150,8 @@ def start_load(config: RunConfig, base_url: str, model: str, t0: float, hooks: L
     callers = HookCaller(hooks)
     settings = client_settings(config, base_url, model, callers)
     raise_fd_limit()
-    if config.load.workers > 0:
-        return LoadHandle(start_distributed(config, base_url, t0, settings, callers))
+    if config.load.worker_count > 0:
+        return LoadHandle(start_distributed(config, base_url, t0, settings, callers, workers))
     return LoadHandle(_start_local(config, base_url, t0, settings, scenarios, callers))
 
 

@@ -1,23 +1,31 @@
-"""A load worker process: `python -m soak.load.worker SPEC.json` (started by the master, never by hand).
+"""A load worker: `soak worker --master HOST[:PORT]` on another host, or `python -m soak.load.worker HOST:PORT
+PARENT_PID` as a local child of the master (started by it, never by hand).
 
-It connects to the master, runs one dispatcher at its share of the rate with a seed of its own (its worker
-index), reports status every 0.2 s and records with Locust's periodic worker report, and drains on
-`soak_stop`. It exits when the master quits it, or when the master process disappears.
+It connects to the master (a TargetError when none answers within the connect timeout), says hello, and waits
+for the run's spec; it prepares the scenarios and answers ready (or why it cannot). Then it runs one dispatcher
+at its share of the rate with a seed of its own (its worker index), reports status every 0.2 s and records with
+Locust's periodic worker report, takes a larger share when another worker is lost, and drains on `soak_stop`.
+It ends when the master quits it; a worker the master never stopped (turned away, or the master went away
+without a word: Locust notices after 60 s of silence) ends with a TargetError.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
+import socket
 import sys
-from pathlib import Path
+import time
+from collections.abc import Callable
 from typing import Any
 
 import gevent
+from gevent.event import Event
 from locust.env import Environment
+from locust.exception import StopUser
 
-from soak.config import RunConfig
+from soak.config import MASTER_PORT, RunConfig, split_address
+from soak.errors import ConfigError, SoakError, TargetError
 from soak.load.backend import (
     PLAN_MESSAGE,
     dispatch_settings,
@@ -27,35 +35,61 @@ from soak.load.backend import (
 )
 from soak.load.dispatcher import Dispatcher, PlanBoard
 from soak.load.distributed import (
+    FAILED_MESSAGE,
+    READY_MESSAGE,
     RECORDS_KEY,
+    SHARE_MESSAGE,
     STATUS_EVERY_S,
     STATUS_MESSAGE,
     STOP_MESSAGE,
     STOPPED_MESSAGE,
     deals_times,
 )
-from soak.load.scenarios import effective_specs, load_scenarios
+from soak.load.health import ClientHealth
+from soak.load.plan import Segment
+from soak.load.pool import HELLO_MESSAGE, LOCAL_CONNECT_TIMEOUT_S, SPEC_MESSAGE
+from soak.load.scenarios import check_dataset, effective_specs, load_scenarios
+from soak.units import format_duration
 
 log = logging.getLogger("soak.load.worker")
 
+Say = Callable[[str], None]
+
+
+class SharedBoard(PlanBoard):
+    """A worker's plan board whose share of the rate can grow when another worker is lost."""
+
+    def reshare(self, share: float) -> None:
+        """Take `share` from now on (segments already published keep the old share: at most 1.5 s of them)."""
+        segments = self.plan.segments
+        if segments and self.share > 0:
+            last = segments[-1]
+            at_t = max(time.time(), last.start_t + 1e-3)
+            self.plan.extend([Segment(at_t, last.rate_rps / self.share * share)])
+        self.share = share
+        self.poke()
+
 
 class WorkerProcess:
-    """One worker's state: its board, its dispatcher (created once the master gives it an index), its outbox."""
+    """One worker's part of a run: its board, its dispatcher (created when the master spawns its user), its outbox."""
 
-    def __init__(self, spec: dict[str, Any]) -> None:
+    def __init__(self, runner: Any, spec: dict[str, Any]) -> None:
+        self.runner = runner
         self.config = RunConfig.model_validate_json(spec["config"])
-        self.scenarios = load_scenarios(effective_specs(self.config.load))
-        self.board = PlanBoard(share=1.0 / spec["workers"])
+        specs = effective_specs(self.config.load)
+        self.scenarios = load_scenarios(specs)
+        check_dataset(specs, self.config.load.dataset)  # the same path must exist on this host
+        self.base_url = spec["base_url"]
+        self.board = SharedBoard(share=float(spec["share"]))
         self.outbox: list[dict[str, Any]] = []
         self.dispatcher: Dispatcher | None = None
-        self.environment = Environment(user_classes=[dispatcher_user_class(self.get_dispatcher)],
-                                       host=spec["base_url"], stop_timeout=self.config.load.request_timeout_s)
+        self.stopped = False
         self.client_settings = make_client_settings(self.config, spec["settings"]["model"],
                                                     spec["settings"]["max_model_len"])
-        self.runner = self.environment.create_worker_runner("127.0.0.1", spec["master_port"])
-        self.runner.register_message(PLAN_MESSAGE, lambda environment, msg, **_kw: self.board.update(msg.data))
-        self.runner.register_message(STOP_MESSAGE, self.on_stop, concurrent=True)
-        self.environment.events.report_to_master.add_listener(self.on_report)
+        runner.register_message(PLAN_MESSAGE, lambda environment, msg, **_kw: self.board.update(msg.data))
+        runner.register_message(SHARE_MESSAGE, self.on_share)
+        runner.register_message(STOP_MESSAGE, self.on_stop, concurrent=True)
+        runner.environment.events.report_to_master.add_listener(self.on_report)
 
     def get_dispatcher(self, environment: Any) -> Dispatcher:
         if self.dispatcher is None:
@@ -69,22 +103,20 @@ class WorkerProcess:
     def on_report(self, client_id: str, data: dict[str, Any], **_kw: Any) -> None:
         data[RECORDS_KEY], self.outbox = self.outbox, []
 
+    def on_share(self, environment: Any, msg: Any, **_kw: Any) -> None:
+        log.warning("another load worker was lost: this one now sends %.3g of the rate", msg.data["share"])
+        self.board.reshare(float(msg.data["share"]))
+
     def status(self) -> dict[str, Any]:
         dispatcher = self.dispatcher
         if dispatcher is None:
-            return {"in_flight": 0, "schedule_t": float("-inf"), "health": {"sends": 0, "skipped": 0,
-                    "late_sends_1s": 0, "lag_max_ms": 0.0, "lag_bins": {}}}
+            return {"in_flight": 0, "schedule_t": float("-inf"), "health": ClientHealth().to_wire()}
         return {"in_flight": dispatcher.in_flight, "schedule_t": dispatcher.schedule_t,
                 "health": dispatcher.health.to_wire()}
 
-    def report_status(self) -> None:
-        while True:
-            if self.dispatcher is not None:
-                self.runner.send_message(STATUS_MESSAGE, self.status())
-            gevent.sleep(STATUS_EVERY_S)
-
     def on_stop(self, environment: Any, msg: Any, **_kw: Any) -> None:
         """Stop arrivals, drain, and send the last records with the final health."""
+        self.stopped = True
         cancelled = 0
         if self.dispatcher is not None:
             self.dispatcher.stop_arrivals()
@@ -92,6 +124,92 @@ class WorkerProcess:
             self.dispatcher.close()
         records, self.outbox = self.outbox, []
         self.runner.send_message(STOPPED_MESSAGE, {RECORDS_KEY: records, **self.status(), "cancelled": cancelled})
+
+
+class WorkerSession:
+    """A worker from its connection to its exit: the Locust runner, then the run it is handed."""
+
+    def __init__(self, master: str, say: Say) -> None:
+        self.master = master
+        self.say = say
+        self.environment = Environment(user_classes=[dispatcher_user_class(self.get_dispatcher)])
+        self.runner: Any = None
+        self.process: WorkerProcess | None = None
+        self.refusal: str | None = None
+        self.handed = Event()
+
+    def get_dispatcher(self, environment: Any) -> Dispatcher:
+        if self.process is None:  # a user spawned before this worker was handed the run: nothing to do
+            raise StopUser()
+        return self.process.get_dispatcher(environment)
+
+    def connect(self, host: str, port: int, timeout_s: float) -> None:
+        """Join the master; TargetError when none answers within `timeout_s`."""
+        deadline = time.monotonic() + timeout_s
+        while self.runner is None:
+            try:
+                with gevent.Timeout(max(deadline - time.monotonic(), 0.01)):
+                    self.runner = self.environment.create_worker_runner(host, port)
+            except gevent.Timeout:
+                raise TargetError(f"no soak master answered at {host}:{port} within "
+                                  f"{format_duration(timeout_s)}") from None
+            except ConnectionError:  # Locust gives up after its own 5 minutes; the timeout here may be longer
+                continue
+        self.runner.register_message(SPEC_MESSAGE, self.on_spec)
+        self.runner.send_message(HELLO_MESSAGE, {"pid": os.getpid(), "host": socket.gethostname()})
+
+    def on_spec(self, environment: Any, msg: Any, **_kw: Any) -> None:
+        """Prepare the run (answer ready), or say why not and leave; a worker turned away leaves too."""
+        if "reject" in msg.data:
+            self._leave(f"turned away: {msg.data['reject']}")
+            return
+        try:
+            self.process = WorkerProcess(self.runner, msg.data)
+        except Exception as exc:  # the master needs the reason in one line, whatever it was
+            error = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            self.runner.send_message(FAILED_MESSAGE, {"error": error})
+            self._leave(f"could not prepare the run: {error}")
+            return
+        self.runner.send_message(READY_MESSAGE, {})
+        self.say(f"joined the run as worker {self.runner.worker_index}: {self.process.board.share:.3g} of the "
+                 f"rate to {self.process.base_url}")
+
+    def _leave(self, refusal: str) -> None:
+        self.refusal = refusal
+        gevent.spawn(self.runner.quit)  # not from this greenlet: quitting kills the runner's own greenlets
+
+    def report_status(self) -> None:
+        while True:
+            if self.process is not None and self.process.dispatcher is not None:
+                self.runner.send_message(STATUS_MESSAGE, self.process.status())
+            gevent.sleep(STATUS_EVERY_S)
+
+    def outcome(self) -> None:
+        """After the runner ended: nothing when the master stopped this worker's load, else why not."""
+        if self.refusal is not None:
+            raise TargetError(f"the soak master at {self.master} {self.refusal}")
+        if self.process is None or not self.process.stopped:
+            raise TargetError(f"the soak master at {self.master} went away before the run ended")
+        self.say(f"done: {self.process.status()['health']['sends']} requests sent")
+
+
+def run_worker(master: str, connect_timeout_s: float, say: Say | None = None, parent_pid: int | None = None) -> None:
+    """Join the master at `master` (HOST[:PORT]) and work for one run; SoakError when that fails."""
+    try:
+        host, port = split_address(master, MASTER_PORT)
+    except ValueError as exc:
+        raise ConfigError(f"--master: {exc}") from None
+    say = say or (lambda _message: None)
+    raise_fd_limit()
+    session = WorkerSession(f"{host}:{port}", say)
+    say(f"connecting to the soak master at {host}:{port} (waiting up to {format_duration(connect_timeout_s)})")
+    session.connect(host, port, connect_timeout_s)
+    say("connected; waiting for the run to start")
+    gevent.spawn(session.report_status)
+    if parent_pid is not None:
+        gevent.spawn(watch_parent, parent_pid)
+    session.runner.greenlet.join()
+    session.outcome()
 
 
 def watch_parent(parent_pid: int) -> None:
@@ -102,14 +220,13 @@ def watch_parent(parent_pid: int) -> None:
 
 
 def main(argv: list[str]) -> int:
+    """A local worker: `MASTER PARENT_PID`; errors go to stderr (the master shows its tail)."""
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s worker %(levelname)s %(name)s: %(message)s")
-    spec_path = Path(argv[0])
-    spec = json.loads(spec_path.read_text())
-    raise_fd_limit()
-    worker = WorkerProcess(spec)
-    gevent.spawn(worker.report_status)
-    gevent.spawn(watch_parent, os.getppid())
-    worker.runner.greenlet.join()
+    try:
+        run_worker(argv[0], LOCAL_CONNECT_TIMEOUT_S, parent_pid=int(argv[1]))
+    except SoakError as exc:
+        print(f"soak worker: error: {exc}", file=sys.stderr)
+        return exc.exit_code
     return 0
 
 

@@ -13,11 +13,13 @@ from soak.contracts import (
     ErrorsByClass,
     EventKind,
     LatencyMs,
+    LostWorker,
     Percentiles,
     Summary,
     SummaryContext,
     SummaryFinding,
     SummaryTarget,
+    SummaryWorkers,
     Totals,
     ValidationGap,
     Verdict,
@@ -102,6 +104,18 @@ def target_of(run: dict[str, Any], events: list[dict[str, Any]]) -> SummaryTarge
                          dialect=dialects[-1].get("dialect") if dialects else None, not_measured=missing or None)
 
 
+def workers_of(events: list[dict[str, Any]]) -> SummaryWorkers | None:
+    """The load workers the run started with (`workers_joined`) and those it lost (`worker_lost`), if it had any."""
+    joined = [event["data"] for event in events if event["kind"] == EventKind.WORKERS_JOINED and event.get("data")]
+    if not joined:
+        return None
+    workers = joined[-1].get("workers") or []
+    lost = [LostWorker(t_s=event["t_s"], **{key: event["data"].get(key) for key in
+                                             ("index", "host", "pid", "why", "unseen_s", "on_loss")})
+            for event in events if event["kind"] == EventKind.WORKER_LOST]
+    return SummaryWorkers(joined=len(workers), remote=sum(not w.get("local") for w in workers), lost=lost)
+
+
 def stop_reason(events: list[dict[str, Any]]) -> str | None:
     """Why the run ended, as its `run_end` event says (None while it runs, or for a killed run)."""
     ends = [event for event in events if event["kind"] == EventKind.RUN_END]
@@ -119,5 +133,5 @@ def build_summary(run: dict[str, Any], engine: Engine, findings: list[SummaryFin
         verdict=verdict, verdict_reason=reason, findings=findings,
         totals=request_totals(engine, run["id"]), latency_ms=latency_summary(engine, run["id"]),
         context=context_of(events), error_messages=error_messages(events), validation_gaps=validation_gaps(events),
-        report_html=report_html, stop_reason=stop_reason(events),
+        workers=workers_of(events), report_html=report_html, stop_reason=stop_reason(events),
     )

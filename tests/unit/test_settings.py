@@ -70,6 +70,8 @@ EXAMPLES: dict[str, Example] = {
     "phase": Example(("steady rate_rps=3",), "steady rate_rps=3", '[{kind = "steady", rate_rps = 3}]', None),
     "dataset": ex("/data/prompts.jsonl", Path("/data/prompts.jsonl")), "seed": ex("3", 3, toml="3"),
     "workers": ex("2", 2, toml="2"), "request_timeout": ex("1m", 60.0), "idle_probe_every": ex("10m", 600.0),
+    "expect_workers": ex("3", 3, toml="3"), "master_bind": ex("0.0.0.0:6000", "0.0.0.0:6000"),
+    "worker_wait": ex("90s", 90.0),
     "max_context": ex("1024", 1024, toml="1024"),
     "idle_probe_for": ex("5s", 5.0), "drain_timeout": ex("20s", 20.0), "no_idle_probes": FLAG,
     "sample_every": ex("2s", 2.0), "gates": ex("/etc/gates.toml", Path("/etc/gates.toml")),
