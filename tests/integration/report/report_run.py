@@ -207,6 +207,7 @@ def summary_dict() -> dict[str, Any]:
             finding("leak.fds", "PASS", 0.0, "fds/h", [0, 0], 10, "Open fds flat."),
             finding("creep.ttft_p99", "SUSPECT", 41.0, "% over run", [20.0, 60.0], 50.0,
                     "P99 TTFT rises +41 % over the run", percentile_used="p99",
+                    next_step=f"run ≥ 9h00m of judged load at this rate to rule out +50 % {HOSTILE}",
                     trend={"slope_per_s": math.log(1.41) / 1650, "intercept": math.log(700), "t0_s": 150.0,
                            "space": "log"}, details={"span_s": 1650.0, "series_unit": "ms"}),
             finding("creep.itl_p99", "PASS", 1.0, "% over run", [-5.0, 6.0], 50.0, "flat"),

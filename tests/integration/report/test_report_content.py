@@ -262,3 +262,17 @@ def test_report_is_written_atomically_and_readable(rendered):
     path: Path = rendered["path"]
     assert path.name == "report.html" and oct(path.stat().st_mode & 0o777) == "0o644"
     assert not list(path.parent.glob(".report-*"))
+
+
+def test_what_next_lists_every_unsettled_check_worst_first(rendered):
+    html = rendered["html"]
+    block = html[html.index('<div class="what-next"'):html.index('<table class="gates">')]
+    checks = re.findall(r'<li data-next="([^"]+)">', block)
+    unsettled = [f for f in rendered["summary"]["findings"] if f["verdict"] in ("FAIL", "SUSPECT", "INCONCLUSIVE")]
+    assert sorted(checks) == sorted(f["check"] for f in unsettled)
+    assert checks[:3] == ["leak.rss", "hang", "crashes"]  # the FAILs first, in gate order
+    ttft = re.search(r'<li data-next="creep.ttft_p99">(.*?)</li>', block, re.S).group(1)
+    assert "run ≥ 9h00m of judged load at this rate to rule out +50 %" in ttft and "&lt;script&gt;" in ttft
+    row = re.search(r'data-check="creep.ttft_p99">(.*?)</tr>', html, re.S).group(1)
+    assert "Next:" in row and "run ≥ 9h00m" in row
+    assert "Next:" not in re.search(r'data-check="leak.vram">(.*?)</tr>', html, re.S).group(1)  # a PASS
