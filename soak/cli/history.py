@@ -57,7 +57,7 @@ def _write_html(rows: list[HistoryRow], labels: dict[str, str], path: Path) -> N
 
 
 def _print(rows: list[HistoryRow]) -> None:
-    """The table, then each run's environment changes."""
+    """The table, then each run's changed verdicts and environment."""
     from rich.console import Console
     from rich.table import Table
 
@@ -74,6 +74,8 @@ def _print(rows: list[HistoryRow]) -> None:
     console = Console(width=200)
     console.print(table)
     for row in rows:
-        if row.environment_changes:
-            changes = "; ".join(change_text(change) for change in row.environment_changes)
-            console.print(f"{row.run.run_id} against {row.previous}: {changes}", markup=False, highlight=False)
+        changes = [f"{c['check']} {c['baseline']} → {c['current']}" for c in row.verdict_changes]
+        changes += [change_text(change) for change in row.environment_changes]
+        if changes:
+            console.print(f"{row.run.run_id} against {row.previous}: {'; '.join(changes)}", markup=False,
+                          highlight=False)
