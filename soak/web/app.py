@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import socket
 import threading
 import time
@@ -79,7 +80,16 @@ def serve(engine: Engine, sock: socket.socket, refresh_s: float, parent_pid: int
     server = uvicorn.Server(config)
     if parent_pid:
         _exit_with_parent(server, parent_pid)
+    _stop_signals_end_normally()
     server.run(sockets=[sock])
+
+
+def _stop_signals_end_normally() -> None:
+    """uvicorn stops gracefully on SIGINT/SIGTERM and then re-raises the signal to the handler it found; a no-op
+    handler here makes that a normal end (exit 0, no KeyboardInterrupt) once the server has stopped."""
+    if threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, lambda _signum, _frame: None)
 
 
 def _exit_with_parent(server, parent_pid: int) -> None:  # server: a uvicorn.Server
