@@ -181,9 +181,11 @@ def _saturation(finding: Finding, run: RunData, gates: Gates) -> str | None:
 
 
 def _crashes(finding: Finding, run: RunData, gates: Gates) -> str | None:
-    if finding.verdict == FAIL:
-        return "read the crash rows in Events and the end of server.log; --restart on-crash keeps a run going after one"
-    return None
+    if finding.verdict != FAIL:
+        return None
+    step = "read the crash rows in Events (their record holds the log tail) and the end of server.log"
+    restarted = (finding.details or {}).get("restarts")
+    return step if restarted else step + "; --restart on-crash keeps a run going after a crash"
 
 
 RULES: dict[str, Callable[[Finding, RunData, Gates], str | None]] = {
