@@ -69,9 +69,10 @@ def _run_line(run: dict[str, Any]) -> str:
 
 
 def _print_prune(plan: PrunePlan, result: PruneResult | None) -> None:
+    gone = plan.delete if result is None else [run for run in plan.delete if run["id"] in result.deleted]
     verb = "would delete" if result is None else "deleted"
-    click.echo(f"{verb} {len(plan.delete)} runs started before {plan.cutoff}")
-    for run in plan.delete:
+    click.echo(f"{verb} {len(gone)} runs started before {plan.cutoff}")
+    for run in gone:
         click.echo(f"  {_run_line(run)}")
     for title, runs in (("kept, still running", plan.kept_running), ("kept, labelled", plan.kept_labelled)):
         for run in runs:

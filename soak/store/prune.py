@@ -30,7 +30,7 @@ from soak.store.models import (
     RunLabel,
     ServerSample,
 )
-from soak.store.queries import list_runs
+from soak.store.queries import get_run, list_runs
 
 # Every table holding a run's rows, children first (the runs row goes last, whatever the foreign keys do).
 RUN_TABLES = (EventRow, ProcessSample, GpuSample, GpuProcessSample, ServerSample, MetricSample, LatencyWindowRow,
@@ -82,6 +82,11 @@ def plan_prune(engine: Engine, older_than_s: float, keep_labels: dict[str, str] 
         else:
             plan.delete.append(run)
     return plan
+
+
+def still_running(engine: Engine, run_id: str) -> bool:
+    """Whether the run reads as running now (checked again right before it is deleted)."""
+    return get_run(engine, run_id)["status"] == "running"
 
 
 def delete_run_rows(engine: Engine, run_id: str) -> None:
@@ -137,6 +142,9 @@ def prune(engine: Engine, plan: PrunePlan, on_run: Callable[[dict[str, Any]], No
     """Delete the planned runs one by one (each on its own: a failure keeps what is already done), then vacuum."""
     result = PruneResult(plan=plan, db_bytes_before=sqlite_bytes(engine))
     for run in plan.delete:
+        if still_running(engine, run["id"]):  # a `soak close` or a resumed host may have changed it since the plan
+            plan.kept_running.append(run)
+            continue
         if on_run:
             on_run(run)
         delete_run_rows(engine, run["id"])

@@ -16,7 +16,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from sqlalchemy import func, insert, select
+from sqlalchemy import func, insert, select, update
 
 from soak.errors import ConfigError
 from soak.store.db import open_database
@@ -159,3 +159,15 @@ def test_parquet_without_pyarrow_names_the_extra_and_writes_nothing(store, tmp_p
     assert result.stderr.strip().splitlines() == [
         "soak: error: --format parquet needs pyarrow, which is not installed: pip install 'soak[parquet]'"]
     assert not (tmp_path / "none").exists()
+
+
+def test_a_run_that_reads_running_when_its_turn_comes_is_kept(store):
+    engine, folders = store
+    plan = plan_prune(engine, 90 * 86400)
+    assert "20260101T000000Z-0001" in [run["id"] for run in plan.delete]
+    with engine.begin() as connection:  # its soak came back to life since the plan (as `soak close` might race)
+        connection.execute(update(Run).where(Run.id == "20260101T000000Z-0001").values(status="running",
+                                                                                        soak_pid=os.getpid()))
+    result = prune(engine, plan)
+    assert "20260101T000000Z-0001" not in result.deleted and folders["old"].exists()
+    assert "20260101T000000Z-0001" in [run["id"] for run in plan.kept_running]
