@@ -78,21 +78,27 @@ def series_chart(chart_id: str, title: str, unit: str | None, rows: list[History
     """One figure across the runs: a line through them, each point coloured by the run's verdict."""
     points = [(row, value) for row, value in zip(rows, values) if isinstance(value, (int, float))]
     if not points:
-        return {"id": chart_id, "title": title, "figure": None, "empty": "No run of the series has this figure."}
+        return {"id": chart_id, "title": title, "figure": None}
     magnitude = max(abs(value) for _, value in points)
     factor, label = display_unit(unit, magnitude)
     trace = {"type": "scatter", "mode": "lines+markers", "name": title,
              "x": [row.run.run_id for row, _ in points], "y": [value * factor for _, value in points],
-             "text": [row.verdict or row.run.status for row, _ in points],
+             "text": [_point_text(row) for row, _ in points],
              "hovertemplate": "%{x}<br>%{y:,.4~g} " + label + " (%{text})<extra></extra>",
              "line": {"color": PALETTE[0]},
              "marker": {"size": 10, "color": [VERDICT_COLOURS.get(row.verdict or "", "#6b7280") for row, _ in points]}}
     layout = {"height": 280, "margin": {"l": 64, "r": 24, "t": 16, "b": 90}, "showlegend": False,
               "font": {"family": "system-ui, -apple-system, Segoe UI, Roboto, sans-serif", "size": 12},
               "paper_bgcolor": "#ffffff", "plot_bgcolor": "#ffffff",
-              "xaxis": {"type": "category", "tickangle": -30, "gridcolor": "#e5e7eb"},
+              "xaxis": {"type": "category", "tickangle": -20, "automargin": True, "gridcolor": "#e5e7eb"},
               "yaxis": {"title": {"text": label}, "gridcolor": "#e5e7eb", "rangemode": "tozero"}}
-    return {"id": chart_id, "title": title, "figure": {"data": [trace], "layout": layout}, "empty": None}
+    return {"id": chart_id, "title": title, "figure": {"data": [trace], "layout": layout}}
+
+
+def _point_text(row: HistoryRow) -> str:
+    """A point's hover line after its value: the run's verdict and labels."""
+    labels = " ".join(f"{key}={value}" for key, value in row.run.labels.items())
+    return f"{row.verdict or row.run.status} {labels}".strip()
 
 
 def history_charts(rows: list[HistoryRow]) -> list[dict[str, Any]]:
@@ -110,6 +116,7 @@ def history_charts(rows: list[HistoryRow]) -> list[dict[str, Any]]:
 
 def history_context(rows: list[HistoryRow], filters: dict[str, str]) -> dict[str, Any]:
     """Everything the history page shows."""
+    charts = history_charts(rows)
     return {
         "title": "soak history" + ("".join(f" · {key}={value}" for key, value in filters.items())),
         "columns": columns(rows), "rows": [{"cells": cells(row), "verdict": row.verdict or "",
@@ -119,7 +126,8 @@ def history_context(rows: list[HistoryRow], filters: dict[str, str]) -> dict[str
                     for row in rows if row.environment_changes],
         "verdict_changes": [{"run_id": row.run.run_id, "previous": row.previous, "changes": row.verdict_changes}
                             for row in rows if row.verdict_changes],
-        "counts": status_counts(rows), "charts": history_charts(rows),
+        "counts": status_counts(rows), "charts": [chart for chart in charts if chart["figure"]],
+        "no_chart": [chart["title"] for chart in charts if not chart["figure"]],
         "generated_at": datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
     }
 
