@@ -1,0 +1,203 @@
+"""`soak worker` processes joining a `soak start --expect-workers N` over Locust's master/worker protocol: real
+subprocesses on 127.0.0.1, a real reference server, a real SQLite store."""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from soak.analysis.loader import build_windows
+from soak.load.plan import Segment
+from soak.load.worker import SharedBoard
+
+SHORT_RUN = ["--warmup", "5s", "--window", "5s", "--sample-every", "1s", "--no-idle-probes", "--canary-every", "0"]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def soak_process(*args: str, log: Path) -> subprocess.Popen:
+    with open(log, "w") as handle:
+        return subprocess.Popen([sys.executable, "-m", "soak", *args], stdout=handle, stderr=subprocess.STDOUT)
+
+
+def start_run(out: Path, port: int, *args: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "soak", "start", *SHORT_RUN, "--out", str(out), "--json",
+                             "--master-bind", f"127.0.0.1:{port}", *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def start_workers(count: int, port: int, folder: Path) -> list[subprocess.Popen]:
+    return [soak_process("worker", "--master", f"127.0.0.1:{port}", "--connect-timeout", "2m",
+                         log=folder / f"worker{index}.log") for index in range(count)]
+
+
+def finish(process: subprocess.Popen, timeout_s: float) -> tuple[str, str]:
+    try:
+        return process.communicate(timeout=timeout_s)
+    finally:
+        if process.poll() is None:
+            process.kill()
+
+
+def end_all(processes: list[subprocess.Popen]) -> None:
+    for process in processes:
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=10)
+
+
+def sent_by(log: Path) -> int:
+    """The requests a worker says it sent (its last line: `done: N requests sent`)."""
+    line = next(line for line in log.read_text().splitlines() if "done:" in line)
+    return int(line.split("done:")[1].split()[0])
+
+
+def events_of(out: Path, kind: str) -> list[dict]:
+    db = sqlite3.connect(out / "soak.db")
+    try:
+        rows = db.execute("select t_s, data_json from events where kind = ? order by t_s", (kind,)).fetchall()
+    finally:
+        db.close()
+    return [{"t_s": t_s, **json.loads(data)} for t_s, data in rows]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_remote_workers_join_and_send_every_measured_request(tmp_path):
+    port = free_port()
+    workers = start_workers(2, port, tmp_path)
+    run = start_run(tmp_path / "out", port, "--duration", "25s", "--rate", "4", "--expect-workers", "2",
+                    "--worker-wait", "90s")
+    try:
+        stdout, stderr = finish(run, 200)
+        for worker in workers:
+            assert worker.wait(timeout=30) == 0
+    finally:
+        end_all([run, *workers])
+    assert run.returncode in (0, 1, 3), stderr
+    summary = json.loads(stdout)
+    assert summary["workers"] == {"joined": 2, "remote": 2, "lost": []}
+    [joined] = events_of(tmp_path / "out", "workers_joined")
+    assert sorted(w["pid"] for w in joined["workers"]) == sorted(w.pid for w in workers)
+    sent = [sent_by(tmp_path / f"worker{index}.log") for index in range(2)]
+    assert min(sent) > 10  # both took a share of 4 req/s over ~25 s
+    assert summary["totals"]["requests"] == sum(sent)  # every request measured came from the remote workers
+    assert "waiting for load workers: 0/2 joined" in stderr  # the wait shows its progress
+
+
+@pytest.mark.timeout(120)
+def test_workers_that_never_come_fail_the_start_with_one_line_and_exit_2(tmp_path):
+    port = free_port()
+    started = time.monotonic()
+    run = start_run(tmp_path / "out", port, "--duration", "30s", "--expect-workers", "2", "--worker-wait", "3s")
+    stdout, stderr = finish(run, 110)
+    assert run.returncode == 2
+    errors = [line for line in stderr.splitlines() if line.startswith("soak: error:")]
+    assert errors == [f"soak: error: only 0 of 2 load workers joined within 3s (the master listened on "
+                      f"127.0.0.1:{port}); start `soak worker --master 127.0.0.1:{port}` on each worker host, "
+                      "or allow longer with --worker-wait"]
+    assert time.monotonic() - started < 90
+    assert stdout == ""
+    db = sqlite3.connect(tmp_path / "out" / "soak.db")
+    try:
+        assert db.execute("select count(*) from runs").fetchone()[0] == 0  # no half-run was opened
+    finally:
+        db.close()
+
+
+@pytest.mark.timeout(60)
+def test_a_worker_with_no_master_gives_up_with_one_line_and_exit_2(soak_cli):
+    started = time.monotonic()
+    result = soak_cli("worker", "--master", f"127.0.0.1:{free_port()}", "--connect-timeout", "2s", timeout_s=50)
+    assert result.returncode == 2
+    assert result.stderr.splitlines()[-1].startswith("soak: error: no soak master answered at 127.0.0.1:")
+    assert time.monotonic() - started < 30
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_killed_worker_is_an_event_and_its_share_moves_to_the_other(tmp_path):
+    port, out, rate = free_port(), tmp_path / "out", 6.0
+    workers = start_workers(2, port, tmp_path)
+    run = start_run(out, port, "--duration", "45s", "--rate", f"{rate:g}", "--expect-workers", "2",
+                    "--worker-wait", "90s")
+    try:
+        killed = workers[1]
+        _wait_for_window(out, index=2, timeout_s=120)
+        killed.send_signal(signal.SIGKILL)
+        stdout, stderr = finish(run, 200)
+        assert workers[0].wait(timeout=30) == 0
+    finally:
+        end_all([run, *workers])
+    summary = json.loads(stdout)
+    [lost] = summary["workers"]["lost"]
+    assert (lost["pid"], lost["on_loss"]) == (killed.pid, "redistributed")
+    assert lost["why"] in ("its heartbeat stopped", "it left the master")
+    [event] = events_of(out, "worker_lost")
+    assert event["pid"] == killed.pid and event["remaining"] == 1 and event["share"] == 1.0
+    windows = _windows(out)
+    assert any(w.excluded == "worker_lost" for w in windows)  # the silence is left out of trends
+    after = [w for w in windows if w.start_s > event["t_s"] + 2 and w.excluded is None]
+    assert len(after) >= 2, "the run should go on after the loss"
+    counts = _requests_per_window(out)
+    per_window = [counts.get(w.index, 0) for w in after]
+    # The survivor took the whole rate (6 req/s × 5 s = 30 planned per window), not the half it had (15).
+    assert sum(per_window) / len(per_window) > 0.7 * rate * 5
+
+
+def _wait_for_window(out: Path, index: int, timeout_s: float) -> None:
+    """Poll the store until a request window of `index` has requests."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if _requests_per_window(out).get(index):
+            return
+        time.sleep(0.25)
+    raise AssertionError(f"window {index} never got requests")
+
+
+def _requests_per_window(out: Path) -> dict[int, int]:
+    try:
+        db = sqlite3.connect(out / "soak.db")
+        try:
+            rows = db.execute("select window_index, requests from request_windows where scenario = '*'").fetchall()
+        finally:
+            db.close()
+    except sqlite3.OperationalError:
+        return {}  # not created yet
+    return {index: requests for index, requests in rows}
+
+
+def _windows(out: Path) -> tuple:
+    db = sqlite3.connect(out / "soak.db")
+    db.row_factory = sqlite3.Row
+    try:
+        run = dict(db.execute("select * from runs").fetchone())
+        events = [{**dict(row), "data": json.loads(row["data_json"] or "{}")}
+                  for row in db.execute("select * from events order by t_s")]
+    finally:
+        db.close()
+    return build_windows(run, min(run["duration_s"], run["planned_duration_s"]), events)
+
+
+def test_a_larger_share_takes_effect_from_now_and_scales_the_rate():
+    board = SharedBoard(share=0.5)
+    board.update({"segments": [[time.time() - 10, 8.0]]})
+    board.reshare(1.0)
+    now = time.time()
+    assert board.plan.rate_at(now - 5) == pytest.approx(4.0)  # the past keeps its share
+    assert board.plan.rate_at(now + 1) == pytest.approx(8.0)  # from now on: the whole rate
+    board.update({"segments": [[now + 5, 2.0]]})
+    assert board.plan.rate_at(now + 6) == pytest.approx(2.0)  # later segments come at the new share
+    assert Segment(now + 5, 2.0) in board.plan.segments
