@@ -55,8 +55,7 @@ def prune(locations: Locations, older_than: str, labels: dict[str, str], dry_run
 
     engine = open_store(locations)
     plan = plan_prune(engine, parse_duration(older_than), labels)
-    result = None if dry_run else prune_runs(engine, plan, on_run=lambda run: click.echo(
-        f"deleting {run['id']}…", err=True))
+    result = None if dry_run else prune_runs(engine, plan, say=lambda text: click.echo(text, err=True))
     if json_output:
         print_json(_prune_json(plan, result))
     else:

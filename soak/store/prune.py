@@ -138,20 +138,22 @@ def vacuum(engine: Engine) -> None:
         connection.close()
 
 
-def prune(engine: Engine, plan: PrunePlan, on_run: Callable[[dict[str, Any]], None] | None = None) -> PruneResult:
-    """Delete the planned runs one by one (each on its own: a failure keeps what is already done), then vacuum."""
+def prune(engine: Engine, plan: PrunePlan, say: Callable[[str], None] | None = None) -> PruneResult:
+    """Delete the planned runs one by one (each on its own: a failure keeps what is already done), then vacuum;
+    `say` hears each step."""
+    say = say or (lambda _text: None)
     result = PruneResult(plan=plan, db_bytes_before=sqlite_bytes(engine))
     for run in plan.delete:
         if still_running(engine, run["id"]):  # a `soak close` or a resumed host may have changed it since the plan
             plan.kept_running.append(run)
             continue
-        if on_run:
-            on_run(run)
+        say(f"deleting {run['id']}…")
         delete_run_rows(engine, run["id"])
         result.deleted.append(run["id"])
         if remove_run_folder(run):
             result.folders_removed.append(run["out_dir"])
-    if result.deleted:
+    if result.deleted and engine.dialect.name == "sqlite":
+        say("giving the space back (VACUUM)…")
         vacuum(engine)
     result.db_bytes_after = sqlite_bytes(engine)
     return result
