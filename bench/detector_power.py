@@ -1,6 +1,7 @@
 """Print false-positive rate and power of each detector on synthetic runs with known truth.
 
     python bench/detector_power.py [--trials 400] [--scenarios 24h,1h,5m] [--cases steady,diurnal] [--seed 1]
+    python bench/detector_power.py --early-stop [--trials 400]
 
 Each row is one case (a detector on one shape of run: `steady`, or a planted load change, late
 onset, step…) on one scenario (run length and load). FPR = share of healthy runs judged FAIL (for
@@ -8,6 +9,11 @@ errors.bursts, which is SUSPECT unless gated: judged anything but PASS). PASS@0 
 runs that earned a PASS (the rest are INCONCLUSIVE or SUSPECT: the run could not rule a fault out).
 Power = the FAIL share with a fault of 1× and 2× the practical threshold planted. Goals: FPR ≤ 1 %
 everywhere, power@2x ≥ 90 % where the case claims power. See tests/support/proof.py.
+
+With --early-stop it prints the early-stop rule's table instead (tests/support/proof_early_stop.py):
+false stops = share of healthy runs it would have ended early (goal ≤ 1 %, as the FPR); stop@1x and
+stop@2x = share of runs with a planted fault it ended early, and when = the median stop time as a
+share of the planned duration. Baseline: the planned duration itself (100 %).
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from soak.analysis.findings import PASS, SUSPECT
 # The detectors' proof is test support (tests/support/), not part of the installed package.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from support.proof import SCENARIOS, Case, Rates, cases, detector_rates
+from support.proof_early_stop import STOP_CASES, stop_rates
 
 
 def flagged(rates: Rates) -> float:
@@ -51,16 +58,39 @@ def row(case: Case, scenario: str, trials: int, seed: int) -> str:
             f"{flagged(at_1x):9.1%} {power} {time.perf_counter() - started:6.1f}")
 
 
+def early_stop_row(case: str, scenario: str, trials: int, seed: int) -> str:
+    started = time.perf_counter()
+    healthy = stop_rates(case, trials, seed, 0.0, scenario)
+    at_1x = stop_rates(case, trials // 2, seed + 1, 1.0, scenario)
+    at_2x = stop_rates(case, trials // 2, seed + 2, 2.0, scenario)
+    return (f"{case:20} {scenario:10} {healthy.stop_rate:11.2%} {at_1x.stop_rate:8.1%} "
+            f"{at_1x.median_stop_fraction:10.0%} {at_2x.stop_rate:8.1%} {at_2x.median_stop_fraction:10.0%} "
+            f"{time.perf_counter() - started:6.1f}")
+
+
+def early_stop_table(trials: int, seed: int, wanted: list[str] | None) -> None:
+    print(f"{'early stop':20} {'scenario':10} {'false stops':>11} {'stop@1x':>8} {'when@1x':>10} {'stop@2x':>8} "
+          f"{'when@2x':>10} {'secs':>6}")
+    for case in STOP_CASES.values():
+        for scenario in case.scenarios:
+            if wanted is None or scenario in wanted:
+                print(early_stop_row(case.name, scenario, trials, seed), flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=400)
     parser.add_argument("--scenarios", default=None, help="comma-separated; default: each case's own")
     parser.add_argument("--cases", default=None, help="comma-separated case names; default: all")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--early-stop", action="store_true", help="the early-stop rule's table instead")
     args = parser.parse_args()
     wanted = args.scenarios.split(",") if args.scenarios else None
     for name in wanted or ():
         assert name in SCENARIOS, f"unknown scenario {name}; known: {', '.join(SCENARIOS)}"
+    if args.early_stop:
+        early_stop_table(args.trials, args.seed, wanted)
+        return
     print(f"{'case':34} {'scenario':10} {'FPR':>7} {'PASS@0':>7} {'SUSPECT@0':>9} {'power@1x':>9} {'power@2x':>9} {'secs':>6}")
     for case in selected(args.cases):
         for scenario in case.scenarios:

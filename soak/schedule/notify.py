@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 import urllib.error
 import urllib.request
@@ -102,3 +103,18 @@ def notify(url: str, summary: dict[str, Any], *, schedule_name: str | None = Non
             sleep(delay_s)
     log.warning("webhook: giving up after %d attempts", attempts)
     return False
+
+
+def notify_from_env(variable: str, summary: dict[str, Any], schedule_name: str | None = None, **options: Any) -> str:
+    """POST the summary to the webhook URL held in $variable; one line saying what happened (the URL itself
+    never appears in it). `options` go to `notify` (attempts, timeout_s…)."""
+    url = os.environ.get(variable, "").strip()
+    if not url:
+        return f"note: ${variable} is not set; no notification sent"
+    delivered = notify(url, summary, schedule_name=schedule_name, **options)
+    return f"notification {'delivered' if delivered else 'NOT delivered'} to the webhook in ${variable}"
+
+
+def failed_run_payload(run_id: str, status: str, reason: str) -> dict[str, Any]:
+    """What is sent for a run that ended without a summary (it failed to start, or was forced to stop)."""
+    return {"run_id": run_id, "status": status, "verdict": None, "verdict_reason": reason, "report_html": None}

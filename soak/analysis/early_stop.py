@@ -1,0 +1,167 @@
+"""Early stop (`soak start --stop-on-fail`): a sequential rule that ends a run once a FAIL is beyond doubt.
+
+docs/gates.md, "Early stop". The run so far is judged at looks: every `every_windows` complete windows,
+from the first count a trend can be judged on (`gates.min_windows`) up to the last count before the
+planned end (the planned end is the final verdict's own look). Only checks whose FAIL the rest of the
+run cannot undo take part: leaks (with their persistence gate), latency creep and a hang. Each look
+judges them with the gates' `p_value` divided by the number of looks the run will have — Bonferroni
+over looks — so the chance that any look of a healthy run fails stays within the final verdict's own
+false-alarm budget. A check must FAIL at `consecutive` looks in a row; one look never stops a run.
+
+Pure: plain `RunData` in, a decision out. The run side (`soak/run/early_stop.py`) reads the database.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass, field, fields, is_dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from soak.analysis.checks import CHECKS
+from soak.analysis.findings import FAIL
+from soak.analysis.fmt import duration_text
+from soak.analysis.gates import Gates
+from soak.analysis.inputs import RunData
+
+log = logging.getLogger(__name__)
+
+# Checks whose FAIL stands whatever the rest of the run does. Error rises, budgets and bursts may
+# still settle, throughput depends on the load to come, and a crash ends the run by itself.
+STOP_CHECKS = ("leak.rss", "leak.vram", "leak.kv", "leak.fds", "creep.ttft_p99", "creep.itl_p99",
+               "creep.e2e_p99", "hang")
+
+
+@dataclass(frozen=True)
+class StopRule:
+    """When to look and how many FAILs in a row stop the run."""
+
+    every_windows: int = 2
+    consecutive: int = 2
+
+    def looks(self, planned_windows: int, min_windows: int) -> tuple[int, ...]:
+        """The window counts judged: from `min_windows`, every `every_windows`, before the planned end."""
+        return tuple(range(min_windows, planned_windows, self.every_windows))
+
+
+def planned_window_count(planned_s: float, warmup_s: float, window_s: float) -> int:
+    """Complete windows a run of the planned length will have (as the loader counts them)."""
+    return max(int(math.floor((planned_s - warmup_s) / window_s + 1e-9)), 0)
+
+
+def look_gates(gates: Gates, looks: int) -> Gates:
+    """The gates a look judges with: `p_value` shared out over the looks (Bonferroni)."""
+    return gates.model_copy(update={"p_value": gates.p_value / max(looks, 1)})
+
+
+@dataclass(frozen=True)
+class Look:
+    """What one look found: the checks that FAILed and their evidence."""
+
+    windows: int
+    t_s: float
+    failed: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class StopDecision:
+    """Why a run stops early."""
+
+    check: str
+    t_s: float
+    windows: int
+    looks_in_a_row: int
+    evidence: str
+
+    def reason(self) -> str:
+        """One line for the summary, the report banner and the run's `early_stop` event."""
+        return (f"stopped early: {self.check} FAIL at {self.looks_in_a_row} looks in a row, the last over "
+                f"{self.windows} windows ({duration_text(self.t_s)} into the run): {self.evidence}")
+
+
+class SequentialStop:
+    """The sequential rule over one run's looks: call `due`, then `record(judge_look(...))`."""
+
+    def __init__(self, gates: Gates, planned_windows: int, rule: StopRule | None = None):
+        self.rule = rule or StopRule()
+        self.looks = self.rule.looks(planned_windows, gates.min_windows)
+        self.gates = look_gates(gates, len(self.looks))
+        self.streaks: dict[str, int] = {}
+        self._next = 0  # index into self.looks of the next look
+
+    def due(self, complete_windows: int) -> int | None:
+        """The latest look count reached by `complete_windows` not yet judged, else None."""
+        reached = [i for i in range(self._next, len(self.looks)) if self.looks[i] <= complete_windows]
+        if not reached:
+            return None
+        self._next = reached[-1] + 1
+        return self.looks[reached[-1]]
+
+    def record(self, look: Look) -> StopDecision | None:
+        """Count FAIL streaks; a decision once one reaches `consecutive`."""
+        self.streaks = {check: self.streaks.get(check, 0) + 1 for check in look.failed}
+        for check in STOP_CHECKS:  # the fixed order decides between checks failing together
+            if self.streaks.get(check, 0) >= self.rule.consecutive:
+                return StopDecision(check, look.t_s, look.windows, self.streaks[check], look.failed[check])
+        return None
+
+
+def judge_look(run: RunData, gates: Gates, windows: int) -> Look:
+    """Judge the first `windows` complete windows of `run` with the stop checks."""
+    cut = cut_run(run, windows)
+    failed = {}
+    for name in STOP_CHECKS:
+        try:
+            finding = CHECKS[name](cut, gates)
+        except Exception:  # a check that cannot judge the run so far stops nothing; the final analysis says why
+            log.exception("early stop: check %s failed at a look", name)
+            continue
+        if finding.verdict == FAIL:
+            failed[name] = " ".join(finding.evidence.split())
+    return Look(windows=windows, t_s=cut.actual_duration_s, failed=failed)
+
+
+def first_stop(run: RunData, gates: Gates, rule: StopRule | None = None) -> StopDecision | None:
+    """Replay every look over a whole run (the bench and the tests): the decision that would have stopped it."""
+    planned = planned_window_count(run.planned_duration_s, run.warmup_s, run.window_s)
+    sequence = SequentialStop(gates, planned, rule)
+    for count in sequence.looks:
+        decision = sequence.record(judge_look(run, sequence.gates, count))
+        if decision:
+            return decision
+    return None
+
+
+# -- the run so far ---------------------------------------------------------------------------------------
+def cut_run(run: RunData, windows: int) -> RunData:
+    """`run` as it stood at the end of its `windows`-th complete window: later windows, samples,
+    probes and events dropped."""
+    kept_measured = [w for w in run.windows if w.excluded != "warmup"][:windows]
+    end_s = kept_measured[-1].end_s if kept_measured else run.warmup_s
+    kept = tuple(w for w in run.windows if w.end_s <= end_s + 1e-9)
+    indices = {w.index for w in kept}
+    return replace(
+        run, actual_duration_s=end_s, windows=kept, stopped_early=True,
+        processes=tuple(_cut_series(p, end_s) for p in run.processes),
+        gpu_processes=tuple(_cut_series(p, end_s) for p in run.gpu_processes),
+        probes=tuple(p for p in run.probes if p.t_s < end_s),
+        latency_windows=tuple(w for w in run.latency_windows if w.index in indices),
+        request_windows=tuple(w for w in run.request_windows if w.index in indices),
+        scenario_windows={name: tuple(w for w in rows if w.index in indices)
+                          for name, rows in run.scenario_windows.items()},
+        server=_cut_series(run.server, end_s), client=_cut_series(run.client, end_s),
+        host=_cut_series(run.host, end_s), events=tuple(e for e in run.events if e.t_s < end_s),
+        total_requests=sum(w.requests for w in run.request_windows if w.index in indices),
+    )
+
+
+def _cut_series(series: Any, end_s: float) -> Any:
+    """A sampled series (a dataclass with `t_s`) without its samples at or after `end_s`."""
+    if series is None or not is_dataclass(series):
+        return series
+    keep = np.asarray(series.t_s) < end_s
+    cut = {f.name: getattr(series, f.name)[keep] for f in fields(series)
+           if isinstance(getattr(series, f.name), np.ndarray) and getattr(series, f.name).shape == keep.shape}
+    return replace(series, **cut)

@@ -1,0 +1,31 @@
+"""The early-stop rule on synthetic runs with known truth (docs/gates.md, "Early stop"): it ends at most
+1 % of healthy runs early — the final verdicts' false-alarm goal — and stops runs with a leak or creep
+of twice the threshold well before their planned end. Fixed seeds, so the counts are deterministic;
+bench/detector_power.py --early-stop prints the full table."""
+
+import pytest
+
+from support.proof_early_stop import STOP_CASES, stop_rates
+
+CASE_SCENARIOS = [(name, scenario) for name, case in STOP_CASES.items() for scenario in case.scenarios]
+
+
+def test_a_healthy_run_is_not_stopped_and_a_leak_is_quick():
+    healthy = stop_rates("leak.rss", trials=10, seed=11, multiple=0.0)
+    leaking = stop_rates("leak.rss", trials=10, seed=12, multiple=2.0)
+    assert healthy.stops == 0
+    assert leaking.stops == 10 and max(leaking.stop_fractions) < 0.6, leaking.stop_fractions
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case, scenario", CASE_SCENARIOS)
+def test_false_stop_rate(case, scenario):
+    rates = stop_rates(case, trials=400, seed=505, multiple=0.0, scenario=scenario)
+    assert rates.stops <= 4, rates.stop_fractions  # ≤ 1 %
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", [name for name, _ in CASE_SCENARIOS if _ == "24h"])
+def test_a_fault_of_twice_the_threshold_stops_a_day_long_run_early(case):
+    rates = stop_rates(case, trials=100, seed=606, multiple=2.0)
+    assert rates.stops >= 90 and rates.median_stop_fraction < 0.8, (rates.stops, rates.median_stop_fraction)
