@@ -157,6 +157,26 @@ def test_a_killed_worker_is_an_event_and_its_share_moves_to_the_other(tmp_path):
     assert sum(per_window) / len(per_window) > 0.7 * rate * 5
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_losing_the_last_worker_ends_the_run_early(tmp_path):
+    port, out = free_port(), tmp_path / "out"
+    [worker] = start_workers(1, port, tmp_path)
+    run = start_run(out, port, "--duration", "10m", "--rate", "4", "--expect-workers", "1", "--worker-wait", "90s")
+    try:
+        _wait_for_window(out, index=0, timeout_s=120)
+        worker.send_signal(signal.SIGKILL)
+        stdout, _ = finish(run, 120)  # the run ends on its own, long before its 10 minutes
+    finally:
+        end_all([run, worker])
+    summary = json.loads(stdout)
+    assert summary["status"] == "aborted" and summary["verdict"] != "PASS"
+    assert summary["stop_reason"].startswith("every load worker was lost")
+    [lost] = summary["workers"]["lost"]
+    assert (lost["pid"], lost["on_loss"]) == (worker.pid, "run_ended")
+    assert summary["duration_s"] < 120
+
+
 def _wait_for_window(out: Path, index: int, timeout_s: float) -> None:
     """Poll the store until a request window of `index` has requests."""
     deadline = time.monotonic() + timeout_s
