@@ -48,11 +48,12 @@ RUN_COLUMNS = ("id", "status", "started_at", "ended_at", "duration_s", "planned_
 
 @dataclass(frozen=True)
 class Table:
-    """One exported table: its file name, its columns with their kinds, and its rows in batches."""
+    """One exported table: its file name, its columns with their kinds, and its rows (tuples in column order)
+    in batches."""
 
     name: str
     columns: list[tuple[str, str]]  # (name, kind): kind is "int", "float", "bool", "text" or "time" (UTC)
-    batches: Callable[[], Iterator[list[dict[str, Any]]]]
+    batches: Callable[[], Iterator[list[tuple[Any, ...]]]]
 
 
 @dataclass(frozen=True)
@@ -75,7 +76,7 @@ def time_at(t0_epoch_s: float, offset_s: float | None) -> datetime | None:
     """The absolute UTC time `offset_s` after the run's start, to the millisecond."""
     if offset_s is None:
         return None
-    return datetime.fromtimestamp(round(t0_epoch_s + offset_s, 3), UTC)
+    return datetime.fromtimestamp(int((t0_epoch_s + offset_s) * 1000) / 1000, UTC)  # whole ms: Parquet's unit
 
 
 def stored_table(engine: Engine, model: type, run: dict[str, Any]) -> Table:
@@ -87,15 +88,16 @@ def stored_table(engine: Engine, model: type, run: dict[str, Any]) -> Table:
              if name in model.__table__.columns][:1]
     query = select(*columns).where(model.run_id == run["id"]).order_by(*order)
 
-    def batches() -> Iterator[list[dict[str, Any]]]:
+    at = [column.name for column in columns].index(offset) if offset else None
+
+    def batches() -> Iterator[list[tuple[Any, ...]]]:
         with engine.connect() as connection:
             result = connection.execution_options(yield_per=BATCH_ROWS).execute(query)
-            for part in result.mappings().partitions():
-                rows = [dict(row) for row in part]
-                if offset:
-                    for row in rows:
-                        row["time"] = time_at(run["t0_epoch_s"], row[offset])
-                yield rows
+            for part in result.partitions():
+                if at is None:
+                    yield [tuple(row) for row in part]
+                else:
+                    yield [(*row, time_at(run["t0_epoch_s"], row[at])) for row in part]
 
     return Table(model.__tablename__, kinds, batches)
 
@@ -114,7 +116,7 @@ def findings_table(run: dict[str, Any]) -> Table:
     summary = json.loads(run["summary_json"]) if run.get("summary_json") else {}
     kinds = {"value": "float", "ci_low": "float", "ci_high": "float", "threshold": "float",
              "detection_limit": "float"}
-    rows = finding_rows(summary)
+    rows = [tuple(row[name] for name in FINDING_COLUMNS) for row in finding_rows(summary)]
     return Table("findings", [(name, kinds.get(name, "text")) for name in FINDING_COLUMNS],
                  lambda: iter([rows] if rows else []))
 
@@ -124,26 +126,26 @@ def run_table(run: dict[str, Any]) -> Table:
     row = {name: run.get(name) for name in RUN_COLUMNS}
     row["labels"], row["environment"] = json.dumps(run.get("labels") or {}), json.dumps(run.get("environment") or {})
     kinds = {"duration_s": "float", "planned_duration_s": "float", "warmup_s": "float", "window_s": "float"}
-    return Table(Run.__tablename__, [(name, kinds.get(name, "text")) for name in RUN_COLUMNS], lambda: iter([[row]]))
+    return Table(Run.__tablename__, [(name, kinds.get(name, "text")) for name in RUN_COLUMNS],
+                 lambda: iter([[tuple(row[name] for name in RUN_COLUMNS)]]))
 
 
 def write_csv(table: Table, path: Path) -> int:
     """The table as CSV with a header row (empty cells for missing values); returns the row count."""
-    names = [name for name, _ in table.columns]
+    has_time = bool(table.columns) and table.columns[-1][1] == "time"  # only ever the last column
     count = 0
     with open(path, "w", newline="", encoding="utf-8") as handle:
-        writer = csv.DictWriter(handle, fieldnames=names, extrasaction="ignore")
-        writer.writeheader()
+        writer = csv.writer(handle)
+        writer.writerow([name for name, _ in table.columns])
         for rows in table.batches():
-            writer.writerows([_csv_cells(row) for row in rows])
+            writer.writerows([(*row[:-1], _iso(row[-1])) for row in rows] if has_time else rows)
             count += len(rows)
     return count
 
 
-def _csv_cells(row: dict[str, Any]) -> dict[str, Any]:
-    """Times as ISO-8601 UTC with milliseconds, which pandas and Grafana parse as they are."""
-    return {name: value.isoformat(timespec="milliseconds") if isinstance(value, datetime) else value
-            for name, value in row.items()}
+def _iso(moment: datetime | None) -> str | None:
+    """ISO-8601 UTC with milliseconds, which pandas and Grafana parse as it is."""
+    return moment.isoformat(timespec="milliseconds") if moment else None
 
 
 def _pyarrow() -> Any:
@@ -164,7 +166,9 @@ def write_parquet(table: Table, path: Path) -> int:
     count = 0
     with pa.parquet.ParquetWriter(path, schema) as writer:
         for rows in table.batches():
-            writer.write_table(pa.Table.from_pylist(rows, schema=schema))
+            columns = list(zip(*rows))
+            writer.write_table(pa.Table.from_arrays(
+                [pa.array(values, type=field.type) for values, field in zip(columns, schema)], schema=schema))
             count += len(rows)
     return count
 
