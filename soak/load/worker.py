@@ -161,14 +161,14 @@ class WorkerSession:
     def on_spec(self, environment: Any, msg: Any, **_kw: Any) -> None:
         """Prepare the run (answer ready), or say why not and leave; a worker turned away leaves too."""
         if "reject" in msg.data:
-            self._leave(f"turned away: {msg.data['reject']}")
+            self._leave(f"the soak master at {self.master} turned this worker away: {msg.data['reject']}")
             return
         try:
             self.process = WorkerProcess(self.runner, msg.data)
         except Exception as exc:  # the master needs the reason in one line, whatever it was
             error = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             self.runner.send_message(FAILED_MESSAGE, {"error": error})
-            self._leave(f"could not prepare the run: {error}")
+            self._leave(f"this worker could not prepare the run of the soak master at {self.master}: {error}")
             return
         self.runner.send_message(READY_MESSAGE, {})
         self.say(f"joined the run as worker {self.runner.worker_index}: {self.process.board.share:.3g} of the "
@@ -187,7 +187,7 @@ class WorkerSession:
     def outcome(self) -> None:
         """After the runner ended: nothing when the master stopped this worker's load, else why not."""
         if self.refusal is not None:
-            raise TargetError(f"the soak master at {self.master} {self.refusal}")
+            raise TargetError(self.refusal)
         if self.process is None or not self.process.stopped:
             raise TargetError(f"the soak master at {self.master} went away before the run ended")
         self.say(f"done: {self.process.status()['health']['sends']} requests sent")

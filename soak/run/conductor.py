@@ -20,7 +20,7 @@ from typing import Any
 
 from soak.config import RunConfig
 from soak.contracts import EventKind, P99Ms, Progress, Stage, Summary, measured_rate_rps, stage_at
-from soak.errors import EXIT_FORCED, StorageError
+from soak.errors import EXIT_FORCED, SoakError, StorageError
 from soak.load import LoadHooks, gather_workers, start_load
 from soak.load.canary import ProbeGate, start_canary
 from soak.run.early_stop import watch_for_failure
@@ -117,6 +117,7 @@ class RunState:
     early_stop: Any = None  # soak.run.early_stop.EarlyStopWatch, with --stop-on-fail
     ledger: OutcomeLedger | None = None
     web: Any = None  # soak.web.launch.WebProcess, with --web
+    web_socket: Any = None  # (listening socket, base URL) of --web, bound before anything starts
     t0: float = 0.0
     status: str = "running"
     end_reason: str = ""
@@ -149,11 +150,12 @@ class Conductor:
             try:
                 self.engine = open_database(self.config.db_url)
                 install_signal_handlers(self.stop)
+                self._bind_web()
                 self._start_target()
                 self._gather_workers()
                 self._open_run()
                 self._start_web()
-                self._start_measuring()
+                self._start_or_close()
                 self._drive()
                 return self._finish()
             finally:
@@ -223,6 +225,20 @@ class Conductor:
         state.early_stop = watch_for_failure(self.engine, state.run_id, config)
         self._say(state.early_stop and state.early_stop.describe())
 
+    def _start_or_close(self) -> None:
+        """Start telemetry and load. When the load cannot start once the run is open (a load worker cannot
+        prepare the run, say), keep what was collected: end the run as aborted, finalise it, and re-raise
+        saying where its report is."""
+        try:
+            self._start_measuring()
+        except SoakError as exc:
+            if self.state.ledger is None or self.state.load is not None:
+                raise
+            self.state.end_reason = f"the load could not start: {exc}"
+            summary = self._finish()
+            exc.args = (f"{exc}; run {self.state.run_id} was closed as aborted (report: {summary.report_html})",)
+            raise
+
     def _watch_log_and_canary(self) -> LoadHooks:
         """Start the server-log scan and the canary; the load's hooks, through which the canary learns of probes."""
         state, config = self.state, self.config
@@ -239,19 +255,32 @@ class Conductor:
                          on_idle_probe=on_idle_probe,
                          drain_timeout_s=drain_timeout_hook(config, lambda: state.windows.progress()["p99_ms"]["e2e"]))
 
-    def _start_web(self) -> None:
-        """With --web, the live view in a process of its own (it reads the database, never this process)."""
-        if not self.config.web:
-            return
-        from soak.web.launch import exposure_note, start_web_process
+    def _bind_web(self) -> None:
+        """With --web, bind its address first: a port in use is a clear error before anything starts."""
+        if self.config.web:
+            from soak.web.launch import bind_web_address, exposure_note
 
+            self.state.web_socket = bind_web_address(self.config.web)
+            self._say(exposure_note(self.config.web))
+
+    def _start_web(self) -> None:
+        """The live view in a process of its own (it reads the database, never this process), once the run's row
+        exists."""
         state = self.state
-        state.web = start_web_process(self.config.db_url, self.config.web, state.run_id, state.run_dir / "web.log")
+        if state.web_socket is None:
+            return
+        from soak.web.launch import start_web_process
+
+        sock, base_url = state.web_socket
+        state.web_socket = None
+        state.web = start_web_process(self.config.db_url, sock, f"{base_url}/runs/{state.run_id}",
+                                      state.run_dir / "web.log")
         log.info("live view at %s (pid %d)", state.web.url, state.web.process.pid)
-        self._say(exposure_note(self.config.web))
         self._say(f"live view: {state.web.url}")
 
     def _stop_web(self) -> None:
+        if self.state.web_socket is not None:  # bound but never handed over (the start failed)
+            self.state.web_socket[0].close()
         if self.state.web is not None:
             self.state.web.stop()
 
@@ -407,8 +436,9 @@ class Conductor:
         state = self.state
         self._report(Progress(stage=Stage.FINALISING, run_id=state.run_id))
         self._stop_canary()
-        state.load.stop(drain_timeout_s=STOP_DRAIN_S)
-        self._record_loop_lag(time.time() - state.t0, final=True)
+        if state.load is not None:  # None when the load never started (`_start_or_close`)
+            state.load.stop(drain_timeout_s=STOP_DRAIN_S)
+            self._record_loop_lag(time.time() - state.t0, final=True)
         state.telemetry.stop()
         if state.log_scanner is not None:
             state.log_scanner.close()

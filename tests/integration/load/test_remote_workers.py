@@ -117,6 +117,39 @@ def test_workers_that_never_come_fail_the_start_with_one_line_and_exit_2(tmp_pat
         db.close()
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(150)
+def test_a_worker_that_cannot_prepare_the_run_closes_it_with_its_report(tmp_path):
+    master_dir, worker_dir = tmp_path / "master", tmp_path / "worker"
+    master_dir.mkdir(), worker_dir.mkdir()
+    scenario = Path(__file__).resolve().parents[3] / "scenarios" / "chat_short.py"
+    (master_dir / "my_scenario.py").write_text(scenario.read_text())  # a relative path only the master can see
+    port = free_port()
+    worker = subprocess.Popen([sys.executable, "-m", "soak", "worker", "--master", f"127.0.0.1:{port}",
+                               "--connect-timeout", "2m"], cwd=worker_dir, stderr=subprocess.PIPE, text=True)
+    run = subprocess.Popen([sys.executable, "-m", "soak", "start", *SHORT_RUN, "--duration", "5m", "--out",
+                            str(tmp_path / "out"), "--master-bind", f"127.0.0.1:{port}", "--expect-workers", "1",
+                            "--scenario", "my_scenario.py"], cwd=master_dir, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True)
+    try:
+        _, stderr = finish(run, 120)
+        _, worker_err = finish(worker, 30)
+    finally:
+        end_all([run, worker])
+    assert run.returncode == 2 and worker.returncode == 2
+    [error] = [line for line in stderr.splitlines() if line.startswith("soak: error:")]
+    assert "could not prepare the run" in error and "my_scenario.py" in error
+    assert "was closed as aborted (report: " in error
+    report = Path(error.split("(report: ")[1].rstrip(")"))
+    assert report.exists()
+    db = sqlite3.connect(tmp_path / "out" / "soak.db")
+    try:
+        assert db.execute("select status from runs").fetchall() == [("aborted",)]
+    finally:
+        db.close()
+    assert "could not prepare the run" in worker_err.splitlines()[-1]
+
+
 @pytest.mark.timeout(60)
 def test_a_worker_with_no_master_gives_up_with_one_line_and_exit_2(soak_cli):
     started = time.monotonic()
