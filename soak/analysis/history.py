@@ -6,6 +6,7 @@ Pure: it reads the plain run dicts the store returns (summary and environment de
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -62,8 +63,6 @@ class HistoryRow:
 
 def from_stored(run: dict[str, Any]) -> HistoryRun:
     """A HistoryRun from a run dict of the store (`summary_json` and `environment_json` still encoded)."""
-    import json
-
     summary = json.loads(run["summary_json"]) if run.get("summary_json") else None
     environment = json.loads(run.get("environment_json") or "{}")
     config = json.loads(run.get("config_json") or "{}")
