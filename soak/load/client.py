@@ -207,27 +207,30 @@ class SseParser:
     """
 
     def __init__(self) -> None:
-        self._pending = bytearray()
+        self._pending = b""  # the start of a line not yet complete
         self._data: list[bytes] = []
 
     def feed(self, chunk: bytes) -> list[bytes]:
         """The events that `chunk` completes (usually one: servers write an event per chunk)."""
-        self._pending += chunk
-        end = self._pending.rfind(b"\n")
+        data = self._pending + chunk if self._pending else chunk
+        end = data.rfind(b"\n")
         if end < 0:
+            self._pending = data
             return []
-        lines = bytes(self._pending[:end]).split(b"\n")
-        del self._pending[:end + 1]
+        self._pending = data[end + 1:]
+        lines = data[:end].split(b"\n")
+        if b"\r" in data:
+            lines = [line[:-1] if line.endswith(b"\r") else line for line in lines]
         events: list[bytes] = []
         for line in lines:
-            self._line(line[:-1] if line.endswith(b"\r") else line, events)
+            self._line(line, events)
         return events
 
     def close(self) -> list[bytes]:
         events: list[bytes] = []
         if self._pending:
-            self._line(bytes(self._pending).rstrip(b"\r"), events)
-            self._pending.clear()
+            self._line(self._pending.rstrip(b"\r"), events)
+            self._pending = b""
         self._line(b"", events)
         return events
 
@@ -556,7 +559,10 @@ def _encode(body: bytes | str | dict[str, Any]) -> bytes:
         return body
     if isinstance(body, str):
         return body.encode("utf-8")
-    return json.dumps(body, ensure_ascii=False).encode("utf-8")
+    try:
+        return orjson.dumps(body)
+    except TypeError:  # what orjson refuses (an int beyond 64 bits, a subclass it does not know), json writes
+        return json.dumps(body, ensure_ascii=False).encode("utf-8")
 
 
 def _parse_chunk(data: bytes) -> dict[str, Any]:

@@ -162,21 +162,34 @@ def decode_histogram(text: str) -> HdrHistogram:
 
 @dataclass
 class _Cell:
-    """Histograms and counts of one (window, scenario)."""
+    """Histograms and counts of one (window, scenario).
+
+    Latencies wait in `pending` until `settle` records them in one numpy step per metric: recording each value
+    into hdrh as it came cost more than the rest of handling a streamed token.
+    """
 
     histograms: dict[str, HdrHistogram] = field(default_factory=lambda: {m: new_histogram() for m in LATENCY_METRICS})
     counts: dict[str, int] = field(default_factory=dict)
+    pending: dict[str, list[float]] = field(default_factory=lambda: {m: [] for m in LATENCY_METRICS})
 
     def add(self, record: RequestLike, with_itl: bool = True) -> None:
-        """Count the request and record its latencies; `with_itl=False` leaves its inter-token gaps out."""
+        """Count the request and keep its latencies; `with_itl=False` leaves its inter-token gaps out."""
         _count_outcome(self.counts, record)
         for metric, value_ms in _latency_values(record):
-            record_ms(self.histograms[metric], value_ms)
+            self.pending[metric].append(value_ms)
         if with_itl and record.itl_ms and _succeeded(record):
-            record_many_ms(self.histograms["itl"], record.itl_ms)
+            self.pending["itl"].extend(record.itl_ms)
+
+    def settle(self) -> _Cell:
+        """Record the pending latencies into the histograms; returns the cell."""
+        for metric, values in self.pending.items():
+            if values:
+                record_many_ms(self.histograms[metric], values)
+                values.clear()
+        return self
 
     def merge(self, other: _Cell) -> None:
-        for metric, histogram in other.histograms.items():
+        for metric, histogram in other.settle().histograms.items():
             self.histograms[metric].add(histogram)
         for key, value in other.counts.items():
             self.counts[key] = self.counts.get(key, 0) + value
@@ -272,7 +285,7 @@ class LatencyWindows:
     def _latency_rows(self, index: int, scenario: str, cell: _Cell) -> list[dict[str, Any]]:
         return [
             {**self._bounds(index), "scenario": scenario, "metric": metric, **histogram_stats(histogram)}
-            for metric, histogram in cell.histograms.items()
+            for metric, histogram in cell.settle().histograms.items()
         ]
 
     def _request_row(self, index: int, scenario: str, cell: _Cell) -> dict[str, Any]:
@@ -287,7 +300,7 @@ class LatencyWindows:
 
     def progress(self) -> dict[str, Any]:
         """Counts and P99s since warm-up, for the live display (the summary is computed from the database)."""
-        histograms = self.measured.histograms
+        histograms = self.measured.settle().histograms
         return {"counts": dict(self.measured.counts),
                 "p99_ms": {m: percentiles_us(histograms[m], (99,))[0] / 1000.0 if histograms[m].get_total_count()
                            else 0.0 for m in ("ttft", "e2e")}}
