@@ -21,9 +21,14 @@ def bytes_text(n_bytes: float, digits: int = 1) -> str:
 def bytes_range_text(low: float, high: float, digits: int = 1) -> str:
     """A CI in the unit of its larger end: `41.0–53.5 MiB`."""
     scale = max(abs(low), abs(high))
+
+    def end(value: float) -> str:  # a small end keeps two digits rather than reading "0.0" beside "rules out 33.5 MiB"
+        text = f"{value:.{digits}f}"
+        return f"{value:.2g}" if value and float(text) == 0 else text
+
     for factor, unit in _BYTE_UNITS:
         if scale >= factor:
-            return f"{low / factor:.{digits}f}–{high / factor:.{digits}f} {unit}"
+            return f"{end(low / factor)}–{end(high / factor)} {unit}"
     return f"{low:.0f}–{high:.0f} B"
 
 

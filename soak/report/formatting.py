@@ -85,8 +85,10 @@ def display_unit(unit: str | None, magnitude: float) -> tuple[float, str]:
 def quantity_texts(value: Any, unit: str | None, ci: Any = None, threshold: Any = None,
                    detection_limit: Any = None) -> dict[str, str]:
     """Value, CI, threshold and detection limit of one finding as text, all in the same human unit chosen from
-    their sizes ("" for an absent CI or detection limit)."""
-    numbers = [x for x in [value, threshold, detection_limit, *(ci or [])] if is_number(x)]
+    their sizes ("" for an absent CI or detection limit). A wide CI does not choose the unit: a flat slope with a
+    CI reaching −1.2 GiB/h still reads in the MiB/h of its 16 MiB/h threshold, as its sentence does."""
+    numbers = [x for x in [value, threshold, detection_limit] if is_number(x) and x != 0]
+    numbers = numbers or [x for x in ci or [] if is_number(x)]
     magnitude = max((abs(x) for x in numbers), default=0.0)
     factor, label = display_unit(unit, magnitude)
 
