@@ -51,6 +51,9 @@ def _guarded(build: Callable[[], str]) -> HTMLResponse:
     except SoakError as exc:
         log.warning("live view: %s", exc)
         return _error_page(503, str(exc))
+    except Exception as exc:  # one page must not take the view down; the traceback goes to the log
+        log.exception("live view: internal error")
+        return _error_page(500, f"internal error: {type(exc).__name__}: {exc}")
 
 
 def create_app(engine: Engine, refresh_s: float = 5.0) -> Starlette:

@@ -61,22 +61,26 @@ class WebProcess:
             self.process.wait()
 
 
-def start_web_process(db_url: str, address: str, run_id: str, log_path: Path) -> WebProcess:
-    """Start `soak web` on `address` (HOST:PORT) for the database at `db_url`; its output goes to `log_path`.
-
-    The database URL travels in the environment (SOAK_DB), not on the command line other users can read.
-    """
+def bind_web_address(address: str) -> tuple[socket.socket, str]:
+    """(listening socket, its base URL) for a HOST:PORT address; ConfigError when it cannot be bound."""
     host, port = split_host_port(address)
     sock = bind_listening_socket(host, port)
+    return sock, socket_url(sock, host)
+
+
+def start_web_process(db_url: str, sock: socket.socket, page_url: str, log_path: Path) -> WebProcess:
+    """Start `soak web` serving the database at `db_url` on the listening `sock` (closed here once the child has
+    its copy); its output goes to `log_path`. The database URL travels in the environment (SOAK_DB), not on the
+    command line other users can read."""
     try:
         command = [sys.executable, "-m", "soak", "web", "--fd", str(sock.fileno()), "--parent-pid", str(os.getpid())]
         with open(log_path, "ab") as log:
             process = subprocess.Popen(command, pass_fds=[sock.fileno()], stdin=subprocess.DEVNULL, stdout=log,
                                        stderr=subprocess.STDOUT, env={**os.environ, "SOAK_DB": db_url},
                                        start_new_session=True)  # Ctrl-C reaches soak, which stops this itself
-        return WebProcess(process, f"{socket_url(sock, host)}/runs/{run_id}")
+        return WebProcess(process, page_url)
     finally:
-        sock.close()  # the child holds its own copy
+        sock.close()
 
 
 def exposure_note(address: str) -> str | None:

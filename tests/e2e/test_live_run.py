@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 import select
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -19,7 +20,7 @@ import pytest
 
 from soak.units import parse_duration
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
 START = ["start", "--duration", "45s", "--warmup", "5s", "--window", "5s", "--sample-every", "1s", "--rate", "2",
          "--no-idle-probes", "--canary-every", "0", "--web"]
@@ -57,6 +58,7 @@ def _elapsed_s(url: str, after_s: float, timeout_s: float = 40) -> float:
     raise AssertionError(f"the live page never showed the run past {after_s} s")
 
 
+@pytest.mark.slow
 def test_a_live_run_is_viewed_and_reported_mid_run_and_still_finishes_normally(tmp_path, soak_cli):
     process = subprocess.Popen([sys.executable, "-m", "soak", *START, "--out", str(tmp_path), "--json"],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -91,6 +93,7 @@ def test_a_live_run_is_viewed_and_reported_mid_run_and_still_finishes_normally(t
     assert _page(url) is None  # nothing listens there any more
 
 
+@pytest.mark.slow
 def test_the_live_view_ends_when_its_soak_is_killed(tmp_path, soak_cli):
     process = subprocess.Popen([sys.executable, "-m", "soak", *START, "--out", str(tmp_path)],
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -109,3 +112,17 @@ def test_the_live_view_ends_when_its_soak_is_killed(tmp_path, soak_cli):
         time.sleep(0.25)
     closed = soak_cli("close", url.rsplit("/", 1)[1], "--out", str(tmp_path), timeout_s=120)  # ends the server
     assert closed.returncode in (1, 3), closed.stderr
+
+
+def test_a_web_port_in_use_stops_the_start_before_anything_runs(tmp_path, soak_cli):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        result = soak_cli("start", "--duration", "30s", "--web", f"127.0.0.1:{port}", "--out", str(tmp_path),
+                          timeout_s=120)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"soak: error: cannot serve the live view at 127.0.0.1:{port}: Address already in use")
+    runs = sqlite3.connect(tmp_path / "soak.db").execute("select count(*) from runs").fetchone()[0]
+    assert runs == 0  # no server was started and no run was recorded
