@@ -154,7 +154,7 @@ SETTINGS: tuple[Setting, ...] = (
     _s("json", "json_output", OUTPUT, "Also print summary.json to stdout.", kind="flag"),
     _s("web", "web", OUTPUT, "Serve a read-only live view of the run at ADDR (HOST[:PORT] or :PORT; the flag alone: "
        "127.0.0.1 at a free port) and print its URL. No authentication: docs/report.md, Live view.",
-       metavar="ADDR", flag_value="on"),
+       metavar="[ADDR]", flag_value="on"),
     _s("out", "out_dir", LOCATIONS, "Output folder (default ./soak-runs).", kind="folder", metavar="DIR"),
     _s("db", "db_url", LOCATIONS, "Database URL (default sqlite:///<out>/soak.db).", metavar="URL"),
 )

@@ -4,6 +4,9 @@ lock and own files left exactly as they were."""
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
 
 import pytest
 from live_run import build_live_db, table_dump
@@ -53,3 +56,17 @@ def test_a_finished_run_report_has_no_in_progress_mark(live, tmp_path, soak_cli)
     assert "in_progress" not in json.loads(result.stdout)
     html = (tmp_path / "final" / "report.html").read_text()
     assert 'id="in-progress"' not in html and "<title>In progress" not in html
+
+
+def test_the_pdf_of_a_running_run_carries_the_in_progress_strip(live, tmp_path, soak_cli):
+    from soak.report.pdf import find_chromium
+
+    if not (find_chromium() and shutil.which("pdftotext")):
+        if os.environ.get("SOAK_REQUIRE_ALL") == "1":
+            pytest.fail("needs chromium and poppler-utils (SOAK_REQUIRE_ALL=1)")
+        pytest.skip("needs chromium and poppler-utils")
+    pdf = tmp_path / "snapshot.pdf"
+    result = soak_cli("report", live["running"], "--db", live["db_url"], "--pdf", str(pdf), timeout_s=240)
+    assert result.returncode == 0, result.stderr
+    text = subprocess.run(["pdftotext", str(pdf), "-"], capture_output=True, text=True, check=True).stdout
+    assert "IN PROGRESS" in text and "provisional" in text
