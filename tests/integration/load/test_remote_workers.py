@@ -254,3 +254,31 @@ def test_a_larger_share_takes_effect_from_now_and_scales_the_rate():
     board.update({"segments": [[now + 5, 2.0]]})
     assert board.plan.rate_at(now + 6) == pytest.approx(2.0)  # later segments come at the new share
     assert Segment(now + 5, 2.0) in board.plan.segments
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("burstiness", [None, 2.0], ids=["poisson-shares", "dealt-times"])
+def test_a_local_worker_that_dies_is_lost_and_the_other_takes_the_whole_rate(mock_server, burstiness):
+    import psutil
+    from loadtools import make_config, run_load, wait_for
+
+    model = mock_server.model(ttft_ms=20, itl_ms=5, tokens=5)
+    config = make_config(duration_s=12, rate_rps=20, seed=5, workers=2, burstiness=burstiness)
+
+    def kill_one(run) -> None:
+        assert wait_for(lambda: len(run.records) >= 10, timeout_s=30)  # both workers are under way
+        children = [p for p in psutil.Process().children() if "soak.load.worker" in " ".join(p.cmdline())]
+        assert len(children) == 2
+        children[1].kill()
+        assert wait_for(lambda: run.events_of("worker_lost"), timeout_s=10)
+        run.killed_at = time.time()
+
+    run = run_load(config, mock_server.url, model, during=kill_one)
+    [lost] = run.events_of("worker_lost")
+    assert lost["why"] == "its process exited with code -9" and lost["local"] is True
+    assert (lost["remaining"], lost["share"], lost["on_loss"]) == (1, 1.0, "redistributed")
+    assert run.counters["workers"] == 1
+    after = [r for r in run.records if r.intended_t > run.killed_at + 0.5]
+    span_s = run.handle.phase_plan.end_t - (run.killed_at + 0.5)
+    assert span_s > 3
+    assert len(after) > 0.7 * 20 * span_s  # the survivor sends the whole 20 req/s, not its old 10
