@@ -20,16 +20,20 @@ STYLES: dict[str, dict[str, str]] = {
     "crash": {"color": "#dc2626", "dash": "solid", "label": "crash"},
     "restart": {"color": "#ea580c", "dash": "solid", "label": "restart"},
     "burst": {"color": "#db2777", "dash": "dot", "label": "error burst"},
+    "worker_lost": {"color": "#7c3aed", "dash": "dashdot", "label": "load worker lost"},
 }
 PROBE_FILL_OPACITY = 0.10
 # Beyond this many markers a chart is a wall of lines (and slow): the least telling classes go first.
 MAX_MARKERS = 300
-DROP_ORDER = ("burst", "server_start", "probe", "probe_timeout", "phase", "restart", "outage", "crash", "warmup")
+DROP_ORDER = ("burst", "server_start", "probe", "probe_timeout", "phase", "worker_lost", "restart", "outage", "crash",
+              "warmup")
 
 
 def event_class(kind: str) -> str:
     """The class of an event kind, used for its colour in the events table and its marker on charts."""
     kind = (kind or "").lower()
+    if kind == "worker_lost":
+        return "worker_lost"
     if kind == "probe_drain_timeout":
         return "probe_timeout"
     if kind.startswith("probe"):

@@ -14,6 +14,7 @@ pytestmark = pytest.mark.timeout(30)
     ("crash", "crash"), ("server_crash", "crash"), ("server_exit", "crash"), ("restart", "restart"),
     ("server_restart", "restart"), ("server_start", "server_start"), ("error_burst", "burst"),
     ("warmup_end", "warmup"), ("outage_start", "outage"), ("no_gpu", "other"), ("run_end", "other"),
+    ("worker_lost", "worker_lost"), ("workers_joined", "other"),
 ])
 def test_event_class(kind, expected):
     assert event_class(kind) == expected
