@@ -57,7 +57,7 @@ def _guarded(build: Callable[[], str]) -> HTMLResponse:
 
 
 def create_app(engine: Engine, refresh_s: float = 5.0) -> Starlette:
-    """The app: `/` (the run picker), `/runs/RUN` (a run's report, live) and plotly.js."""
+    """The app: `/` (the run picker), `/runs/RUN` (a run's report, live), plotly.js and an empty favicon."""
     pages = LivePages(engine, refresh_s)
 
     def index(_request: Request) -> Response:
@@ -70,8 +70,11 @@ def create_app(engine: Engine, refresh_s: float = 5.0) -> Starlette:
         return Response(str(plotly_js()), media_type="text/javascript",
                         headers={**SAFE_HEADERS, "Cache-Control": "public, max-age=86400"})
 
+    def no_icon(_request: Request) -> Response:  # browsers ask for one; an empty answer keeps their console clean
+        return Response(status_code=204, headers=SAFE_HEADERS)
+
     return Starlette(routes=[Route("/", index, methods=["GET"]), Route("/runs/{run_id}", run_page, methods=["GET"]),
-                             Route(PLOTLY_URL, plotly, methods=["GET"])])
+                             Route(PLOTLY_URL, plotly, methods=["GET"]), Route("/favicon.ico", no_icon, methods=["GET"])])
 
 
 def serve(engine: Engine, sock: socket.socket, refresh_s: float, parent_pid: int | None = None) -> None:

@@ -125,3 +125,38 @@ def test_ctrl_c_or_sigterm_is_a_clean_stop(live, signum):
         process.send_signal(signum)
         assert process.wait(timeout=15) == 0
         assert "Traceback" not in process.stderr.read()
+
+
+def test_in_a_browser_the_page_draws_its_charts_and_reloads_itself(live):
+    from selenium.webdriver.support.ui import WebDriverWait
+    from test_report_browser import _browser_or_skip
+
+    driver = _loopback_browser(*_browser_or_skip())
+    try:
+        driver.get(f"{live['url']}runs/{live['running']}")
+        rendered = "return document.body.getAttribute('data-charts-rendered')"
+        stamp = "return document.getElementById('in-progress').getAttribute('data-generated-at')"
+        WebDriverWait(driver, 60).until(lambda d: d.execute_script(rendered) is not None)
+        assert int(driver.execute_script(rendered)) >= 10  # plotly.js came from /static/plotly.js
+        first = driver.execute_script(stamp)
+        WebDriverWait(driver, 30).until(lambda d: d.execute_script(stamp) not in (None, first))
+        WebDriverWait(driver, 60).until(lambda d: d.execute_script(rendered) is not None)
+        errors = [entry for entry in driver.get_log("browser") if entry["level"] in ("SEVERE", "ERROR")]
+        assert errors == []
+    finally:
+        driver.quit()
+
+
+def _loopback_browser(chromium: str, driver_path: str):  # returns a selenium WebDriver
+    """Headless Chromium that reaches 127.0.0.1 and no other host."""
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = chromium
+    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-extensions",
+                     "--window-size=1280,800", "--no-first-run", "--disable-background-networking",
+                     "--disable-component-update", "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1"):
+        options.add_argument(argument)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    return webdriver.Chrome(service=Service(executable_path=driver_path), options=options)
