@@ -14,7 +14,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from soak.errors import ToolError
+from soak.errors import StorageError, ToolError
 
 PAPERS = ("a4", "letter")
 CHROMIUM_ENV = "SOAK_CHROMIUM"
@@ -62,16 +62,25 @@ def print_pdf(html_path: Path, pdf_path: Path, paper: str = "a4") -> Path:
     if paper not in PAPERS:
         raise ToolError(f"unknown paper {paper!r}: use one of {', '.join(PAPERS)}")
     chromium = require_chromium()
-    pdf_path = Path(pdf_path)
-    pdf_path.parent.mkdir(parents=True, exist_ok=True)
     page_url = f"{Path(html_path).resolve().as_uri()}?print={paper}"
     with tempfile.TemporaryDirectory(prefix="soak-pdf-") as scratch:
         printed = Path(scratch) / "report.pdf"
         _run_chromium(chromium_command(chromium, page_url, printed, Path(scratch) / "profile"))
         if not printed.exists() or printed.stat().st_size == 0:
             raise ToolError(f"Chromium ({chromium}) wrote no PDF for {html_path}")
-        shutil.copyfile(printed, pdf_path.with_name(pdf_path.name + ".tmp"))
-        os.replace(pdf_path.with_name(pdf_path.name + ".tmp"), pdf_path)
+        return _place(printed, Path(pdf_path))
+
+
+def _place(printed: Path, pdf_path: Path) -> Path:
+    """Copy the printed file to `pdf_path` through a temporary name, so no one opens half a PDF."""
+    temp = pdf_path.with_name(pdf_path.name + ".tmp")
+    try:
+        pdf_path.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(printed, temp)
+        os.replace(temp, pdf_path)
+    except OSError as exc:
+        temp.unlink(missing_ok=True)
+        raise StorageError(f"cannot write the PDF {pdf_path}: {exc.strerror or exc}") from None
     return pdf_path
 
 
