@@ -1,8 +1,9 @@
 """The live view's pages as HTML text: the run picker and each run's report, rebuilt from the database.
 
 A run still under way is analysed as it stands (soak.run.in_progress) and marked in progress; a finished run
-shows its stored summary. Pages are cached for part of the refresh period and built one at a time, so however
-many browsers poll, the database sees at most about one read of a run per period.
+shows its stored summary. Pages are built one at a time and cached for half the refresh period, or for five
+times as long as the page took to build when that is longer, so however many browsers poll, the view reads each
+run about once a period and never keeps a core busy.
 """
 
 from __future__ import annotations
@@ -27,13 +28,19 @@ PLOTLY_URL = "/static/plotly.js"
 MAX_RUNS_LISTED = 500
 MAX_CACHED_PAGES = 32
 FINISHED_CACHE_S = 60.0  # a finished run's page changes only when someone re-finalises it
+# A running run's page is rebuilt at most once per this many build times, so the view uses at most about a fifth
+# of one core however long the run (a 72 h run's analysis takes seconds) and however many tabs are open.
+BUILD_DUTY_FACTOR = 5.0
 
 
 @dataclass
 class CachedPage:
     html: str
     built_at: float
-    finished: bool  # a finished run's page keeps longer
+    max_age_s: float
+
+    def fresh(self) -> bool:
+        return time.monotonic() - self.built_at < self.max_age_s
 
 
 @dataclass
@@ -49,13 +56,16 @@ class LivePages:
         """The report of `run_id` with the live banner; UnknownRunError for a run the database lacks."""
         with self._lock:  # one build at a time: a second browser waits and then gets the cached page
             cached = self._cache.get(run_id)
-            if cached and time.monotonic() - cached.built_at < (FINISHED_CACHE_S if cached.finished else
-                                                                 self.refresh_s / 2):
+            if cached and cached.fresh():
                 return cached.html
+            started = time.monotonic()
             run = get_run(self.engine, run_id)
             html = render_html(build_context(self.engine, run_id, self._summary(run)),
                                live={"refresh_s": self._refresh_text(), "plotly_url": PLOTLY_URL})
-            self._remember(run_id, html, finished=run["status"] != "running")
+            build_s = time.monotonic() - started
+            finished = run["status"] != "running"
+            self._remember(run_id, html, FINISHED_CACHE_S if finished else max(self.refresh_s / 2,
+                                                                               BUILD_DUTY_FACTOR * build_s))
             return html
 
     def index_page(self) -> str:
@@ -76,10 +86,10 @@ class LivePages:
             summary.in_progress = None
         return summary.to_json_dict()
 
-    def _remember(self, run_id: str, html: str, finished: bool) -> None:
+    def _remember(self, run_id: str, html: str, max_age_s: float) -> None:
         if len(self._cache) >= MAX_CACHED_PAGES:
             self._cache.pop(min(self._cache, key=lambda key: self._cache[key].built_at))
-        self._cache[run_id] = CachedPage(html, time.monotonic(), finished)
+        self._cache[run_id] = CachedPage(html, time.monotonic(), max_age_s)
 
     def _refresh_text(self) -> str:
         return f"{self.refresh_s:g}"
