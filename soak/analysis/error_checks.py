@@ -129,19 +129,21 @@ def check_rise(run: RunData, gates: Gates) -> Finding:
                               f"{low:+.2f} to {high:+.2f} pp", f"+{100 * gates.errors.rise_abs:g} pp",
                               gates.confidence)
     details = {"windows_used": result.n, "mk_p": result.mk_p, "gates": result.gates, "series_unit": "fraction"}
-    verdict, value = result.verdict, change
+    verdict, value, ci = result.verdict, change, (low, high)
     step = rate_step(rows, gates)
     if step is not None:
         details["step"] = step.to_dict()
     if step is not None and step.found and verdict != FAIL:
-        verdict, value = FAIL, 100 * step.shift
+        # The value is now the step's size: the trend's CI is not its CI, so the row shows none (details keep it).
+        verdict, value, ci = FAIL, 100 * step.shift, None
+        details["trend_ci"] = [low, high]
         evidence += "; " + _step_text(step)
     sentence = detection_sentence(result, lambda s: f"+{100 * s * result.span_s:.2f} pp")
     if sentence and verdict != FAIL:
         evidence += f"; {sentence}"
     return Finding(check="errors.rise", verdict=verdict, value=value, unit="pp over run",
-                   ci=(low, high), threshold=100 * gates.errors.rise_abs, evidence=evidence,
-                   trend=result.line("linear"), detection_limit=high, details=details,
+                   ci=ci, threshold=100 * gates.errors.rise_abs, evidence=evidence,
+                   trend=result.line("linear"), detection_limit=high if ci else None, details=details,
                    next_step=settle_step(result, lambda s: f"+{100 * s * result.span_s:.2f} pp"))
 
 

@@ -199,11 +199,13 @@ def _creep_finding(series: CreepSeries, result: TrendResult, evidence: str, deta
     low, high = (_rise_pct(c * span) for c in result.ci_per_s)
     start_ms = math.exp(result.intercept)
     end_ms = math.exp(result.intercept + result.slope_per_s * span)
-    verdict, value = result.verdict, rise
+    verdict, value, ci = result.verdict, rise, (low, high)
     if step is not None:
         details["step"] = step.to_dict()
     if step is not None and step.found and verdict != FAIL:
-        verdict, value = FAIL, _rise_pct(step.shift)
+        # The value is now the step's size: the trend's CI is not its CI, so the row shows none (details keep it).
+        verdict, value, ci = FAIL, _rise_pct(step.shift), None
+        details["trend_ci"] = [low, high]
         evidence += "; " + _step_sentence(series, step)
     else:
         evidence += f"; fitted {ms_text(start_ms)} → {ms_text(end_ms)}"
@@ -212,9 +214,9 @@ def _creep_finding(series: CreepSeries, result: TrendResult, evidence: str, deta
         evidence += f"; {sentence}"
     details.update({"windows_judged": series.judged, "span_s": span, "series_unit": "ms",
                     "fitted_start_ms": start_ms, "fitted_end_ms": end_ms})
-    return Finding(check=series.check, verdict=verdict, value=value, unit="% over run", ci=(low, high),
+    return Finding(check=series.check, verdict=verdict, value=value, unit="% over run", ci=ci,
                    threshold=100 * series.rise_frac, evidence=evidence, percentile_used=series.level,
-                   trend=result.line("log"), detection_limit=high, details=details,
+                   trend=result.line("log"), detection_limit=high if ci else None, details=details,
                    next_step=settle_step(result, lambda s: f"+{_rise_pct(s * span):.1f} %"))
 
 
