@@ -33,6 +33,9 @@ from soak.load.settings import ClientSettings
 log = logging.getLogger(__name__)
 
 MAX_IDLE_WAIT_S = 5.0
+# The loop's timers wake up to ~1 ms late (epoll waits in whole ms): launch that much early, and the client
+# holds the send until the intended time itself (`soak.load.client.hold_until`), so lag is not the timer's slop.
+LAUNCH_EARLY_S = 0.001
 LOGGED_TASK_ERRORS = 5
 KILL_WAIT_S = 5.0
 
@@ -154,7 +157,7 @@ class Dispatcher:
             changed = self.board.changed
             intended_t = self.clock.peek()
             self.schedule_t = intended_t
-            delay_s = intended_t - time.time()
+            delay_s = intended_t - LAUNCH_EARLY_S - time.time()
             if delay_s <= 0:
                 self.clock.take()
                 return intended_t

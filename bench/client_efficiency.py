@@ -1,0 +1,176 @@
+"""Output tokens per client CPU-second: soak's real client path against a bare aiohttp client, one local server.
+
+soak runs as `soak start --target URL` (Locust, the SSE client, records, latency windows, the writer thread
+and SQLite, telemetry, then analysis and the report); the bare client is aiohttp streaming the same requests
+open-loop and parsing each chunk with `json`. Both run as child processes at the same rate against the same
+server (bench/sse_server.py: 64 tokens a request, one write per token); each client's CPU is its rusage.
+
+- steady state: (tokens of a long run − tokens of a short run) / (CPU of the long − CPU of the short), which
+  cancels start-up and, for soak, finalising (analysis, report);
+- whole run: tokens / CPU of the long run.
+
+Then `--workers 2` against one process: the token rate each reaches when offered far more than one process
+can take (read from the server's counter over the middle of the run).
+
+    python bench/client_efficiency.py [--rate 40] [--short 15] [--long 45] [--flood-rate 400] [--flood-for 30]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+SERVER = Path(__file__).resolve().parent / "sse_server.py"
+TOKENS = 64
+
+
+@dataclass
+class Measured:
+    tokens: int
+    cpu_s: float
+    wall_s: float
+
+
+def start_server(ttft_ms: float, itl_ms: float) -> tuple[subprocess.Popen, str]:
+    process = subprocess.Popen([sys.executable, str(SERVER), "--ttft-ms", str(ttft_ms), "--itl-ms", str(itl_ms),
+                                "--tokens", str(TOKENS)], stdout=subprocess.PIPE, text=True)
+    return process, process.stdout.readline().split()[1]
+
+
+def tokens_sent(url: str) -> int:
+    with urllib.request.urlopen(url + "/stats", timeout=10) as response:
+        return int(json.loads(response.read())["tokens"])
+
+
+def run_child(command: list[str], url: str) -> Measured:
+    """Run a client to completion; its tokens (the server's count) and CPU (user + system, from rusage)."""
+    before, started = tokens_sent(url), time.monotonic()
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _, status, usage = os.wait4(process.pid, 0)
+    process.returncode = os.waitstatus_to_exitcode(status)
+    return Measured(tokens_sent(url) - before, usage.ru_utime + usage.ru_stime, time.monotonic() - started)
+
+
+def soak_command(url: str, rate: float, duration_s: float, out: Path, workers: int = 0) -> list[str]:
+    return [sys.executable, "-m", "soak", "start", "--target", url, "--duration", f"{duration_s:g}s",
+            "--warmup", "5s", "--rate", f"{rate:g}", "--scenario", "chat_short", "--no-idle-probes",
+            "--canary-every", "0", "--workers", str(workers), "--out", str(out)]
+
+
+def bare_command(url: str, rate: float, duration_s: float) -> list[str]:
+    return [sys.executable, __file__, "--bare-client", url, "--rate", f"{rate:g}", "--long", f"{duration_s:g}"]
+
+
+# -- the bare client ------------------------------------------------------------------------------------------
+async def bare_request(session, url: str) -> None:
+    body = {"model": "bench", "messages": [{"role": "user", "content": "hello"}], "max_tokens": TOKENS,
+            "stream": True}
+    stamps = []
+    async with session.post(url + "/v1/chat/completions", json=body) as response:
+        async for line in response.content:
+            if line.startswith(b"data: ") and line[6:].strip() != b"[DONE]":
+                json.loads(line[6:])
+                stamps.append(time.time())
+
+
+async def bare_client(url: str, rate: float, duration_s: float) -> None:
+    """Open-loop Poisson arrivals for `duration_s`, then wait for the requests in flight."""
+    import aiohttp
+
+    rng, tasks = random.Random(1), []
+    connector = aiohttp.TCPConnector(limit=0)
+    async with aiohttp.ClientSession(connector=connector) as session:
+        next_t, end_t = time.monotonic(), time.monotonic() + duration_s
+        while next_t < end_t:
+            await asyncio.sleep(max(next_t - time.monotonic(), 0.0))
+            tasks.append(asyncio.ensure_future(bare_request(session, url)))
+            next_t += rng.expovariate(rate)
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+# -- the figures ---------------------------------------------------------------------------------------------
+def per_cpu(tokens: float, cpu_s: float) -> float:
+    return tokens / cpu_s if cpu_s > 0 else float("nan")
+
+
+def efficiency(url: str, rate: float, short_s: float, long_s: float, out: Path) -> dict[str, dict[str, float]]:
+    figures = {}
+    for name, command in (("soak", lambda d: soak_command(url, rate, d, out)),
+                          ("bare aiohttp", lambda d: bare_command(url, rate, d))):
+        short, long = run_child(command(short_s), url), run_child(command(long_s), url)
+        print(f"  {name}: short {short_s:g} s → {short.tokens} tokens, {short.cpu_s:.2f} CPU-s; "
+              f"long {long_s:g} s → {long.tokens} tokens, {long.cpu_s:.2f} CPU-s", flush=True)
+        figures[name] = {"steady": per_cpu(long.tokens - short.tokens, long.cpu_s - short.cpu_s),
+                         "whole": per_cpu(long.tokens, long.cpu_s)}
+    return figures
+
+
+def flood_rate(url: str, rate: float, duration_s: float, out: Path, workers: int) -> float:
+    """Tokens/s the server sent over the middle third of a run offered `rate` req/s."""
+    samples: list[tuple[float, int]] = []
+
+    def sample_middle() -> None:
+        time.sleep(duration_s / 3 + 5)  # soak's start-up (imports, server checks) comes before its clock
+        for _ in range(2):
+            samples.append((time.monotonic(), tokens_sent(url)))
+            time.sleep(duration_s / 3)
+
+    sampler = threading.Thread(target=sample_middle)
+    sampler.start()
+    run_child(soak_command(url, rate, duration_s, out, workers), url)
+    sampler.join()
+    (t1, n1), (t2, n2) = samples
+    return (n2 - n1) / (t2 - t1)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rate", type=float, default=40.0, help="req/s of the efficiency runs")
+    parser.add_argument("--short", type=float, default=15.0, help="seconds of the short run")
+    parser.add_argument("--long", type=float, default=45.0, help="seconds of the long run")
+    parser.add_argument("--itl-ms", type=float, default=5.0, help="server's gap between tokens")
+    parser.add_argument("--flood-rate", type=float, default=400.0, help="req/s offered to find the max rate")
+    parser.add_argument("--flood-for", type=float, default=30.0, help="seconds of each max-rate run (0: skip)")
+    parser.add_argument("--bare-client", metavar="URL", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.bare_client:
+        asyncio.run(bare_client(args.bare_client, args.rate, args.long))
+        return
+    server, url = start_server(20.0, args.itl_ms)
+    try:
+        with tempfile.TemporaryDirectory(prefix="soak-bench-") as out:
+            report(args, url, Path(out))
+    finally:
+        server.kill()
+
+
+def report(args: argparse.Namespace, url: str, out: Path) -> None:
+    print(f"server: {TOKENS} tokens/request, TTFT 20 ms, ITL {args.itl_ms:g} ms; {args.rate:g} req/s, runs of "
+          f"{args.short:g} s and {args.long:g} s; {os.cpu_count()} CPUs", flush=True)
+    figures = efficiency(url, args.rate, args.short, args.long, out)
+    soak, bare = figures["soak"], figures["bare aiohttp"]
+    print(f"{'client':14} {'steady tok/CPU-s':>17} {'whole-run tok/CPU-s':>20}")
+    for name, row in figures.items():
+        print(f"{name:14} {row['steady']:>17,.0f} {row['whole']:>20,.0f}")
+    print(f"ratio soak/bare: steady {soak['steady'] / bare['steady']:.2f}x (goal >= 1.0x), "
+          f"whole run {soak['whole'] / bare['whole']:.2f}x")
+    if args.flood_for > 0:
+        one = flood_rate(url, args.flood_rate, args.flood_for, out, 0)
+        two = flood_rate(url, args.flood_rate, args.flood_for, out, 2)
+        print(f"max token rate offered {args.flood_rate:g} req/s: one process {one:,.0f} tok/s, --workers 2 "
+              f"{two:,.0f} tok/s, ratio {two / one:.2f}x (goal >= 1.7x; the server shares these CPUs)")
+
+
+if __name__ == "__main__":
+    main()
