@@ -65,6 +65,8 @@ class WorkerStatuses:
     seen_t: dict[str, float] = field(default_factory=dict)
 
     def on_status(self, environment: Any, msg: Any, **_kw: Any) -> None:
+        if msg.node_id in self.stopped:  # a status sent before its last word but read after it
+            return
         if msg.node_id in self.lost:  # a lost worker came back: its share is gone, so it stops
             environment.runner.send_message("quit", None, client_id=msg.node_id)
             return

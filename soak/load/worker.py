@@ -2,8 +2,10 @@
 PARENT_PID` as a local child of the master (started by it, never by hand).
 
 It connects to the master (a TargetError when none answers within the connect timeout), says hello, and waits
-for the run's spec; it prepares the scenarios and answers ready (or why it cannot). Then it runs one dispatcher
-at its share of the rate with a seed of its own (its worker index), reports status every 0.2 s and records with
+for the run's spec; it prepares the scenarios and answers ready (or why it cannot). From the first plan message
+it runs one dispatcher, on a greenlet of its own, at its share of the rate with a seed of its own (its worker
+index); Locust's users do nothing here, so however Locust places or moves them (it re-deals users when workers
+come and go) the dispatcher is never started twice or stopped. It reports status every 0.2 s and records with
 Locust's periodic worker report, takes a larger share when another worker is lost, and drains on `soak_stop`.
 It ends when the master quits it; a worker the master never stopped (turned away, or the master went away
 without a word: Locust notices after 60 s of silence) ends with a TargetError.
@@ -79,26 +81,29 @@ class WorkerProcess:
         specs = effective_specs(self.config.load)
         self.scenarios = load_scenarios(specs)
         check_dataset(specs, self.config.load.dataset)  # the same path must exist on this host
-        self.base_url = spec["base_url"]
+        self.base_url = runner.environment.host = spec["base_url"]
         self.board = SharedBoard(share=float(spec["share"]))
         self.outbox: list[dict[str, Any]] = []
         self.dispatcher: Dispatcher | None = None
+        self.dispatching: gevent.Greenlet | None = None
         self.stopped = False
         self.client_settings = make_client_settings(self.config, spec["settings"]["model"],
                                                     spec["settings"]["max_model_len"])
-        runner.register_message(PLAN_MESSAGE, lambda environment, msg, **_kw: self.board.update(msg.data))
+        runner.register_message(PLAN_MESSAGE, self.on_plan)
         runner.register_message(SHARE_MESSAGE, self.on_share)
         runner.register_message(STOP_MESSAGE, self.on_stop, concurrent=True)
         runner.environment.events.report_to_master.add_listener(self.on_report)
 
-    def get_dispatcher(self, environment: Any) -> Dispatcher:
-        if self.dispatcher is None:
+    def on_plan(self, environment: Any, msg: Any, **_kw: Any) -> None:
+        """Apply the plan; the first one starts the dispatcher."""
+        self.board.update(msg.data)
+        if self.dispatcher is None and not self.stopped:
             settings = dispatch_settings(self.config, self.client_settings,
                                          worker_index=max(self.runner.worker_index, 0))
             settings.dealt = deals_times(self.config)
-            self.dispatcher = Dispatcher(environment, self.scenarios, self.board, settings,
+            self.dispatcher = Dispatcher(self.runner.environment, self.scenarios, self.board, settings,
                                          lambda record: self.outbox.append(record.to_wire()))
-        return self.dispatcher
+            self.dispatching = gevent.spawn(self.dispatcher.run)
 
     def on_report(self, client_id: str, data: dict[str, Any], **_kw: Any) -> None:
         data[RECORDS_KEY], self.outbox = self.outbox, []
@@ -126,22 +131,22 @@ class WorkerProcess:
         self.runner.send_message(STOPPED_MESSAGE, {RECORDS_KEY: records, **self.status(), "cancelled": cancelled})
 
 
+def idle_user(environment: Any) -> Any:
+    """What a Locust user does on a worker: nothing (the dispatcher runs on its own greenlet)."""
+    raise StopUser()
+
+
 class WorkerSession:
     """A worker from its connection to its exit: the Locust runner, then the run it is handed."""
 
     def __init__(self, master: str, say: Say) -> None:
         self.master = master
         self.say = say
-        self.environment = Environment(user_classes=[dispatcher_user_class(self.get_dispatcher)])
+        self.environment = Environment(user_classes=[dispatcher_user_class(idle_user)])
         self.runner: Any = None
         self.process: WorkerProcess | None = None
         self.refusal: str | None = None
         self.handed = Event()
-
-    def get_dispatcher(self, environment: Any) -> Dispatcher:
-        if self.process is None:  # a user spawned before this worker was handed the run: nothing to do
-            raise StopUser()
-        return self.process.get_dispatcher(environment)
 
     def connect(self, host: str, port: int, timeout_s: float) -> None:
         """Join the master; TargetError when none answers within `timeout_s`."""
@@ -176,12 +181,14 @@ class WorkerSession:
 
     def _leave(self, refusal: str) -> None:
         self.refusal = refusal
+        self.environment.events.quitting.fire(environment=self.environment)  # Locust tells the master: "quit"
         gevent.spawn(self.runner.quit)  # not from this greenlet: quitting kills the runner's own greenlets
 
     def report_status(self) -> None:
         while True:
-            if self.process is not None and self.process.dispatcher is not None:
-                self.runner.send_message(STATUS_MESSAGE, self.process.status())
+            process = self.process
+            if process is not None and process.dispatcher is not None and not process.stopped:
+                self.runner.send_message(STATUS_MESSAGE, process.status())
             gevent.sleep(STATUS_EVERY_S)
 
     def outcome(self) -> None:

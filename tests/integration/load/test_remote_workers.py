@@ -75,23 +75,26 @@ def events_of(out: Path, kind: str) -> list[dict]:
 
 @pytest.mark.slow
 @pytest.mark.timeout(240)
-def test_remote_workers_join_and_send_every_measured_request(tmp_path):
+def test_remote_workers_join_and_send_every_measured_request_and_a_third_is_turned_away(tmp_path):
     port = free_port()
-    workers = start_workers(2, port, tmp_path)
+    workers = start_workers(3, port, tmp_path)
     run = start_run(tmp_path / "out", port, "--duration", "25s", "--rate", "4", "--expect-workers", "2",
                     "--worker-wait", "90s")
     try:
         stdout, stderr = finish(run, 200)
-        for worker in workers:
-            assert worker.wait(timeout=30) == 0
+        codes = [worker.wait(timeout=30) for worker in workers]
     finally:
         end_all([run, *workers])
     assert run.returncode in (0, 1, 3), stderr
+    assert sorted(codes) == [0, 0, 2]  # the third to say hello was turned away
+    turned_away = codes.index(2)
+    assert "turned this worker away" in (tmp_path / f"worker{turned_away}.log").read_text()
     summary = json.loads(stdout)
     assert summary["workers"] == {"joined": 2, "remote": 2, "lost": []}
     [joined] = events_of(tmp_path / "out", "workers_joined")
-    assert sorted(w["pid"] for w in joined["workers"]) == sorted(w.pid for w in workers)
-    sent = [sent_by(tmp_path / f"worker{index}.log") for index in range(2)]
+    kept = [index for index in range(3) if index != turned_away]
+    assert sorted(w["pid"] for w in joined["workers"]) == sorted(workers[index].pid for index in kept)
+    sent = [sent_by(tmp_path / f"worker{index}.log") for index in kept]
     assert min(sent) > 10  # both took a share of 4 req/s over ~25 s
     assert summary["totals"]["requests"] == sum(sent)  # every request measured came from the remote workers
     assert "waiting for load workers: 0/2 joined" in stderr  # the wait shows its progress
