@@ -19,6 +19,8 @@ from typing import Any
 import pytest
 from browser import browser_or_skip, load_report, start_browser
 
+from support.consistency import NUMBER, SCALE, UNIT, agrees, dimension, summary_in_base, threshold_disagreements
+
 pytestmark = [pytest.mark.slow, pytest.mark.e2e, pytest.mark.timeout(900)]
 
 COMMON = ("start", "--warmup", "10s", "--window", "3s", "--sample-every", "1s", "--json")
@@ -131,53 +133,6 @@ def test_every_unsettled_check_says_what_next(real_runs, pages):
 
 # ---- one truth per gate -----------------------------------------------------------------------------------
 
-NUMBER = r"([+-]?\d[\d,]*(?:\.\d+)?)"
-UNIT = r"(GiB/h|MiB/h|KiB/h|B/h|GiB|MiB|KiB|ms|s|pp|%|fds/h)"
-# Where a sentence states the threshold: "threshold 16.0 MiB/h", "(limit 10 s)", "the 1.00 % budget",
-# "… > 10 ms"; the number that follows (or, for a budget, precedes) is the threshold.
-THRESHOLD_PATTERNS = (
-    re.compile(rf"(?:threshold|limit)\s+\+?{NUMBER}\s*{UNIT}(?![\w/])"),
-    re.compile(rf"{NUMBER}\s*{UNIT}\s+budget"),
-    # a comparison between two quantities: "6.8 ms ≤ 10 ms", not "sends > 1 s"
-    re.compile(rf"\d\s*{UNIT.replace('(', '(?:', 1)}\s*[<≤>≥]\s*\+?{NUMBER}\s*{UNIT}(?![\w/])"),
-)
-SCALE = {"B/h": 1, "KiB/h": 2**10, "MiB/h": 2**20, "GiB/h": 2**30, "B": 1, "KiB": 2**10, "MiB": 2**20,
-         "GiB": 2**30, "ms": 1e-3, "s": 1.0, "%": 1.0, "pp": 1.0, "fds/h": 1.0}
-
-
-def dimension(unit: str) -> str:
-    """What a unit measures, so that only like is compared with like."""
-    unit = unit.strip()
-    if unit.startswith(("bytes", "B", "KiB", "MiB", "GiB")):
-        return "bytes/h" if unit.endswith("/h") else "bytes"
-    if unit in ("ms", "s"):
-        return "time"
-    if unit.startswith(("%", "pp")):
-        return unit[:2].strip()
-    return unit
-
-
-def in_base(number: str, unit: str) -> float:
-    """A shown quantity in base units: bytes, seconds, percent or points."""
-    return float(number.replace(",", "")) * SCALE[unit]
-
-
-def summary_in_base(value: float, unit: str) -> tuple[float, str]:
-    """A summary.json quantity in the same base units and its dimension."""
-    if unit.startswith("fraction"):
-        return value * 100, "%"
-    if unit == "ms":
-        return value / 1000, "time"
-    return value, dimension(unit)
-
-
-def agrees(shown: str, shown_unit: str, actual: float) -> bool:
-    """A rounded figure agrees with the exact one: within half its last digit, or 1 %."""
-    decimals = len(shown.split(".")[1]) if "." in shown else 0
-    step = 0.5 * 10 ** -decimals * SCALE[shown_unit]
-    return abs(in_base(shown, shown_unit) - actual) <= step + 0.01 * abs(actual) + 1e-12
-
-
 def gate_rows(html: str) -> dict[str, list[str]]:
     """Each gate row's cells as text, by check."""
     rows = {}
@@ -186,14 +141,6 @@ def gate_rows(html: str) -> dict[str, list[str]]:
         rows[check] = [re.sub(r"\s+", " ", re.sub(r"<details.*?</details>|<[^>]+>", " ", c, flags=re.S)).strip()
                        for c in cells]
     return rows
-
-
-def stated_thresholds(evidence: str) -> list[tuple[str, str]]:
-    """(number, unit) of every threshold the sentence states."""
-    found = []
-    for pattern in THRESHOLD_PATTERNS:
-        found += [match[-2:] for match in pattern.findall(evidence)]
-    return found
 
 
 def test_each_gate_row_tells_one_truth(real_runs):
@@ -216,13 +163,9 @@ def test_each_gate_row_tells_one_truth(real_runs):
                     assert agrees(match.group(1), unit, actual), where
                 else:  # counts and other units shown as they are stored
                     assert float(match.group(1).replace(",", "")) == pytest.approx(finding[key], rel=0.01, abs=0.5)
-            if finding["threshold"] is None:
-                continue
-            threshold, dim = summary_in_base(finding["threshold"], finding["unit"])
-            for number, unit in stated_thresholds(finding["evidence"]):
-                if dimension(unit) == dim:
-                    assert agrees(number, unit, threshold), ("sentence threshold", number, unit, *where)
-                    checked += 1
+            compared, wrong = threshold_disagreements(finding)
+            assert not wrong, (name, wrong)
+            checked += compared
     assert checked >= 4, "too few sentences stated a threshold to compare"
 
 
