@@ -208,7 +208,8 @@ class LostWorker(BaseModel):
     index: int
     host: str
     pid: int
-    why: str = Field(description="`its process exited with code N`, `it left the master` or `its heartbeat stopped`")
+    why: str = Field(description="`its process exited with code N`, `it left the master` (`… after handing over its "
+                     "last records` for a `soak worker` that drained on SIGINT/SIGTERM) or `its heartbeat stopped`")
     t_s: float = Field(description="when the master noticed, in seconds since the run's start")
     unseen_s: float | None = Field(description="how long it had been silent then: its share was not sent and its "
                                    "unreported requests are missing; windows overlapping that silence are left out "

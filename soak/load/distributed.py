@@ -173,6 +173,8 @@ class DistributedBackend:
     def _lose(self, member: Member, why: str) -> None:
         """Record the loss and hand the lost share to the remaining workers (or fail the load if none remains)."""
         del self.pool.members[member.node_id]
+        if member.node_id in self.statuses.stopped:  # a `soak worker` stopped by a signal drains and reports first
+            why += " after handing over its last records"
         last = self.statuses.forget(member.node_id)
         remaining = self.pool.ordered()
         share = 1.0 / len(remaining) if remaining else 0.0

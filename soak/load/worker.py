@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import socket
 import sys
 import time
@@ -22,12 +23,11 @@ from collections.abc import Callable
 from typing import Any
 
 import gevent
-from gevent.event import Event
 from locust.env import Environment
 from locust.exception import StopUser
 
 from soak.config import MASTER_PORT, RunConfig, split_address
-from soak.errors import ConfigError, SoakError, TargetError
+from soak.errors import EXIT_FORCED, ConfigError, SoakError, TargetError
 from soak.load.backend import (
     PLAN_MESSAGE,
     dispatch_settings,
@@ -56,6 +56,7 @@ from soak.units import format_duration
 log = logging.getLogger("soak.load.worker")
 
 Say = Callable[[str], None]
+SIGNAL_DRAIN_S = 10.0  # what a signalled worker gives its requests in flight, like the run's own stop
 
 
 class SharedBoard(PlanBoard):
@@ -120,12 +121,18 @@ class WorkerProcess:
                 "health": dispatcher.health.to_wire()}
 
     def on_stop(self, environment: Any, msg: Any, **_kw: Any) -> None:
-        """Stop arrivals, drain, and send the last records with the final health."""
+        """The run ends: stop, drain and hand over the last records."""
+        self.finish(float(msg.data["drain_timeout_s"]))
+
+    def finish(self, drain_timeout_s: float) -> None:
+        """Stop arrivals, drain, and send the last records with the final health (once)."""
+        if self.stopped:
+            return
         self.stopped = True
         cancelled = 0
         if self.dispatcher is not None:
             self.dispatcher.stop_arrivals()
-            cancelled = self.dispatcher.drain(float(msg.data["drain_timeout_s"]))
+            cancelled = self.dispatcher.drain(drain_timeout_s)
             self.dispatcher.close()
         records, self.outbox = self.outbox, []
         self.runner.send_message(STOPPED_MESSAGE, {RECORDS_KEY: records, **self.status(), "cancelled": cancelled})
@@ -146,7 +153,7 @@ class WorkerSession:
         self.runner: Any = None
         self.process: WorkerProcess | None = None
         self.refusal: str | None = None
-        self.handed = Event()
+        self.signalled: str | None = None
 
     def connect(self, host: str, port: int, timeout_s: float) -> None:
         """Join the master; TargetError when none answers within `timeout_s`."""
@@ -179,7 +186,23 @@ class WorkerSession:
         self.say(f"joined the run as worker {self.runner.worker_index}: {self.process.board.share:.3g} of the "
                  f"rate to {self.process.base_url}")
 
-    def _leave(self, refusal: str) -> None:
+    def on_signal(self, signum: int) -> None:
+        """SIGINT/SIGTERM: drain, hand the last records to the master and leave; the master records the worker
+        as lost and moves its share to the others. A second signal leaves at once."""
+        if self.signalled is not None:
+            os._exit(EXIT_FORCED)
+        self.signalled = signal.Signals(signum).name
+        gevent.spawn(self._leave_run)
+
+    def _leave_run(self) -> None:
+        if self.process is None:
+            self._leave(f"stopped by {self.signalled} before the run of the soak master at {self.master} started")
+            return
+        self.process.finish(SIGNAL_DRAIN_S)
+        self.say(f"stopped by {self.signalled}: the last records went to the master; leaving the run")
+        self._leave(None)
+
+    def _leave(self, refusal: str | None) -> None:
         self.refusal = refusal
         self.environment.events.quitting.fire(environment=self.environment)  # Locust tells the master: "quit"
         gevent.spawn(self.runner.quit)  # not from this greenlet: quitting kills the runner's own greenlets
@@ -192,7 +215,8 @@ class WorkerSession:
             gevent.sleep(STATUS_EVERY_S)
 
     def outcome(self) -> None:
-        """After the runner ended: nothing when the master stopped this worker's load, else why not."""
+        """After the runner ended: nothing when this worker's load was stopped (by the master, or by a signal after
+        handing over its records), else why not."""
         if self.refusal is not None:
             raise TargetError(self.refusal)
         if self.process is None or not self.process.stopped:
@@ -215,6 +239,9 @@ def run_worker(master: str, connect_timeout_s: float, say: Say | None = None, pa
     gevent.spawn(session.report_status)
     if parent_pid is not None:
         gevent.spawn(watch_parent, parent_pid)
+    else:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            gevent.signal_handler(signum, session.on_signal, signum)
     session.runner.greenlet.join()
     session.outcome()
 
@@ -229,6 +256,8 @@ def watch_parent(parent_pid: int) -> None:
 def main(argv: list[str]) -> int:
     """A local worker: `MASTER PARENT_PID`; errors go to stderr (the master shows its tail)."""
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s worker %(levelname)s %(name)s: %(message)s")
+    # Ctrl-C reaches the whole process group: the master stops this worker (and collects its records) itself.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         run_worker(argv[0], LOCAL_CONNECT_TIMEOUT_S, parent_pid=int(argv[1]))
     except SoakError as exc:

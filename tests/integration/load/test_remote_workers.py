@@ -194,6 +194,29 @@ def test_a_killed_worker_is_an_event_and_its_share_moves_to_the_other(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_worker_stopped_by_sigterm_hands_over_its_records_and_leaves(tmp_path):
+    port, out = free_port(), tmp_path / "out"
+    workers = start_workers(2, port, tmp_path)
+    run = start_run(out, port, "--duration", "30s", "--rate", "6", "--expect-workers", "2", "--worker-wait", "90s")
+    try:
+        _wait_for_window(out, index=1, timeout_s=120)
+        workers[1].send_signal(signal.SIGTERM)
+        assert workers[1].wait(timeout=30) == 0  # it drained and handed over its records
+        stdout, _ = finish(run, 200)
+        assert workers[0].wait(timeout=30) == 0
+    finally:
+        end_all([run, *workers])
+    summary = json.loads(stdout)
+    [lost] = summary["workers"]["lost"]
+    assert lost["pid"] == workers[1].pid and lost["on_loss"] == "redistributed"
+    assert lost["why"] == "it left the master after handing over its last records"
+    assert "stopped by SIGTERM" in (tmp_path / "worker1.log").read_text()
+    sent = [sent_by(tmp_path / f"worker{index}.log") for index in range(2)]
+    assert summary["totals"]["requests"] == sum(sent)  # nothing the leaving worker sent was lost
+
+
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_losing_the_last_worker_ends_the_run_early(tmp_path):
     port, out = free_port(), tmp_path / "out"
