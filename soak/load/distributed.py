@@ -277,7 +277,8 @@ def _start_shape(config: RunConfig, t0: float, callers: HookCaller, pool: Worker
                                 drain_state=statuses.drain_state)
     if deals_times(config):
         dealer.append(Dealer(controller.phase_plan, config.load.seed, config.load.burstiness, pool.ordered))
-    # One dispatcher user per worker; a worker handed a second user after a loss runs it not (Dispatcher.run).
+    # Locust places one user per worker; on a worker the user does nothing (the dispatcher runs on its own from
+    # the first plan), so Locust re-dealing users when a worker comes or goes changes nothing there.
     pool.environment.shape_class = SoakShape(controller, users=len(pool.members))
     pool.environment.shape_class.runner = runner
     controller.publish()
