@@ -9,6 +9,10 @@ open/closed. The live view runs in its own process and reads the database, so th
 (within the noise of two short runs on a shared machine).
 
     python bench/web_view_lag.py [--duration 60s] [--rate 4] [--poll-every 1] [--repeat 1]
+
+With `--page-hours H` it also times the live page of a synthetic run of H hours at 1 Hz that reads as running
+(bench/report_render.py's run): the first build (analysis plus report) and a cached one. A running run's page is
+rebuilt at most once per five build times, so this says how fresh the page of a long run can be.
 """
 
 from __future__ import annotations
@@ -85,6 +89,37 @@ def measure(mode: str, out: Path, args: argparse.Namespace) -> dict[str, Any]:
             "page_ms": 1000 * sum(fetches) / len(fetches) if fetches else None}
 
 
+def time_long_page(hours: float) -> None:
+    """Build the live page of a synthetic running run of `hours`: first (analysis and report) and cached."""
+    import os
+    import socket
+    import sqlite3
+
+    from report_render import build_run  # bench/report_render.py, beside this script
+
+    from soak.store.db import open_database
+    from soak.web.pages import BUILD_DUTY_FACTOR, LivePages
+
+    with tempfile.TemporaryDirectory(prefix="soak-bench-page-") as scratch:
+        engine = open_database(f"sqlite:///{Path(scratch) / 'soak.db'}")
+        build_run(engine, "RUN", hours)
+        db = sqlite3.connect(Path(scratch) / "soak.db")  # this process stands in for the run's live soak
+        environment = {**json.loads(db.execute("select environment_json from runs").fetchone()[0] or "{}"),
+                       "host": socket.gethostname()}
+        db.execute("update runs set status='running', soak_pid=?, ended_at=NULL, duration_s=NULL, "
+                   "summary_json=NULL, environment_json=?", (os.getpid(), json.dumps(environment)))
+        db.commit()
+        pages = LivePages(engine)
+        times = []
+        for _ in range(2):
+            started = time.monotonic()
+            pages.run_page("RUN")
+            times.append(time.monotonic() - started)
+        engine.dispose()
+    print(f"live page of a {hours:g} h running run: first build {times[0]:.2f} s, cached {times[1] * 1000:.1f} ms; "
+          f"rebuilt at most every {max(2.5, BUILD_DUTY_FACTOR * times[0]):.0f} s")
+
+
 def _text(value: Any) -> str:
     return "—" if value is None else f"{value:.2f}" if isinstance(value, float) else str(value)
 
@@ -95,7 +130,10 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=4.0, help="request rate (default 4)")
     parser.add_argument("--poll-every", type=float, default=1.0, help="seconds between page loads (default 1)")
     parser.add_argument("--repeat", type=int, default=1, help="closed/open pairs to run (default 1)")
+    parser.add_argument("--page-hours", type=float, help="also time the live page of a synthetic run this long")
     args = parser.parse_args()
+    if args.page_hours:
+        time_long_page(args.page_hours)
     results = []
     with tempfile.TemporaryDirectory(prefix="soak-bench-web-") as scratch:
         for pair in range(args.repeat):

@@ -29,6 +29,7 @@ log = logging.getLogger(__name__)
 # No page may be framed, sniffed into another type, or leak its URL (run ids) to another site.
 SAFE_HEADERS = {"X-Content-Type-Options": "nosniff", "X-Frame-Options": "DENY", "Referrer-Policy": "no-referrer"}
 PARENT_CHECK_S = 1.0
+NICENESS_BESIDE_A_RUN = 10
 
 
 def _html(text: str, status: int = 200) -> HTMLResponse:
@@ -84,7 +85,8 @@ def serve(engine: Engine, sock: socket.socket, refresh_s: float, parent_pid: int
     config = uvicorn.Config(create_app(engine, refresh_s), log_level="warning", access_log=False,
                             lifespan="off", timeout_graceful_shutdown=2)
     server = uvicorn.Server(config)
-    if parent_pid:
+    if parent_pid:  # beside a run: the load's process wins any contention for the CPU
+        os.nice(NICENESS_BESIDE_A_RUN)
         _exit_with_parent(server, parent_pid)
     _stop_signals_end_normally()
     server.run(sockets=[sock])
