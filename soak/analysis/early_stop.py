@@ -6,7 +6,10 @@ planned end (the planned end is the final verdict's own look). Only checks whose
 run cannot undo take part: leaks (with their persistence gate), latency creep and a hang. Each look
 judges them with the gates' `p_value` divided by the number of looks the run will have — Bonferroni
 over looks — so the chance that any look of a healthy run fails stays within the final verdict's own
-false-alarm budget. A check must FAIL at `consecutive` looks in a row; one look never stops a run.
+false-alarm budget. A check must FAIL at `consecutive` looks in a row, and keep failing until the run
+has half as many windows again as at the first of them (`confirm_frac`): slow drift, or a step at the
+end of the windows so far, can read as a FAIL for a while and then fade, while a leak keeps failing as
+the run grows. One look never stops a run.
 
 Pure: plain `RunData` in, a decision out. The run side (`soak/run/early_stop.py`) reads the database.
 """
@@ -40,6 +43,7 @@ class StopRule:
 
     every_windows: int = 2
     consecutive: int = 2
+    confirm_frac: float = 0.5  # the streak must also span this share more windows than its first look judged
 
     def looks(self, planned_windows: int, min_windows: int) -> tuple[int, ...]:
         """The window counts judged: from `min_windows`, every `every_windows`, before the planned end."""
@@ -89,6 +93,7 @@ class SequentialStop:
         self.looks = self.rule.looks(planned_windows, gates.min_windows)
         self.gates = look_gates(gates, len(self.looks))
         self.streaks: dict[str, int] = {}
+        self.since: dict[str, int] = {}  # window count of each streak's first look
         self._next = 0  # index into self.looks of the next look
 
     def due(self, complete_windows: int) -> int | None:
@@ -102,10 +107,16 @@ class SequentialStop:
     def record(self, look: Look) -> StopDecision | None:
         """Count FAIL streaks; a decision once one reaches `consecutive`."""
         self.streaks = {check: self.streaks.get(check, 0) + 1 for check in look.failed}
+        self.since = {check: self.since.get(check, look.windows) for check in look.failed}
         for check in STOP_CHECKS:  # the fixed order decides between checks failing together
-            if self.streaks.get(check, 0) >= self.rule.consecutive:
+            if check in look.failed and self._confirmed(check, look.windows):
                 return StopDecision(check, look.t_s, look.windows, self.streaks[check], look.failed[check])
         return None
+
+    def _confirmed(self, check: str, windows: int) -> bool:
+        """Enough looks in a row, over enough more windows than the first of them judged."""
+        first = self.since[check]
+        return self.streaks[check] >= self.rule.consecutive and windows >= first * (1 + self.rule.confirm_frac)
 
 
 def judge_look(run: RunData, gates: Gates, windows: int) -> Look:

@@ -14,7 +14,7 @@ def test_a_healthy_run_is_not_stopped_and_a_leak_is_quick():
     healthy = stop_rates("leak.rss", trials=10, seed=11, multiple=0.0)
     leaking = stop_rates("leak.rss", trials=10, seed=12, multiple=2.0)
     assert healthy.stops == 0
-    assert leaking.stops == 10 and max(leaking.stop_fractions) < 0.6, leaking.stop_fractions
+    assert leaking.stops == 10 and max(leaking.stop_fractions) < 0.75, leaking.stop_fractions
 
 
 @pytest.mark.slow
