@@ -63,12 +63,16 @@ class WorkerStatuses:
     stopped: dict[str, dict[str, Any]] = field(default_factory=dict)
     lost: dict[str, dict[str, Any]] = field(default_factory=dict)
     seen_t: dict[str, float] = field(default_factory=dict)
+    dismissed: set[str] = field(default_factory=set)
 
     def on_status(self, environment: Any, msg: Any, **_kw: Any) -> None:
         if msg.node_id in self.stopped:  # a status sent before its last word but read after it
             return
-        if msg.node_id in self.lost:  # a lost worker came back: its share is gone, so it stops
-            environment.runner.send_message("quit", None, client_id=msg.node_id)
+        if msg.node_id in self.lost:  # a lost worker came back: its share is gone, so it hands over and leaves
+            if msg.node_id not in self.dismissed:
+                self.dismissed.add(msg.node_id)
+                environment.runner.send_message(SPEC_MESSAGE, {"reject": "it was declared lost (silent too long) "
+                                                "and its share moved to the other workers"}, client_id=msg.node_id)
             return
         self.latest[msg.node_id] = msg.data
         self.seen_t[msg.node_id] = time.time()
@@ -291,3 +295,4 @@ def _on_stopped(statuses: WorkerStatuses, sink: QueueSink, msg: Any) -> None:
     _deliver_records(sink, msg.data)
     statuses.stopped[msg.node_id] = msg.data
     statuses.latest.pop(msg.node_id, None)
+    statuses.lost.pop(msg.node_id, None)  # a lost worker that came back: its final counts supersede its last status

@@ -154,6 +154,7 @@ class WorkerSession:
         self.process: WorkerProcess | None = None
         self.refusal: str | None = None
         self.signalled: str | None = None
+        self.leaving = False
 
     def connect(self, host: str, port: int, timeout_s: float) -> None:
         """Join the master; TargetError when none answers within `timeout_s`."""
@@ -173,6 +174,8 @@ class WorkerSession:
     def on_spec(self, environment: Any, msg: Any, **_kw: Any) -> None:
         """Prepare the run (answer ready), or say why not and leave; a worker turned away leaves too."""
         if "reject" in msg.data:
+            if self.process is not None:  # declared lost mid-run: what it sent since still counts
+                self.process.finish(0.0)
             self._leave(f"the soak master at {self.master} turned this worker away: {msg.data['reject']}")
             return
         try:
@@ -203,7 +206,9 @@ class WorkerSession:
         self._leave(None)
 
     def _leave(self, refusal: str | None) -> None:
-        self.refusal = refusal
+        if self.leaving:
+            return
+        self.leaving, self.refusal = True, refusal
         self.environment.events.quitting.fire(environment=self.environment)  # Locust tells the master: "quit"
         gevent.spawn(self.runner.quit)  # not from this greenlet: quitting kills the runner's own greenlets
 

@@ -217,6 +217,28 @@ def test_a_worker_stopped_by_sigterm_hands_over_its_records_and_leaves(tmp_path)
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_worker_that_comes_back_after_it_was_declared_lost_is_turned_away(tmp_path):
+    port, out = free_port(), tmp_path / "out"
+    workers = start_workers(2, port, tmp_path)
+    run = start_run(out, port, "--duration", "35s", "--rate", "4", "--expect-workers", "2", "--worker-wait", "90s")
+    try:
+        _wait_for_window(out, index=1, timeout_s=120)
+        workers[1].send_signal(signal.SIGSTOP)  # silent: no heartbeat, no status
+        deadline = time.monotonic() + 30
+        while not events_of(out, "worker_lost") and time.monotonic() < deadline:
+            time.sleep(0.25)
+        workers[1].send_signal(signal.SIGCONT)
+        assert workers[1].wait(timeout=60) == 2
+        stdout, _ = finish(run, 200)
+    finally:
+        end_all([run, *workers])
+    [lost] = json.loads(stdout)["workers"]["lost"]
+    assert (lost["pid"], lost["why"], lost["on_loss"]) == (workers[1].pid, "its heartbeat stopped", "redistributed")
+    assert "turned this worker away: it was declared lost" in (tmp_path / "worker1.log").read_text()
+
+
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_losing_the_last_worker_ends_the_run_early(tmp_path):
     port, out = free_port(), tmp_path / "out"
