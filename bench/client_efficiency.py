@@ -3,7 +3,7 @@
 soak runs as `soak start --target URL` (Locust, the SSE client, records, latency windows, the writer thread
 and SQLite, telemetry, then analysis and the report); the bare client is aiohttp streaming the same requests
 open-loop and parsing each chunk with `json`. Both run as child processes at the same rate against the same
-server (bench/sse_server.py: 64 tokens a request, one write per token); each client's CPU is its rusage.
+server (tests/support/sse_server.py: 64 tokens a request, one write per token); each client's CPU is its rusage.
 
 - steady state: (tokens of a long run − tokens of a short run) / (CPU of the long − CPU of the short), which
   cancels start-up and, for soak, finalising (analysis, report);
@@ -31,7 +31,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-SERVER = Path(__file__).resolve().parent / "sse_server.py"
+SERVER = Path(__file__).resolve().parents[1] / "tests" / "support" / "sse_server.py"
 TOKENS = 64
 
 

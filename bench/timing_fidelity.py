@@ -1,6 +1,6 @@
 """How far soak's TTFT, ITL and E2E sit from a raw-socket reference client's, measured in the same run.
 
-One local server with fixed timing (bench/sse_server.py: TTFT 200 ms, ITL 20 ms) serves both at once:
+One local server with fixed timing (tests/support/sse_server.py: TTFT 200 ms, ITL 20 ms) serves both at once:
 `soak start --target URL` as a child process, and in this process a reference client — a thread per
 request, a blocking socket, the time taken right after each `recv` returns, nothing else — sending the same
 open-loop rate. soak's figures are what its summary.json reports (TTFT and E2E from the intended send time,
@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-SERVER = Path(__file__).resolve().parent / "sse_server.py"
+SERVER = Path(__file__).resolve().parents[1] / "tests" / "support" / "sse_server.py"
 WARMUP_S = 5.0
 
 

@@ -146,8 +146,8 @@ def readings(lag: ClientLag, cpu_p95: float | None, gate: ClientGate) -> list[Re
 
 def saturation_verdict(lag: ClientLag, cpu_p95: float | None, gate: ClientGate) -> tuple[str, list[Reading]]:
     """The verdict and the readings that decided it, worst first (none for a PASS)."""
-    found = readings(lag, cpu_p95, gate)
-    invalid = [r for r in found if r.level == INVALID]
+    found = sorted(readings(lag, cpu_p95, gate), key=lambda r: r.value / r.crossed if r.crossed else 0.0, reverse=True)
+    invalid = [r for r in found if r.level == INVALID]  # each level furthest past its limit first
     suspect = [r for r in found if r.level == SUSPECT]
     if invalid:
         return INVALID, invalid + suspect

@@ -1,4 +1,4 @@
-"""A tiny OpenAI-compatible SSE server with fixed timing, for the client benches.
+"""A tiny OpenAI-compatible SSE server with fixed timing, for the client benches and the starved-client test.
 
 Every chat or completion request is answered with `--tokens` content chunks: the first `--ttft-ms` after the
 request arrived, then one every `--itl-ms` on an absolute schedule (a late chunk does not delay the next),
@@ -7,7 +7,7 @@ each a separate write, then a usage chunk and `[DONE]`, chunked, on a keep-alive
 "first_token_sent": [[id, epoch_s], …]} (the send time of each request's first chunk, given an `x-bench-id`
 header), GET /v1/models and /health answer as a server would.
 
-    python bench/sse_server.py --ttft-ms 200 --itl-ms 20 --tokens 64
+    python tests/support/sse_server.py --ttft-ms 200 --itl-ms 20 --tokens 64
 """
 
 from __future__ import annotations
