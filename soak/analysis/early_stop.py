@@ -105,7 +105,7 @@ class SequentialStop:
         return self.looks[reached[-1]]
 
     def record(self, look: Look) -> StopDecision | None:
-        """Count FAIL streaks; a decision once one reaches `consecutive`."""
+        """Count FAIL streaks; a decision once one is confirmed (`StopRule`)."""
         self.streaks = {check: self.streaks.get(check, 0) + 1 for check in look.failed}
         self.since = {check: self.since.get(check, look.windows) for check in look.failed}
         for check in STOP_CHECKS:  # the fixed order decides between checks failing together

@@ -21,7 +21,7 @@ def test_a_planted_leak_stops_the_run_early_with_fail_and_the_reason(tmp_path, s
     assert result.returncode in (1, 3), result.stderr[-3000:]
     summary = json.loads(result.stdout)
     assert summary["stop_reason"].startswith("stopped early: leak.rss FAIL"), summary["stop_reason"]
-    assert summary["duration_s"] < 0.6 * summary["planned_duration_s"] == 400
+    assert summary["planned_duration_s"] == 400 and summary["duration_s"] < 240, summary["duration_s"]
     # INVALID outranks FAIL: a loaded test machine may find the client itself saturated (as in
     # test_verdicts_on_planted_faults.py); the leak's FAIL is what stopped the run either way.
     assert summary["verdict"] in ("FAIL", "INVALID")
