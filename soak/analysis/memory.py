@@ -298,7 +298,7 @@ def _leak_next_step(kind: LeakKind, outcome: Outcome, attribution: Attribution |
         return f"the growth follows time, not requests: look for a timer or cache in the server; see the {kind.chart}"
     if named is not None:
         cancelled = "cancelled " if named.cancelled else ""
-        return f"the growth follows {cancelled}`{named.scenario}` requests: see the {kind.chart} and the per-scenario rows"
+        return f"the growth follows {cancelled}`{named.scenario}` requests: see the {kind.chart} and the growth per scenario"
     return settle_step(outcome.chosen.trend, kind.rate)
 
 

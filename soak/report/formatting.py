@@ -84,16 +84,21 @@ def display_unit(unit: str | None, magnitude: float) -> tuple[float, str]:
 
 def quantity_texts(value: Any, unit: str | None, ci: Any = None, threshold: Any = None,
                    detection_limit: Any = None) -> dict[str, str]:
-    """Value, CI, threshold and detection limit of one finding as text, all in the same human unit chosen from
-    their sizes ("" for an absent CI or detection limit). A wide CI does not choose the unit: a flat slope with a
-    CI reaching −1.2 GiB/h still reads in the MiB/h of its 16 MiB/h threshold, as its sentence does."""
-    numbers = [x for x in [value, threshold, detection_limit] if is_number(x) and x != 0]
-    numbers = numbers or [x for x in ci or [] if is_number(x)]
+    """Value, CI, threshold and detection limit of one finding as text in human units ("" for an absent CI or
+    detection limit). Value, CI and detection limit share the unit their value and limit choose (a wide CI does not
+    choose it: a flat slope with a CI reaching −1.2 GiB/h reads in MiB/h); the threshold is shown in its own size,
+    as the sentences state it ("16.0 MiB/h" beside a 3.10 GiB/h slope)."""
+    numbers = [x for x in [value, detection_limit] if is_number(x) and x != 0]
+    numbers = numbers or [x for x in [*(ci or []), threshold] if is_number(x)]
     magnitude = max((abs(x) for x in numbers), default=0.0)
     factor, label = display_unit(unit, magnitude)
 
     def show(x: Any) -> str:
         return f"{format_number(x * factor)} {label}".strip() if is_number(x) else MISSING
+
+    def show_threshold(x: Any) -> str:  # in its own size: "16.0 MiB/h" beside a 3.10 GiB/h slope, as sentences say
+        own_factor, own_label = display_unit(unit, abs(x)) if is_number(x) and x != 0 else (factor, label)
+        return f"{format_number(x * own_factor)} {own_label}".strip() if is_number(x) else MISSING
 
     has_ci = isinstance(ci, (list, tuple)) and len(ci) == 2 and all(is_number(x) for x in ci)
     return {
@@ -101,7 +106,7 @@ def quantity_texts(value: Any, unit: str | None, ci: Any = None, threshold: Any 
         "ci": f"95 % CI {format_number(ci[0] * factor)} … {format_number(ci[1] * factor)} {label}".strip()
         if has_ci
         else "",
-        "threshold": show(threshold),
+        "threshold": show_threshold(threshold),
         "detection_limit": show(detection_limit) if is_number(detection_limit) else "",
     }
 

@@ -159,6 +159,17 @@ def _fields(data: Any) -> list[dict[str, str]]:
     return [{"key": "", "text": format_value(data)}] if data not in (None, "", [], {}) else []
 
 
+def attribution_lines(terms: Any) -> list[str]:
+    """A leak's growth per request of each scenario: `cancel (cancelled): 1.08 MiB/request (95 % CI 0.72 … 1.44 MiB/request)`."""
+    lines = []
+    for term in terms if isinstance(terms, list) else []:
+        if not isinstance(term, dict):
+            continue
+        texts = quantity_texts(term.get("per_request"), term.get("unit"), term.get("ci"))
+        lines.append(f"{term.get('scenario') or '?'}: {texts['value']}" + (f" ({texts['ci']})" if texts["ci"] else ""))
+    return lines
+
+
 def gate_row(finding: dict[str, Any]) -> dict[str, Any]:
     """One row of the gates table: verdict, value with CI and threshold in human units, evidence, link."""
     check = str(finding.get("check") or "?")
@@ -172,6 +183,7 @@ def gate_row(finding: dict[str, Any]) -> dict[str, Any]:
         "percentile_used": finding.get("percentile_used"),
         "per_process": [_fields(item) for item in finding.get("per_process") or []],
         "per_request": _fields(finding.get("per_request")),
+        "attribution": attribution_lines(finding.get("attribution")),
         "details": _fields(finding.get("details")),
     }
 

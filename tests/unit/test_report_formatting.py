@@ -94,3 +94,19 @@ def test_short_times_rates_and_shares():
     assert [format_seconds(x) for x in (0.0015, 4.31, 12.2, 125.0)] == ["2 ms", "4.3 s", "12 s", "2m5s"]
     assert [format_rate(x) for x in (2.0, 2.5, 1 / 3)] == ["2 req/s", "2.5 req/s", "0.333 req/s"]
     assert format_share(0.0) == "0 %" and format_share(0.5) == "50.0 %"
+
+
+def test_the_threshold_keeps_its_own_size_and_a_wide_ci_does_not_pick_the_unit():
+    mib, gib = 2**20, 2**30
+    fast = quantity_texts(3.1 * gib, "bytes/h", [2.4 * gib, 3.9 * gib], 16 * mib, 3.9 * gib)
+    assert (fast["value"], fast["threshold"], fast["detection_limit"]) == ("3.10 GiB/h", "16.0 MiB/h", "3.90 GiB/h")
+    flat = quantity_texts(0.0, "bytes/h", [-1.2 * gib, 33.5 * mib], 16 * mib, 33.5 * mib)
+    assert (flat["value"], flat["ci"], flat["threshold"]) == ("0 MiB/h", "95 % CI -1,229 … 33.5 MiB/h", "16.0 MiB/h")
+
+
+def test_a_leaks_growth_per_scenario_reads_as_lines():
+    from soak.report.sections import attribution_lines
+
+    lines = attribution_lines([{"scenario": "cancel (cancelled)", "per_request": 1.08 * 2**20, "unit": "bytes/request",
+                                "ci": [0.72 * 2**20, 1.44 * 2**20]}, "not a term"])
+    assert lines == ["cancel (cancelled): 1.08 MiB/request (95 % CI 0.72 … 1.44 MiB/request)"]
