@@ -7,8 +7,9 @@ it runs one dispatcher, on a greenlet of its own, at its share of the rate with 
 index); Locust's users do nothing here, so however Locust places or moves them (it re-deals users when workers
 come and go) the dispatcher is never started twice or stopped. It reports status every 0.2 s and records with
 Locust's periodic worker report, takes a larger share when another worker is lost, and drains on `soak_stop`.
-It ends when the master quits it; a worker the master never stopped (turned away, or the master went away
-without a word: Locust notices after 60 s of silence) ends with a TargetError.
+It ends when the master quits it, or on SIGINT/SIGTERM after draining and handing over its last records; a
+worker the master never stopped (turned away, or the master went away without a word: Locust notices after
+60 s of silence) ends with a TargetError.
 """
 
 from __future__ import annotations
