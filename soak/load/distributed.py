@@ -9,7 +9,7 @@ the one clock and deals its intended times round-robin to the workers, 1.5 s ahe
 A worker lost mid-run (its process exits, it quits, or its heartbeat stops) is a `worker_lost` event; its share
 moves to the remaining workers (`soak_share`, or simply fewer hands for dealt times). When none remains the load
 has failed and the conductor ends the run. Messages:
-  workers → master  soak_hello {pid, host}    soak_ready {} | soak_failed {error}
+  workers → master  soak_hello {pid, host, time}    soak_ready {} | soak_failed {error}
   master → workers  soak_spec {config, base_url, settings, share} | {reject}    soak_share {share}
                     soak_plan {segments, closed} or {times}    soak_stop {drain_timeout_s}
   workers → master  soak_status {in_flight, schedule_t, health}  (every 0.2 s)

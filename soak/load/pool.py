@@ -2,7 +2,7 @@
 (`load.workers`) and `soak worker` processes on other hosts (`load.expect_workers`).
 
 `gather_workers` binds the master, spawns the local workers and waits until every worker has said hello (a
-`soak_hello` with its pid and host). A worker that does not come in time is a TargetError before the run
+`soak_hello` with its pid, host and clock). A worker that does not come in time is a TargetError before the run
 opens, so the wait takes nothing from the run's planned time and leaves no half-run behind. Workers beyond the
 expected number are turned away (`soak_spec {reject}`).
 """
@@ -41,6 +41,7 @@ LOCAL_CONNECT_TIMEOUT_S = 60.0  # local workers only import Locust and connect
 WAIT_PROGRESS_S = 5.0
 EXIT_WAIT_S = 10.0
 POLL_S = 0.05
+CLOCK_WARN_S = 0.25
 ANY_HOSTS = ("0.0.0.0", "*", "::")
 
 Say = Callable[[str], None]
@@ -74,13 +75,15 @@ class Member:
     index: int
     host: str
     pid: int
+    clock_offset_s: float = 0.0  # its clock minus ours at hello (plus the message's travel time)
     spawned: SpawnedWorker | None = None
 
     def describe(self) -> str:
         return f"worker {self.index} ({'local' if self.spawned else self.host}, pid {self.pid})"
 
     def as_data(self) -> dict[str, Any]:
-        return {"index": self.index, "host": self.host, "pid": self.pid, "local": self.spawned is not None}
+        return {"index": self.index, "host": self.host, "pid": self.pid, "local": self.spawned is not None,
+                "clock_offset_s": round(self.clock_offset_s, 3)}
 
 
 @dataclass
@@ -109,8 +112,10 @@ class WorkerPool:
                                                     f"{self.expected} load workers"}, client_id=msg.node_id)
             return
         pid, host = int(msg.data["pid"]), str(msg.data["host"])
+        offset_s = float(msg.data.get("time", time.time())) - time.time()
         spawned = next((w for w in self.spawned if w.popen.pid == pid and host == socket.gethostname()), None)
-        self.members[msg.node_id] = Member(msg.node_id, self.runner.get_worker_index(msg.node_id), host, pid, spawned)
+        self.members[msg.node_id] = Member(msg.node_id, self.runner.get_worker_index(msg.node_id), host, pid,
+                                           offset_s, spawned)
 
     def gone(self, member: Member) -> str | None:
         """Why `member` no longer works for the run, or None while it does."""
@@ -158,6 +163,7 @@ def gather_workers(config: RunConfig, base_url: str, say: Say | None = None) -> 
         if load.expect_workers:
             _warn_unreachable_target(host, base_url, say)
         _wait_for_members(pool, config, say)
+        _warn_clock_offsets(pool, say)
     except BaseException:
         pool.close()
         raise
@@ -235,6 +241,15 @@ def _wait_for_members(pool: WorkerPool, config: RunConfig, say: Say) -> None:
                 f"--master {pool.address}` on each worker host")
             next_say = time.monotonic() + WAIT_PROGRESS_S
         gevent.sleep(POLL_S)
+
+
+def _warn_clock_offsets(pool: WorkerPool, say: Say) -> None:
+    """The plan is in absolute time, read on each worker's clock: a worker whose clock is off sends that much
+    early or late (its latencies stay right, they are timed on its own clock)."""
+    for member in pool.ordered():
+        if abs(member.clock_offset_s) > CLOCK_WARN_S:
+            say(f"note: the clock of load {member.describe()} is {member.clock_offset_s:+.2f} s off this host's; "
+                "its arrivals run that much early or late (synchronise the clocks, e.g. with NTP)")
 
 
 def _missing_text(pool: WorkerPool, config: RunConfig, wait_s: float) -> str:

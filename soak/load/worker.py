@@ -170,7 +170,7 @@ class WorkerSession:
             except ConnectionError:  # Locust gives up after its own 5 minutes; the timeout here may be longer
                 continue
         self.runner.register_message(SPEC_MESSAGE, self.on_spec)
-        self.runner.send_message(HELLO_MESSAGE, {"pid": os.getpid(), "host": socket.gethostname()})
+        self.runner.send_message(HELLO_MESSAGE, {"pid": os.getpid(), "host": socket.gethostname(), "time": time.time()})
 
     def on_spec(self, environment: Any, msg: Any, **_kw: Any) -> None:
         """Prepare the run (answer ready), or say why not and leave; a worker turned away leaves too."""

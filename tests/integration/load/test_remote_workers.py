@@ -330,3 +330,13 @@ def test_a_local_worker_that_dies_is_lost_and_the_other_takes_the_whole_rate(moc
     span_s = run.handle.phase_plan.end_t - (run.killed_at + 0.5)
     assert span_s > 3
     assert len(after) > 0.7 * 20 * span_s  # the survivor sends the whole 20 req/s, not its old 10
+
+
+def test_a_worker_clock_more_than_a_quarter_second_off_is_noted():
+    from soak.load.pool import Member, WorkerPool, _warn_clock_offsets
+
+    members = {"a": Member("a", 0, "h1", 11, clock_offset_s=0.1), "b": Member("b", 1, "h2", 12, clock_offset_s=-0.8)}
+    said: list[str] = []
+    _warn_clock_offsets(WorkerPool(environment=None, address="h0:5557", expected=2, members=members), said.append)
+    assert said == ["note: the clock of load worker 1 (h2, pid 12) is -0.80 s off this host's; its arrivals run "
+                    "that much early or late (synchronise the clocks, e.g. with NTP)"]
