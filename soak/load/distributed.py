@@ -249,8 +249,8 @@ def start_distributed(config: RunConfig, base_url: str, t0: float, settings: Cli
     pool = pool or gather_workers(config, base_url)
     try:
         hand_out_specs(pool, config, base_url, settings)
-    except BaseException:
-        pool.close()
+    except BaseException as exc:
+        pool.close(f"the run did not start: {exc}")
         raise
     runner, environment = pool.runner, pool.environment
     statuses, sink = WorkerStatuses(), QueueSink(callers.request)

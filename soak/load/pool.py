@@ -132,8 +132,11 @@ class WorkerPool:
     def dead_spawned(self) -> SpawnedWorker | None:
         return next((w for w in self.spawned if w.popen.poll() is not None), None)
 
-    def close(self) -> None:
-        """Quit every worker, wait a little for the local ones to exit, then kill what is left."""
+    def close(self, reason: str | None = None) -> None:
+        """Quit every worker (telling them `reason` first, when the run ends before it began), wait a little for the
+        local ones to exit, then kill what is left."""
+        for member in self.ordered() if reason else ():
+            self.runner.send_message(SPEC_MESSAGE, {"reject": reason}, client_id=member.node_id)
         self.runner.quit()
         deadline = time.monotonic() + EXIT_WAIT_S
         while any(w.popen.poll() is None for w in self.spawned) and time.monotonic() < deadline:
@@ -143,15 +146,18 @@ class WorkerPool:
             worker.log_path.unlink(missing_ok=True)
 
 
-def gather_workers(config: RunConfig, base_url: str, say: Say | None = None) -> WorkerPool | None:
+def gather_workers(config: RunConfig, base_url: str, say: Say | None = None,
+                   cancelled: Callable[[], bool] | None = None) -> WorkerPool | None:
     """Bind the master and wait for every load worker of `config`; None when the run has none.
 
-    TargetError when the master cannot listen, a local worker dies, or the workers do not all join in time.
+    TargetError when the master cannot listen, a local worker dies, the workers do not all join in time, or
+    `cancelled()` turns true (a stop signal) while they are awaited; the workers that joined are told why.
     """
     load = config.load
     if load.worker_count == 0:
         return None
     say = say or (lambda _message: None)
+    cancelled = cancelled or (lambda: False)
     environment = Environment(user_classes=[dispatcher_user_class(lambda _env: None)], host=base_url,
                               stop_timeout=load.request_timeout_s)
     host, port = _bind_address(config)
@@ -162,10 +168,10 @@ def gather_workers(config: RunConfig, base_url: str, say: Say | None = None) -> 
         pool.spawned = _spawn_workers(load.workers, f"{_dial_host(host)}:{port}")
         if load.expect_workers:
             _warn_unreachable_target(host, base_url, say)
-        _wait_for_members(pool, config, say)
+        _wait_for_members(pool, config, say, cancelled)
         _warn_clock_offsets(pool, say)
-    except BaseException:
-        pool.close()
+    except BaseException as exc:
+        pool.close(f"the run did not start: {exc}" if isinstance(exc, TargetError) else "the run did not start")
         raise
     return pool
 
@@ -223,7 +229,7 @@ def _kill_all(workers: list[SpawnedWorker]) -> None:
             worker.popen.kill()
 
 
-def _wait_for_members(pool: WorkerPool, config: RunConfig, say: Say) -> None:
+def _wait_for_members(pool: WorkerPool, config: RunConfig, say: Say, cancelled: Callable[[], bool]) -> None:
     """Until every worker said hello; progress every few seconds while remote workers are awaited."""
     load = config.load
     wait_s = load.worker_wait_s if load.expect_workers else LOCAL_CONNECT_TIMEOUT_S
@@ -236,6 +242,9 @@ def _wait_for_members(pool: WorkerPool, config: RunConfig, say: Say) -> None:
                               f"({len(pool.members)}/{pool.expected} joined): {dead.log_tail().strip()}")
         if time.monotonic() > deadline:
             raise TargetError(_missing_text(pool, config, wait_s))
+        if cancelled():
+            raise TargetError(f"stopped while waiting for load workers ({len(pool.members)}/{pool.expected} "
+                              "joined); no run was opened")
         if load.expect_workers and time.monotonic() >= next_say:
             say(f"waiting for load workers: {len(pool.members)}/{pool.expected} joined; run `soak worker "
                 f"--master {pool.address}` on each worker host")

@@ -177,7 +177,8 @@ class Conductor:
     def _gather_workers(self) -> None:
         """Load workers (local, and `soak worker`s on other hosts) join before the run opens: waiting for them
         takes nothing from the run's time, and workers that never come leave no run behind (TargetError)."""
-        self.state.workers = gather_workers(self.config, self.state.info.base_url, say=self._say)
+        self.state.workers = gather_workers(self.config, self.state.info.base_url, say=self._say,
+                                            cancelled=lambda: self.stop.requested)
 
     def _open_run(self) -> None:
         """Insert the run row (status running) once the server is up: a failed start leaves no run behind."""

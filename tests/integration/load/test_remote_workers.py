@@ -153,6 +153,27 @@ def test_a_worker_that_cannot_prepare_the_run_closes_it_with_its_report(tmp_path
     assert "could not prepare the run" in worker_err.splitlines()[-1]
 
 
+@pytest.mark.timeout(120)
+def test_ctrl_c_while_waiting_for_workers_ends_the_wait_and_tells_the_worker_that_came(tmp_path):
+    port, master_log = free_port(), tmp_path / "master.log"
+    [worker] = start_workers(1, port, tmp_path)
+    run = soak_process("start", *SHORT_RUN, "--duration", "5m", "--out", str(tmp_path / "out"), "--master-bind",
+                       f"127.0.0.1:{port}", "--expect-workers", "2", "--worker-wait", "10m", log=master_log)
+    try:
+        deadline = time.monotonic() + 90
+        while "1/2 joined" not in master_log.read_text() and time.monotonic() < deadline:
+            time.sleep(0.2)  # polling the master's progress line for the worker having joined
+        run.send_signal(signal.SIGINT)
+        assert run.wait(timeout=60) == 2
+        assert worker.wait(timeout=30) == 2
+    finally:
+        end_all([run, worker])
+    assert master_log.read_text().splitlines()[-1] == (
+        "soak: error: stopped while waiting for load workers (1/2 joined); no run was opened")
+    assert "turned this worker away: the run did not start: stopped while waiting" in (
+        tmp_path / "worker0.log").read_text()
+
+
 @pytest.mark.timeout(60)
 def test_a_worker_with_no_master_gives_up_with_one_line_and_exit_2(soak_cli):
     started = time.monotonic()
