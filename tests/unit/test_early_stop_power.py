@@ -1,6 +1,6 @@
 """The early-stop rule on synthetic runs with known truth (docs/gates.md, "Early stop"): it ends at most
-1 % of healthy runs early — the final verdicts' false-alarm goal — and stops runs with a leak or creep
-of twice the threshold well before their planned end. Fixed seeds, so the counts are deterministic;
+1 % of healthy runs early — the final verdicts' false-alarm goal — and stops day-long runs with a leak of
+twice the threshold well before their planned end. Fixed seeds, so the counts are deterministic;
 bench/detector_power.py --early-stop prints the full table."""
 
 import pytest
@@ -24,8 +24,10 @@ def test_false_stop_rate(case, scenario):
     assert rates.stops <= 4, rates.stop_fractions  # ≤ 1 %
 
 
+# Leaks only: creep is a rise over the whole run (+25 % by its end), so twice the threshold is only about
+# the threshold itself when a look has seen 60 % of the run; early stop catches gross creep (docs/gates.md).
 @pytest.mark.slow
-@pytest.mark.parametrize("case", [name for name, _ in CASE_SCENARIOS if _ == "24h"])
-def test_a_fault_of_twice_the_threshold_stops_a_day_long_run_early(case):
+@pytest.mark.parametrize("case", ["leak.rss", "leak.vram", "leak.fds"])
+def test_a_leak_of_twice_the_threshold_stops_a_day_long_run_early(case):
     rates = stop_rates(case, trials=100, seed=606, multiple=2.0)
     assert rates.stops >= 90 and rates.median_stop_fraction < 0.8, (rates.stops, rates.median_stop_fraction)
