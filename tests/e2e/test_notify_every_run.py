@@ -126,3 +126,29 @@ def test_a_healthy_run_with_stop_on_fail_runs_to_its_end_and_is_notified(tmp_pat
     assert "8 looks" in result.stderr
     [posted] = receiver.wait_for(1)
     assert posted["run_id"] == summary["run_id"] and posted["verdict"] == summary["verdict"]
+
+
+def test_a_forced_stop_is_notified_once_and_quickly(tmp_path, webhook):
+    """A second SIGINT forces the stop (exit 130 at once): one short try at the webhook, with no summary."""
+    url, receiver = webhook
+    process = subprocess.Popen([sys.executable, "-m", "soak", *SHORT, "--duration", "10m", "--out", str(tmp_path)],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env={**os.environ, "SOAK_TEST_HOOK": url})
+    try:
+        run_id, _ = wait_for_server_samples(tmp_path, minimum=8)
+        process.send_signal(signal.SIGINT)
+        # The second signal must come after the first was taken (two at once arrive as one): the run says
+        # so on stderr as it starts stopping the load, while the drain and the analysis are still to come.
+        for line in process.stderr:
+            if "stopping load" in line:
+                break
+        process.send_signal(signal.SIGINT)
+        process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 130
+    [posted] = receiver.wait_for(1)
+    assert posted["run_id"] == run_id and posted["status"] == "aborted" and posted["verdict"] is None
+    assert posted["verdict_reason"] == "forced stop by a second SIGINT"
+    assert "NO VERDICT" in posted["text"]
