@@ -223,7 +223,7 @@ class Conductor:
         hooks = self._watch_log_and_canary()
         state.load = start_load(config, base_url=state.info.base_url, model=state.info.model, t0=state.t0,
                                 hooks=hooks, workers=state.workers)
-        state.early_stop = watch_for_failure(self.engine, state.run_id, config)
+        state.early_stop = watch_for_failure(state.run_id, config)
         self._say(state.early_stop and state.early_stop.describe())
 
     def _start_or_close(self) -> None:
@@ -477,6 +477,8 @@ class Conductor:
         try:
             self._stop_web()
             self._stop_canary()
+            if state.early_stop is not None:
+                state.early_stop.close()
             if state.load is not None and not getattr(state.load, "stopped", False):
                 state.load.stop(drain_timeout_s=0)
             elif state.load is None and state.workers is not None:
