@@ -1,11 +1,12 @@
 """The report's "Errors and expectations" section: the context length, failed requests grouped by message, and
-validation gaps, all from the summary (`context`, `error_messages`, `validation_gaps`)."""
+validation gaps, all from the summary (`context`, `error_messages`, `validation_gaps`); and the load workers
+(`workers`): who sent the load, and a banner line for each one lost mid-run."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from soak.report.formatting import format_count
+from soak.report.formatting import format_count, format_elapsed
 
 GAP_BANNER = "{count} request(s) answered 200 where a refusal was expected (validation gaps: see Errors and expectations)."
 
@@ -20,6 +21,29 @@ def context_line(summary: dict[str, Any]) -> str | None:
     if stated is not None and stated != context["tokens"]:
         line += f"; the server states {format_count(stated)}"
     return line + "."
+
+
+def workers_line(summary: dict[str, Any]) -> str | None:
+    """"The load came from 3 load workers (2 of them soak worker processes on other hosts)." or None."""
+    workers = summary.get("workers")
+    if not isinstance(workers, dict) or not workers.get("joined"):
+        return None
+    remote = int(workers.get("remote") or 0)
+    where = f"{remote} of them soak worker processes on other hosts" if remote else "local processes"
+    return f"The load came from {workers['joined']} load workers ({where})."
+
+
+def lost_worker_lines(summary: dict[str, Any]) -> list[str]:
+    """One banner line per load worker lost mid-run: when, why, and what became of its share."""
+    lines = []
+    for lost in (summary.get("workers") or {}).get("lost") or []:
+        fate = ("its share of the rate moved to the remaining workers" if lost.get("on_loss") == "redistributed"
+                else "no worker remained, so the run ended")
+        silence = (f"; windows over its {lost['unseen_s']:.1f} s silence are left out of trends"
+                   if lost.get("unseen_s") else "")
+        lines.append(f"Load worker {lost.get('index')} ({lost.get('host')}, pid {lost.get('pid')}) was lost at "
+                     f"{format_elapsed(lost.get('t_s'))} ({lost.get('why')}): {fate}{silence}.")
+    return lines
 
 
 def error_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
@@ -46,4 +70,5 @@ def outcomes(summary: dict[str, Any]) -> dict[str, Any]:
     gaps = summary.get("validation_gaps") or []
     total = sum(int(item.get("count") or 0) for item in gaps)
     return {"context": context_line(summary), "errors": error_rows(summary), "gaps": gap_rows(summary),
-            "banner": [GAP_BANNER.format(count=total)] if total else []}
+            "workers": workers_line(summary),
+            "banner": ([GAP_BANNER.format(count=total)] if total else []) + lost_worker_lines(summary)}

@@ -204,6 +204,8 @@ def test_a_killed_worker_is_an_event_and_its_share_moves_to_the_other(tmp_path):
     assert lost["why"] in ("its heartbeat stopped", "it left the master")
     [event] = events_of(out, "worker_lost")
     assert event["pid"] == killed.pid and event["remaining"] == 1 and event["share"] == 1.0
+    report = Path(summary["report_html"]).read_text()
+    assert f"pid {killed.pid}) was lost at" in report and "2 of them soak worker processes" in report
     windows = _windows(out)
     assert any(w.excluded == "worker_lost" for w in windows)  # the silence is left out of trends
     after = [w for w in windows if w.start_s > event["t_s"] + 2 and w.excluded is None]
