@@ -221,12 +221,18 @@ def _deliver_records(sink: QueueSink, data: dict[str, Any]) -> None:
         sink.put(RequestRecord.from_wire(wire))
 
 
+def worker_view(config: RunConfig) -> str:
+    """The config as a worker is sent it: without the database URL, which may hold a password (workers never
+    write to the database, and anyone who can join the master can read what it sends)."""
+    return config.model_copy(update={"db_url": ""}).model_dump_json()
+
+
 def hand_out_specs(pool: WorkerPool, config: RunConfig, base_url: str, settings: ClientSettings) -> None:
     """Send every worker the run and its share; TargetError unless all answer ready in time."""
     replies = ReadyReplies()
     pool.runner.register_message(READY_MESSAGE, replies.on_ready)
     pool.runner.register_message(FAILED_MESSAGE, replies.on_failed)
-    spec = {"config": config.model_dump_json(), "base_url": base_url, "share": 1.0 / len(pool.members),
+    spec = {"config": worker_view(config), "base_url": base_url, "share": 1.0 / len(pool.members),
             "settings": {"model": settings.model, "max_model_len": settings.max_model_len}}
     for member in pool.ordered():
         pool.runner.send_message(SPEC_MESSAGE, spec, client_id=member.node_id)

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from soak.analysis.loader import build_windows
+from soak.config import RunConfig
 from soak.load.plan import Segment
 from soak.load.worker import SharedBoard
 
@@ -363,3 +364,14 @@ def test_a_worker_clock_more_than_a_quarter_second_off_is_noted():
     _warn_clock_offsets(WorkerPool(environment=None, address="h0:5557", expected=2, members=members), said.append)
     assert said == ["note: the clock of load worker 1 (h2, pid 12) is -0.80 s off this host's; its arrivals run "
                     "that much early or late (synchronise the clocks, e.g. with NTP)"]
+
+
+def test_workers_are_never_sent_the_database_url():
+    from soak.config import resolve_config
+    from soak.load.distributed import worker_view
+
+    config = resolve_config({"duration": "1m", "db": "postgresql://soak:s3cret@db.internal/soak",
+                             "expect_workers": 1}, environ={})
+    sent = worker_view(config)
+    assert "s3cret" not in sent and "db.internal" not in sent
+    assert RunConfig.model_validate_json(sent).load == config.load  # the worker still gets the whole load
