@@ -373,7 +373,8 @@ class Conductor:
         state.recorder.event(EventKind.CRASH, f"server exited with code {code}", {"exit_code": code, "log_tail": tail[-4000:]})
         if state.target.may_restart() and self._restart():
             return False
-        state.status, state.end_reason = "crashed", f"server exited with code {code}"
+        no_restart = "; no restart left" if self.config.target.restart == "on-crash" else ""
+        state.status, state.end_reason = "crashed", f"server exited with code {code}{no_restart}"
         return True
 
     def _watch_health(self) -> None:
