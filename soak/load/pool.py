@@ -95,6 +95,7 @@ class WorkerPool:
     expected: int
     spawned: list[SpawnedWorker] = field(default_factory=list)
     members: dict[str, Member] = field(default_factory=dict)
+    closed: bool = False
 
     @property
     def runner(self) -> Any:
@@ -134,7 +135,10 @@ class WorkerPool:
 
     def close(self, reason: str | None = None) -> None:
         """Quit every worker (telling them `reason` first, when the run ends before it began), wait a little for the
-        local ones to exit, then kill what is left."""
+        local ones to exit, then kill what is left. Once: the load's stop and the conductor's cleanup both call it."""
+        if self.closed:
+            return
+        self.closed = True
         for member in self.ordered() if reason else ():
             self.runner.send_message(SPEC_MESSAGE, {"reject": reason}, client_id=member.node_id)
         self.runner.quit()
