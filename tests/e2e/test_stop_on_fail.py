@@ -27,5 +27,5 @@ def test_a_planted_leak_stops_the_run_early_with_fail_and_the_reason(tmp_path, s
     assert summary["verdict"] in ("FAIL", "INVALID")
     assert {f["check"]: f["verdict"] for f in summary["findings"]}["leak.rss"] == "FAIL"
     report = (tmp_path / summary["run_id"] / "report.html").read_text(encoding="utf-8")
-    assert "stopped early: leak.rss FAIL" in report
+    assert 'class="exhaustion stop-reason">Why it ended: stopped early: leak.rss FAIL' in report  # the banner
     assert "--stop-on-fail" in result.stderr  # the looks were announced at start
