@@ -229,6 +229,7 @@ def worker_view(config: RunConfig) -> str:
 
 def hand_out_specs(pool: WorkerPool, config: RunConfig, base_url: str, settings: ClientSettings) -> None:
     """Send every worker the run and its share; TargetError unless all answer ready in time."""
+    pool.accepting = False
     replies = ReadyReplies()
     pool.runner.register_message(READY_MESSAGE, replies.on_ready)
     pool.runner.register_message(FAILED_MESSAGE, replies.on_failed)

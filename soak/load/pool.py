@@ -95,6 +95,7 @@ class WorkerPool:
     expected: int
     spawned: list[SpawnedWorker] = field(default_factory=list)
     members: dict[str, Member] = field(default_factory=dict)
+    accepting: bool = True  # until the load starts: a worker arriving later (even to replace a lost one) is refused
     closed: bool = False
 
     @property
@@ -108,9 +109,10 @@ class WorkerPool:
         """A worker joins, unless the run already has all it expects."""
         if msg.node_id in self.members:
             return
-        if len(self.members) >= self.expected:
-            self.runner.send_message(SPEC_MESSAGE, {"reject": f"the run at {self.address} already has its "
-                                                    f"{self.expected} load workers"}, client_id=msg.node_id)
+        if not self.accepting or len(self.members) >= self.expected:
+            why = "has already started" if not self.accepting else f"already has its {self.expected} load workers"
+            self.runner.send_message(SPEC_MESSAGE, {"reject": f"the run at {self.address} {why}"},
+                                     client_id=msg.node_id)
             return
         pid, host = int(msg.data["pid"]), str(msg.data["host"])
         offset_s = float(msg.data.get("time", time.time())) - time.time()

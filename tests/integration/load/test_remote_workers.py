@@ -195,6 +195,13 @@ def test_a_killed_worker_is_an_event_and_its_share_moves_to_the_other(tmp_path):
         killed = workers[1]
         _wait_for_window(out, index=2, timeout_s=120)
         killed.send_signal(signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while not events_of(out, "worker_lost") and time.monotonic() < deadline:
+            time.sleep(0.25)
+        (tmp_path / "late").mkdir()
+        [late] = start_workers(1, port, tmp_path / "late")  # a replacement is refused: shares are settled
+        workers.append(late)
+        assert late.wait(timeout=60) == 2
         stdout, stderr = finish(run, 200)
         assert workers[0].wait(timeout=30) == 0
     finally:
@@ -205,6 +212,7 @@ def test_a_killed_worker_is_an_event_and_its_share_moves_to_the_other(tmp_path):
     assert lost["why"] in ("its heartbeat stopped", "it left the master")
     [event] = events_of(out, "worker_lost")
     assert event["pid"] == killed.pid and event["remaining"] == 1 and event["share"] == 1.0
+    assert "has already started" in (tmp_path / "late" / "worker0.log").read_text()
     report = Path(summary["report_html"]).read_text()
     assert f"pid {killed.pid}) was lost at" in report and "2 of them soak worker processes" in report
     windows = _windows(out)
