@@ -5,14 +5,15 @@ and SQLite, telemetry, then analysis and the report); the bare client is aiohttp
 open-loop and parsing each chunk with `json`. Both run as child processes at the same rate against the same
 server (tests/support/sse_server.py: 64 tokens a request, one write per token); each client's CPU is its rusage.
 
-- steady state: (tokens of a long run − tokens of a short run) / (CPU of the long − CPU of the short), which
-  cancels start-up and, for soak, finalising (analysis, report);
-- whole run: tokens / CPU of the long run.
+- steady state: tokens and the client's CPU (psutil) read twice while the load runs, at a third of the run and
+  near its end, so start-up and, for soak, finalising (analysis, report) stay out (a difference of a long and a
+  short run does the same in principle, but start-up's CPU varies by more than the difference on a busy box);
+- whole run: tokens / CPU of the whole run (rusage), start-up and finalising included.
 
 Then `--workers 2` against one process: the token rate each reaches when offered far more than one process
 can take (the server's count over the run, per second of the planned length).
 
-    python bench/client_efficiency.py [--rate 40] [--short 15] [--long 45] [--flood-rate 400] [--flood-for 30]
+    python bench/client_efficiency.py [--rate 40] [--long 45] [--itl-ms 5] [--flood-rate 700] [--flood-for 40]
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
+
 SERVER = Path(__file__).resolve().parents[1] / "tests" / "support" / "sse_server.py"
 TOKENS = 64
 
@@ -39,6 +42,8 @@ class Measured:
     tokens: int
     cpu_s: float
     wall_s: float
+    steady_tokens: int = 0  # between the two readings taken while the load ran
+    steady_cpu_s: float = 0.0
 
 
 def start_server(ttft_ms: float, itl_ms: float) -> tuple[subprocess.Popen, str]:
@@ -52,13 +57,23 @@ def tokens_sent(url: str) -> int:
         return int(json.loads(response.read())["tokens"])
 
 
-def run_child(command: list[str], url: str) -> Measured:
-    """Run a client to completion; its tokens (the server's count) and CPU (user + system, from rusage)."""
+def run_child(command: list[str], url: str, steady_between_s: tuple[float, float] | None = None) -> Measured:
+    """Run a client to completion; its tokens (the server's count) and CPU (user + system, from rusage), and with
+    `steady_between_s` the tokens and CPU between two readings taken that many seconds after its start."""
     before, started = tokens_sent(url), time.monotonic()
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    readings: list[tuple[int, float]] = []
+    for at_s in steady_between_s or ():
+        time.sleep(max(started + at_s - time.monotonic(), 0.0))
+        cpu = psutil.Process(process.pid).cpu_times()
+        readings.append((tokens_sent(url), cpu.user + cpu.system))
     _, status, usage = os.wait4(process.pid, 0)
     process.returncode = os.waitstatus_to_exitcode(status)
-    return Measured(tokens_sent(url) - before, usage.ru_utime + usage.ru_stime, time.monotonic() - started)
+    measured = Measured(tokens_sent(url) - before, usage.ru_utime + usage.ru_stime, time.monotonic() - started)
+    if len(readings) == 2:
+        measured.steady_tokens = readings[1][0] - readings[0][0]
+        measured.steady_cpu_s = readings[1][1] - readings[0][1]
+    return measured
 
 
 def soak_command(url: str, rate: float, duration_s: float, out: Path, workers: int = 0) -> list[str]:
@@ -103,15 +118,16 @@ def per_cpu(tokens: float, cpu_s: float) -> float:
     return tokens / cpu_s if cpu_s > 0 else float("nan")
 
 
-def efficiency(url: str, rate: float, short_s: float, long_s: float, out: Path) -> dict[str, dict[str, float]]:
+def efficiency(url: str, rate: float, long_s: float, out: Path) -> dict[str, dict[str, float]]:
+    # soak's clock starts after its start-up (~3 s here): both readings fall inside its load.
+    window = (max(long_s / 3, 10.0), long_s - 2.0)
     figures = {}
-    for name, command in (("soak", lambda d: soak_command(url, rate, d, out)),
-                          ("bare aiohttp", lambda d: bare_command(url, rate, d))):
-        short, long = run_child(command(short_s), url), run_child(command(long_s), url)
-        print(f"  {name}: short {short_s:g} s → {short.tokens} tokens, {short.cpu_s:.2f} CPU-s; "
-              f"long {long_s:g} s → {long.tokens} tokens, {long.cpu_s:.2f} CPU-s", flush=True)
-        figures[name] = {"steady": per_cpu(long.tokens - short.tokens, long.cpu_s - short.cpu_s),
-                         "whole": per_cpu(long.tokens, long.cpu_s)}
+    for name, command in (("soak", soak_command(url, rate, long_s, out)),
+                          ("bare aiohttp", bare_command(url, rate, long_s))):
+        run = run_child(command, url, window)
+        print(f"  {name}: {run.tokens} tokens, {run.cpu_s:.2f} CPU-s in all; {run.steady_tokens} tokens, "
+              f"{run.steady_cpu_s:.2f} CPU-s from {window[0]:g} s to {window[1]:g} s", flush=True)
+        figures[name] = {"steady": per_cpu(run.steady_tokens, run.steady_cpu_s), "whole": per_cpu(run.tokens, run.cpu_s)}
     return figures
 
 
@@ -124,11 +140,10 @@ def flood_rate(url: str, rate: float, duration_s: float, out: Path, workers: int
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rate", type=float, default=40.0, help="req/s of the efficiency runs")
-    parser.add_argument("--short", type=float, default=15.0, help="seconds of the short run")
-    parser.add_argument("--long", type=float, default=45.0, help="seconds of the long run")
+    parser.add_argument("--long", type=float, default=45.0, help="seconds of each efficiency run")
     parser.add_argument("--itl-ms", type=float, default=5.0, help="server's gap between tokens")
-    parser.add_argument("--flood-rate", type=float, default=400.0, help="req/s offered to find the max rate")
-    parser.add_argument("--flood-for", type=float, default=30.0, help="seconds of each max-rate run (0: skip)")
+    parser.add_argument("--flood-rate", type=float, default=700.0, help="req/s offered to find the max rate")
+    parser.add_argument("--flood-for", type=float, default=40.0, help="seconds of each max-rate run (0: skip)")
     parser.add_argument("--bare-client", metavar="URL", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.bare_client:
@@ -144,8 +159,8 @@ def main() -> None:
 
 def report(args: argparse.Namespace, url: str, out: Path) -> None:
     print(f"server: {TOKENS} tokens/request, TTFT 20 ms, ITL {args.itl_ms:g} ms; {args.rate:g} req/s, runs of "
-          f"{args.short:g} s and {args.long:g} s; {os.cpu_count()} CPUs", flush=True)
-    figures = efficiency(url, args.rate, args.short, args.long, out)
+          f"{args.long:g} s; {os.cpu_count()} CPUs", flush=True)
+    figures = efficiency(url, args.rate, args.long, out)
     soak, bare = figures["soak"], figures["bare aiohttp"]
     print(f"{'client':14} {'steady tok/CPU-s':>17} {'whole-run tok/CPU-s':>20}")
     for name, row in figures.items():

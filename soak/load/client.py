@@ -268,7 +268,8 @@ def body_reads(response: Any, headers_t: float) -> Iterator[tuple[bytes, float]]
     returned; body bytes that came with the headers carry `headers_t`.
 
     Whatever the socket holds is taken at once: reading line by line or in fixed sizes would wait, and stamping
-    after the parse would add the client's own work to every token's time.
+    after the parse would add the client's own work to every token's time. It reads through geventhttpclient's
+    `HTTPSocketResponse` (its socket, parser and body buffer), the way that class's own `readline` does.
     """
     buffer = response._body_buffer
     if buffer:
