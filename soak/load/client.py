@@ -241,7 +241,10 @@ class SseParser:
             lines = [line[:-1] if line.endswith(b"\r") else line for line in lines]
         events: list[bytes] = []
         for line in lines:
-            self._line(line, events)
+            if line[:5] == b"data:":  # the common line, inline: this runs once per streamed token
+                self._data.append(line[6:] if line[5:6] == b" " else line[5:])
+            else:
+                self._line(line, events)
         return events
 
     def close(self) -> list[bytes]:
