@@ -6,11 +6,11 @@ import pytest
 
 from soak.load.client import (
     MAX_MESSAGE_CHARS,
+    SseParser,
     StreamError,
     _apply_chunk,
     _Exchange,
     _parse_chunk,
-    SseParser,
     scrub_secrets,
     short_error,
 )
