@@ -1,6 +1,7 @@
 """Early stop (`soak start --stop-on-fail`): a sequential rule that ends a run once a FAIL is beyond doubt.
 
-docs/gates.md, "Early stop". The run so far is judged at looks: every `every_windows` complete windows,
+docs/gates.md, "Early stop". The run so far is judged at looks: every `every_windows` complete windows
+(more on a run planned with many windows, so it has at most about 24 looks),
 from the first count a trend can be judged on (`gates.min_windows`) up to the last count before the
 planned end (the planned end is the final verdict's own look). Only checks whose FAIL the rest of the
 run cannot undo take part: leaks (with their persistence gate), latency creep and a hang. Each look
@@ -44,10 +45,15 @@ class StopRule:
     every_windows: int = 2
     consecutive: int = 2
     confirm_frac: float = 0.5  # the streak must also span this share more windows than its first look judged
+    looks_per_run: int = 24  # a run of many windows looks less often, so Bonferroni does not starve each look
+
+    def step(self, planned_windows: int) -> int:
+        """Windows between looks: `every_windows`, or more on a run planned with over 24 × that many."""
+        return max(self.every_windows, planned_windows // self.looks_per_run)
 
     def looks(self, planned_windows: int, min_windows: int) -> tuple[int, ...]:
-        """The window counts judged: from `min_windows`, every `every_windows`, before the planned end."""
-        return tuple(range(min_windows, planned_windows, self.every_windows))
+        """The window counts judged: from `min_windows`, every `step` windows, before the planned end."""
+        return tuple(range(min_windows, planned_windows, self.step(planned_windows)))
 
 
 def planned_window_count(planned_s: float, warmup_s: float, window_s: float) -> int:

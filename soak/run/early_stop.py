@@ -51,8 +51,8 @@ class EarlyStopWatch:
         if not looks:
             return (f"--stop-on-fail: the run has too few windows for a look (a look needs "
                     f"{self.sequence.gates.min_windows}); it runs its planned time")
-        return (f"--stop-on-fail: {len(looks)} looks, from window {looks[0]} every "
-                f"{self.sequence.rule.every_windows} windows")
+        step = looks[1] - looks[0] if len(looks) > 1 else self.sequence.rule.every_windows
+        return f"--stop-on-fail: {len(looks)} looks, from window {looks[0]} every {step} windows"
 
     def poll(self, elapsed_s: float) -> StopDecision | None:
         """Collect a finished look (a decision, or None), else start the next one when it is due."""

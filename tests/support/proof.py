@@ -21,6 +21,7 @@ from soak.analysis.inputs import (
     RunData,
 )
 from soak.analysis.windows import plan_windows
+from soak.config import default_warmup_s, default_window_s
 
 from .synthetic import (
     bare_run,
@@ -36,6 +37,7 @@ class Scenario:
     sample_s: float
     rate_per_s: float
     memory_noise_frac: float = 0.004
+    windows_per_run: int | None = None  # None: the default window; 288 as under --stop-on-fail
 
 
 SCENARIOS = {
@@ -49,7 +51,11 @@ SCENARIOS = {
 
 
 def bare_scenario_run(scenario: Scenario, **fields) -> RunData:
-    return bare_run(scenario.run_s, **fields)
+    if scenario.windows_per_run is None:
+        return bare_run(scenario.run_s, **fields)
+    warmup_s = default_warmup_s(scenario.run_s)
+    window_s = default_window_s(scenario.run_s, warmup_s, scenario.windows_per_run)
+    return bare_run(scenario.run_s, warmup_s, window_s, **fields)
 
 
 def judged_span_h(scenario: Scenario) -> float:

@@ -1,7 +1,7 @@
 """Monte Carlo proof of the early-stop rule (soak/analysis/early_stop.py, docs/gates.md "Early stop").
 
-The same synthetic runs as the detectors' proof (proof_leaks.py, proof_traffic.py), whole, replayed
-look by look: the false-stop rate is the share of healthy runs (multiple 0) the rule would have
+The same synthetic runs as the detectors' proof (proof_leaks.py, proof_traffic.py), windowed as
+`--stop-on-fail` windows a run by default (288 windows instead of 48), whole, replayed look by look: the false-stop rate is the share of healthy runs (multiple 0) the rule would have
 stopped; on planted faults, the share stopped and when (as a fraction of the planned duration).
 Used by tests/unit/test_early_stop_power.py and bench/detector_power.py --early-stop.
 """
@@ -16,6 +16,7 @@ import numpy as np
 from soak.analysis.early_stop import StopRule, first_stop
 from soak.analysis.gates import Gates
 from soak.analysis.inputs import GpuProcessSeries, LatencyWindow, ProcessSeries, RunData
+from soak.config import STOP_ON_FAIL_WINDOWS_PER_RUN
 
 from .proof import SCENARIOS, Scenario, bare_scenario_run
 from .proof_leaks import HORIZON_S, rss_threshold_bytes_per_h, tree_run
@@ -100,7 +101,8 @@ def stop_rates(case: str, trials: int, seed: int, multiple: float, scenario: str
     """Replay the rule over `trials` synthetic runs of `case` (fixed seed)."""
     gates = gates or Gates()
     rng = np.random.default_rng(seed)
-    build, shape = STOP_CASES[case].build, SCENARIOS[scenario]
+    # windowed as --stop-on-fail windows a run by default
+    build, shape = STOP_CASES[case].build, replace(SCENARIOS[scenario], windows_per_run=STOP_ON_FAIL_WINDOWS_PER_RUN)
     fractions = []
     for _ in range(trials):
         run = build(rng, shape, multiple, gates)

@@ -24,6 +24,11 @@ def test_looks_every_two_windows_from_the_minimum_to_before_the_end_share_the_p_
     assert SequentialStop(GATES, planned_windows=20).looks == ()
 
 
+def test_a_run_of_many_windows_looks_about_24_times():
+    looks = SequentialStop(GATES, planned_windows=288).looks
+    assert looks == tuple(range(20, 288, 12)) and len(looks) == 23
+
+
 def test_a_look_falls_due_once_and_a_late_tick_takes_the_latest():
     sequence = SequentialStop(GATES, planned_windows=48)
     assert sequence.due(19) is None

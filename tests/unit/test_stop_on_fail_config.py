@@ -35,3 +35,12 @@ def test_a_schedule_stores_it_with_its_start_arguments(tmp_path, monkeypatch):
     [stored] = json.loads(runner.invoke(root, ["schedule", "list", "--json"]).stdout)
     assert stored["start_args"][-1] == "--stop-on-fail"
     assert validate_start_args(stored["start_args"]).stop_on_fail is True
+
+
+def test_it_windows_the_run_six_times_finer_unless_a_window_is_given():
+    plain = validate_start_args(["--target", "http://127.0.0.1:9", "--duration", "24h", "--warmup", "0s"])
+    stopping = validate_start_args(["--target", "http://127.0.0.1:9", "--duration", "24h", "--warmup", "0s",
+                                    "--stop-on-fail"])
+    assert plain.window_s == 1800.0 and stopping.window_s == 300.0
+    given = validate_start_args([*BASE, "--stop-on-fail", "--window", "2m"])
+    assert given.window_s == 120.0
