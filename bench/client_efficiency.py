@@ -13,7 +13,8 @@ server (tests/support/sse_server.py: 64 tokens a request, one write per token); 
 Then `--workers 2` against one process: the token rate each reaches when offered far more than one process
 can take (the server's count over the run, per second of the planned length).
 
-    pip install -e .[bench]; python bench/client_efficiency.py [--rate 40] [--long 45] [--itl-ms 5] [--flood-rate 700] [--flood-for 40]
+    pip install -e .[bench]
+    python bench/client_efficiency.py [--rate 40] [--long 45] [--itl-ms 5] [--flood-rate 700] [--flood-for 40]
 """
 
 from __future__ import annotations
