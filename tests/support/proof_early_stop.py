@@ -2,7 +2,8 @@
 
 The same synthetic runs as the detectors' proof (proof_leaks.py, proof_traffic.py), windowed as
 `--stop-on-fail` windows a run by default (288 windows instead of 48), whole, replayed look by look:
-the false-stop rate is the share of healthy runs (multiple 0) the rule would have stopped; on planted faults, the share stopped and when (as a fraction of the planned duration).
+the false-stop rate is the share of healthy runs (multiple 0) the rule would have stopped; on planted
+faults, the share stopped and when (as a fraction of the planned duration).
 Used by tests/unit/test_early_stop_power.py and bench/detector_power.py --early-stop.
 """
 
