@@ -16,12 +16,12 @@ import numpy as np
 
 from soak.analysis.early_stop import StopRule, first_stop
 from soak.analysis.gates import Gates
-from soak.analysis.inputs import GpuProcessSeries, LatencyWindow, ProcessSeries, RunData
+from soak.analysis.inputs import LatencyWindow, ProcessSeries, RunData
 from soak.config import STOP_ON_FAIL_WINDOWS_PER_RUN
 
 from .proof import SCENARIOS, Scenario, bare_scenario_run
-from .proof_leaks import HORIZON_S, rss_threshold_bytes_per_h, tree_run
-from .synthetic import MIB, LatencyModel, latency_series, memory_series, scaled_memory_model
+from .proof_leaks import rss_threshold_bytes_per_h, tree_run, vram_run
+from .synthetic import LatencyModel, latency_series
 
 RunBuilder = Callable[[np.random.Generator, Scenario, float, Gates], RunData]
 
@@ -30,17 +30,6 @@ def run_rss(rng: np.random.Generator, scenario: Scenario, multiple: float, gates
     """proof_leaks.trial_rss's run: a two-process tree, a straight leak in the larger process."""
     slope = multiple * rss_threshold_bytes_per_h(gates)
     return tree_run(rng, scenario, lambda t: slope * t / 3600)
-
-
-def run_vram(rng: np.random.Generator, scenario: Scenario, multiple: float, gates: Gates) -> RunData:
-    """proof_leaks.trial_vram's run: a preallocated 60 GiB plateau with NVML noise and rare 2 MiB steps."""
-    floor = 60 * 2**30
-    threshold = gates.leak.vram.threshold_bytes_per_h(None, HORIZON_S)
-    model = replace(scaled_memory_model(scenario.run_s, floor_bytes=floor), warmup_gain_frac=0.0,
-                    sawtooth_frac=0.0, noise_frac=2 * MIB / floor, ratchets_per_run=scenario.run_s / 86400.0,
-                    ratchet_frac=2 * MIB / floor, slope_bytes_per_h=multiple * threshold)
-    t_s, used = memory_series(rng, model, scenario.run_s, scenario.sample_s)
-    return bare_scenario_run(scenario, gpu_seen=True, gpu_processes=(GpuProcessSeries(1, t_s, used, "engine"),))
 
 
 def run_fds(rng: np.random.Generator, scenario: Scenario, multiple: float, gates: Gates) -> RunData:
@@ -70,7 +59,7 @@ class StopCase:
 
 
 STOP_CASES = {case.name: case for case in (
-    StopCase("leak.rss", run_rss, ("24h", "24h-noisy", "2h", "1h", "5m")), StopCase("leak.vram", run_vram),
+    StopCase("leak.rss", run_rss, ("24h", "24h-noisy", "2h", "1h", "5m")), StopCase("leak.vram", vram_run),
     StopCase("leak.fds", run_fds), StopCase("creep.ttft_p99", run_creep))}
 
 

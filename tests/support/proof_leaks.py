@@ -16,7 +16,14 @@ import numpy as np
 from soak.analysis import kv, memory
 from soak.analysis.findings import Finding
 from soak.analysis.gates import Gates
-from soak.analysis.inputs import GpuProcessSeries, ProbeReading, ProcessReading, ProcessSeries, ServerSeries
+from soak.analysis.inputs import (
+    GpuProcessSeries,
+    ProbeReading,
+    ProcessReading,
+    ProcessSeries,
+    RunData,
+    ServerSeries,
+)
 
 from .proof import Case, Scenario, bare_scenario_run, judged_span_h
 from .synthetic import MIB, MemoryModel, kv_usage_series, memory_series, scaled_memory_model
@@ -86,7 +93,7 @@ def trial_rss_staircase(rng: np.random.Generator, scenario: Scenario, multiple: 
                             gates)
 
 
-def trial_vram(rng: np.random.Generator, scenario: Scenario, multiple: float, gates: Gates) -> Finding:
+def vram_run(rng: np.random.Generator, scenario: Scenario, multiple: float, gates: Gates) -> RunData:
     """A preallocated 60 GiB plateau: flat by design, with small NVML noise and a rare 2 MiB step
     (one a day, as for RSS a rate rather than a count per run)."""
     floor = 60 * 2**30
@@ -95,8 +102,11 @@ def trial_vram(rng: np.random.Generator, scenario: Scenario, multiple: float, ga
                     sawtooth_frac=0.0, noise_frac=2 * MIB / floor, ratchets_per_run=scenario.run_s / 86400.0,
                     ratchet_frac=2 * MIB / floor, slope_bytes_per_h=multiple * threshold)
     t_s, used = memory_series(rng, model, scenario.run_s, scenario.sample_s)
-    run = bare_scenario_run(scenario, gpu_seen=True, gpu_processes=(GpuProcessSeries(1, t_s, used, "engine"),))
-    return memory.check_vram(run, gates)
+    return bare_scenario_run(scenario, gpu_seen=True, gpu_processes=(GpuProcessSeries(1, t_s, used, "engine"),))
+
+
+def trial_vram(rng: np.random.Generator, scenario: Scenario, multiple: float, gates: Gates) -> Finding:
+    return memory.check_vram(vram_run(rng, scenario, multiple, gates), gates)
 
 
 def trial_fds(rng: np.random.Generator, scenario: Scenario, multiple: float, gates: Gates) -> Finding:
