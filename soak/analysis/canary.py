@@ -49,7 +49,8 @@ def _matches(details: dict[str, Any]) -> Finding:
                        evidence=f"All {matches} canaries after the first gave the reference answer, character for "
                        "character.")
     why = f"; {details['errors']} failed: {details['first_error']}" if details["errors"] else ""
-    return inconclusive(CHECK, f"{details['sent']} canaries ran; {matches} after the reference matched it, and a "
+    ran = f"{details['sent']} canar{'y' if details['sent'] == 1 else 'ies'} ran"
+    return inconclusive(CHECK, f"{ran}; {matches} after the reference matched it, and a "
                         f"PASS needs {MIN_MATCHES} (send them more often with --canary-every){why}.", details=details)
 
 
