@@ -1,4 +1,4 @@
-"""A whole `soak start` against a lax server with a 1,024-token context (llama.cpp-like, as in issue 15): its
+"""A whole `soak start` against a lax server with a 1,024-token context (llama.cpp-like): its
 400s are grouped by message, and its 200s to malformed requests are named validation gaps — in summary.json,
 report.html, soak.log and the CLI's output."""
 
@@ -30,7 +30,7 @@ def lax_server():
 
 
 def test_error_bodies_are_grouped_and_validation_gaps_named(soak_cli, lax_server, tmp_path):
-    # --max-context above what the server states: long_context's prompts overflow, as soak's 2,048 did in issue 15.
+    # --max-context above what the server states: long_context's prompts overflow, as soak's 2,048 did against a real llama.cpp.
     result = soak_cli("start", "--target", lax_server, "--duration", "30s", "--warmup", "5s", "--rate", "4",
                       "--scenario", "bad_input", "--scenario", "long_context", "--max-context", "4096",
                       "--out", str(tmp_path), timeout_s=150)

@@ -25,7 +25,7 @@ def llamacpp_mock():
 
 @pytest.fixture(scope="module")
 def lenient_mock():
-    """A server that answers 200 to malformed requests (as the llama.cpp of issue 15 did), but not to long prompts."""
+    """A server that answers 200 to malformed requests (as a real llama.cpp server did), but not to long prompts."""
     server = start_mock("--max-model-len", str(SMALL_CONTEXT), "--lenient", "--ttft-ms", "1", "--itl-ms", "0.1")
     yield server
     server.process.kill()
