@@ -14,14 +14,16 @@ def test_a_healthy_run_is_not_stopped_and_a_leak_is_quick():
     healthy = stop_rates("leak.rss", trials=10, seed=11, multiple=0.0)
     leaking = stop_rates("leak.rss", trials=10, seed=12, multiple=2.0)
     assert healthy.stops == 0
-    assert leaking.stops == 10 and max(leaking.stop_fractions) < 0.75, leaking.stop_fractions
+    assert leaking.stops == 10 and max(leaking.stop_fractions) < 0.5, leaking.stop_fractions
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("case, scenario", CASE_SCENARIOS)
 def test_false_stop_rate(case, scenario):
-    rates = stop_rates(case, trials=400, seed=505, multiple=0.0, scenario=scenario)
-    assert rates.stops <= 4, rates.stop_fractions  # ≤ 1 %
+    # 100 runs a case keep the slow set within CI's time (a day at 288 windows replays ~23 looks per run);
+    # bench/detector_power.py --early-stop measures 200 per case
+    rates = stop_rates(case, trials=100, seed=505, multiple=0.0, scenario=scenario)
+    assert rates.stops <= 1, rates.stop_fractions  # ≤ 1 %
 
 
 # Leaks only: creep is a rise over the whole run (+25 % by its end), so twice the threshold is only about
@@ -29,5 +31,5 @@ def test_false_stop_rate(case, scenario):
 @pytest.mark.slow
 @pytest.mark.parametrize("case", ["leak.rss", "leak.vram", "leak.fds"])
 def test_a_leak_of_twice_the_threshold_stops_a_day_long_run_early(case):
-    rates = stop_rates(case, trials=100, seed=606, multiple=2.0)
-    assert rates.stops >= 90 and rates.median_stop_fraction < 0.8, (rates.stops, rates.median_stop_fraction)
+    rates = stop_rates(case, trials=50, seed=606, multiple=2.0)
+    assert rates.stops >= 45 and rates.median_stop_fraction < 0.3, (rates.stops, rates.median_stop_fraction)
