@@ -3,7 +3,9 @@
 soak runs as `soak start --target URL` (Locust, the SSE client, records, latency windows, the writer thread
 and SQLite, telemetry, then analysis and the report); the bare client is aiohttp streaming the same requests
 open-loop and parsing each chunk with `json`. Both run as child processes at the same rate against the same
-server (tests/support/sse_server.py: 64 tokens a request, one write per token); each client's CPU is its rusage.
+server (tests/support/sse_server.py: 64 tokens a request, one write per token at ITL > 0, the whole answer in
+one write at ITL 0); each client's CPU is its rusage. The pair of runs is repeated, in alternating order, and
+the median ratio printed: on a shared machine single runs move by ±20 %.
 
 - steady state: tokens and the client's CPU (psutil) read twice while the load runs, at a third of the run and
   near its end, so start-up and, for soak, finalising (analysis, report) stay out (a difference of a long and a
@@ -14,7 +16,7 @@ Then `--workers 2` against one process: the token rate each reaches when offered
 can take (the server's count over the run, per second of the planned length).
 
     pip install -e .[bench]
-    python bench/client_efficiency.py [--rate 40] [--long 45] [--itl-ms 5] [--flood-rate 700] [--flood-for 40]
+    python bench/client_efficiency.py [--rate 40] [--long 45] [--repeat 3] [--itl-ms 5] [--flood-rate 700] [--flood-for 40]
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import asyncio
 import json
 import os
 import random
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -119,17 +122,23 @@ def per_cpu(tokens: float, cpu_s: float) -> float:
     return tokens / cpu_s if cpu_s > 0 else float("nan")
 
 
-def efficiency(url: str, rate: float, long_s: float, out: Path) -> dict[str, dict[str, float]]:
+def efficiency(url: str, rate: float, long_s: float, out: Path, repeat: int) -> list[dict[str, dict[str, float]]]:
+    """`repeat` pairs of runs, soak and the bare client, their order alternating, so that drift on a shared
+    machine falls on both alike; each pair's figures."""
     # soak's clock starts after its start-up (~3 s here): both readings fall inside its load.
     window = (max(long_s / 3, 10.0), long_s - 2.0)
-    figures = {}
-    for name, command in (("soak", soak_command(url, rate, long_s, out)),
-                          ("bare aiohttp", bare_command(url, rate, long_s))):
-        run = run_child(command, url, window)
-        print(f"  {name}: {run.tokens} tokens, {run.cpu_s:.2f} CPU-s in all; {run.steady_tokens} tokens, "
-              f"{run.steady_cpu_s:.2f} CPU-s from {window[0]:g} s to {window[1]:g} s", flush=True)
-        figures[name] = {"steady": per_cpu(run.steady_tokens, run.steady_cpu_s), "whole": per_cpu(run.tokens, run.cpu_s)}
-    return figures
+    commands = {"soak": soak_command(url, rate, long_s, out), "bare aiohttp": bare_command(url, rate, long_s)}
+    pairs = []
+    for index in range(repeat):
+        figures = {}
+        for name in sorted(commands, reverse=index % 2 == 1):
+            run = run_child(commands[name], url, window)
+            print(f"  pair {index + 1}, {name}: {run.tokens} tokens, {run.cpu_s:.2f} CPU-s in all; {run.steady_tokens} "
+                  f"tokens, {run.steady_cpu_s:.2f} CPU-s from {window[0]:g} s to {window[1]:g} s", flush=True)
+            figures[name] = {"steady": per_cpu(run.steady_tokens, run.steady_cpu_s),
+                             "whole": per_cpu(run.tokens, run.cpu_s)}
+        pairs.append(figures)
+    return pairs
 
 
 def flood_rate(url: str, rate: float, duration_s: float, out: Path, workers: int) -> float:
@@ -142,6 +151,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rate", type=float, default=40.0, help="req/s of the efficiency runs")
     parser.add_argument("--long", type=float, default=45.0, help="seconds of each efficiency run")
+    parser.add_argument("--repeat", type=int, default=3, help="pairs of efficiency runs (0: skip them)")
     parser.add_argument("--itl-ms", type=float, default=5.0, help="server's gap between tokens")
     parser.add_argument("--flood-rate", type=float, default=700.0, help="req/s offered to find the max rate")
     parser.add_argument("--flood-for", type=float, default=40.0, help="seconds of each max-rate run (0: skip)")
@@ -160,19 +170,27 @@ def main() -> None:
 
 def report(args: argparse.Namespace, url: str, out: Path) -> None:
     print(f"server: {TOKENS} tokens/request, TTFT 20 ms, ITL {args.itl_ms:g} ms; {args.rate:g} req/s, runs of "
-          f"{args.long:g} s; {os.cpu_count()} CPUs", flush=True)
-    figures = efficiency(url, args.rate, args.long, out)
-    soak, bare = figures["soak"], figures["bare aiohttp"]
-    print(f"{'client':14} {'steady tok/CPU-s':>17} {'whole-run tok/CPU-s':>20}")
-    for name, row in figures.items():
-        print(f"{name:14} {row['steady']:>17,.0f} {row['whole']:>20,.0f}")
-    print(f"ratio soak/bare: steady {soak['steady'] / bare['steady']:.2f}x (goal >= 1.0x), "
-          f"whole run {soak['whole'] / bare['whole']:.2f}x")
+          f"{args.long:g} s, {args.repeat} pairs; {os.cpu_count()} CPUs", flush=True)
+    if args.repeat > 0:
+        print_efficiency(efficiency(url, args.rate, args.long, out, args.repeat))
     if args.flood_for > 0:
         one = flood_rate(url, args.flood_rate, args.flood_for, out, 0)
         two = flood_rate(url, args.flood_rate, args.flood_for, out, 2)
         print(f"max token rate offered {args.flood_rate:g} req/s: one process {one:,.0f} tok/s, --workers 2 "
               f"{two:,.0f} tok/s, ratio {two / one:.2f}x (goal >= 1.7x; the server shares these CPUs)")
+
+
+def print_efficiency(pairs: list[dict[str, dict[str, float]]]) -> None:
+    print(f"{'pair':5} {'client':14} {'steady tok/CPU-s':>17} {'whole-run tok/CPU-s':>20}")
+    for index, figures in enumerate(pairs, 1):
+        for name, row in figures.items():
+            print(f"{index:<5} {name:14} {row['steady']:>17,.0f} {row['whole']:>20,.0f}")
+    steady = [pair["soak"]["steady"] / pair["bare aiohttp"]["steady"] for pair in pairs]
+    whole = [pair["soak"]["whole"] / pair["bare aiohttp"]["whole"] for pair in pairs]
+    print(f"ratio soak/bare, steady: {', '.join(f'{r:.2f}x' for r in steady)}; median {statistics.median(steady):.2f}x "
+          f"(goal >= 1.0x)")
+    print(f"ratio soak/bare, whole run: {', '.join(f'{r:.2f}x' for r in whole)}; median "
+          f"{statistics.median(whole):.2f}x")
 
 
 if __name__ == "__main__":

@@ -240,9 +240,13 @@ class SseParser:
         if b"\r" in data:
             lines = [line[:-1] if line.endswith(b"\r") else line for line in lines]
         events: list[bytes] = []
-        for line in lines:
-            if line[:5] == b"data:":  # the common line, inline: this runs once per streamed token
+        for line in lines:  # the two common lines inline: this runs twice per streamed token
+            if line[:5] == b"data:":
                 self._data.append(line[6:] if line[5:6] == b" " else line[5:])
+            elif not line:
+                if self._data:
+                    events.append(self._data[0] if len(self._data) == 1 else b"\n".join(self._data))
+                    self._data = []
             else:
                 self._line(line, events)
         return events
@@ -300,15 +304,17 @@ def _take(buffer: bytearray) -> bytes:
     return data
 
 
-def iter_sse_events(response: Any, headers_t: float) -> Iterator[tuple[bytes, float]]:
-    """Each SSE event's data with the time the read that completed it returned."""
+def iter_sse_batches(response: Any, headers_t: float) -> Iterator[tuple[list[bytes], float]]:
+    """The SSE events each socket read completed (their data), with the time that read returned."""
     parser = SseParser()
     received_t = headers_t
     for chunk, received_t in body_reads(response, headers_t):
-        for data in parser.feed(chunk):
-            yield data, received_t
-    for data in parser.close():
-        yield data, received_t
+        events = parser.feed(chunk)
+        if events:
+            yield events, received_t
+    events = parser.close()
+    if events:
+        yield events, received_t
 
 
 def discard_connection(response: Any) -> None:
@@ -468,15 +474,10 @@ class OpenAIClient:
     def _read_stream(self, exchange: _Exchange, response: Any, content_type: str, cancel_after: int | None) -> None:
         if "text/event-stream" not in content_type:
             raise StreamError(_wrong_type_message(response, content_type))
-        for data, received_t in iter_sse_events(response, exchange.headers_t):
-            if data.strip() == b"[DONE]":
-                exchange.done = True
-                exchange.finish_t = received_t
+        for events, received_t in iter_sse_batches(response, exchange.headers_t):
+            if _apply_events(exchange, events, received_t, cancel_after):
                 self._drain_after_done(response)
                 return
-            _apply_chunk(exchange, _parse_chunk(data), received_t)
-            if cancel_after is not None and exchange.chunks >= cancel_after:
-                raise _Cancel()
         raise StreamError("stream ended without [DONE]" if exchange.chunks else "empty stream")
 
     def _drain_after_done(self, response: Any) -> None:
@@ -601,9 +602,34 @@ def _parse_chunk(data: bytes) -> dict[str, Any]:
     return chunk
 
 
+def _apply_events(exchange: _Exchange, events: list[bytes], received_t: float, cancel_after: int | None) -> bool:
+    """Apply the events one socket read completed, each timed at `received_t`; True at `[DONE]`.
+
+    Raises `_Cancel` once `cancel_after` content chunks have arrived."""
+    for data in events:
+        if data[-6:] == b"[DONE]" and data.strip() == b"[DONE]":
+            exchange.done = True
+            exchange.finish_t = received_t
+            return True
+        text = _chunk_text(exchange, _parse_chunk(data))
+        if text:
+            exchange.content(text, received_t)
+        if cancel_after is not None and exchange.chunks >= cancel_after:
+            raise _Cancel()
+    return False
+
+
 def _apply_chunk(exchange: _Exchange, chunk: dict[str, Any], received_t: float | None = None) -> None:
     """Content (chat delta or completion text) is timed at `received_t` (else now); usage and finish reasons are
     kept."""
+    text = _chunk_text(exchange, chunk)
+    if text:
+        exchange.content(text, time.time() if received_t is None else received_t)
+
+
+def _chunk_text(exchange: _Exchange, chunk: dict[str, Any]) -> str:
+    """A chunk's generated text (every choice's chat delta content and reasoning, or completion `text`); its usage
+    and finish reasons are kept on the exchange. One call per streamed token, so kept flat."""
     usage = chunk.get("usage")
     if isinstance(usage, dict):
         exchange.usage = usage
@@ -611,23 +637,19 @@ def _apply_chunk(exchange: _Exchange, chunk: dict[str, Any], received_t: float |
     for choice in chunk.get("choices") or ():
         if not isinstance(choice, dict):
             raise StreamError("malformed choice in chunk")
-        text += _choice_text(choice)
-        exchange.finish_reason = choice.get("finish_reason") or exchange.finish_reason
-    if text:
-        exchange.content(text, time.time() if received_t is None else received_t)
-
-
-def _choice_text(choice: dict[str, Any]) -> str:
-    """A choice's generated text: the delta's content (and reasoning) in a chat, `text` in a completion."""
-    text = ""
-    delta = choice.get("delta")
-    if isinstance(delta, dict):
-        for key in _CONTENT_KEYS:
-            value = delta.get(key)
-            if value:
-                text += str(value)
-    value = choice.get("text")
-    return text + str(value) if value else text
+        delta = choice.get("delta")
+        if delta and isinstance(delta, dict):
+            for key in _CONTENT_KEYS:
+                value = delta.get(key)
+                if value:
+                    text += str(value)
+        value = choice.get("text")
+        if value:
+            text += str(value)
+        reason = choice.get("finish_reason")
+        if reason:
+            exchange.finish_reason = reason
+    return text
 
 
 def _wrong_type_message(response: Any, content_type: str) -> str:

@@ -6,7 +6,7 @@ late client or a full concurrency cap shows up in the numbers instead of hiding 
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 ERROR_CLASSES = ("connect", "timeout", "http_4xx", "http_5xx", "bad_stream")
@@ -58,7 +58,7 @@ class RequestRecord:
 
     def to_wire(self) -> dict[str, Any]:
         """Plain types only (lists, not tuples), for Locust's msgpack messages between processes."""
-        data = asdict(self)
+        data = {name: getattr(self, name) for name in _FIELD_NAMES}  # not asdict: it deep-copies, ~50 µs a record
         data["itl_ms"] = list(self.itl_ms)
         return data
 
@@ -66,3 +66,6 @@ class RequestRecord:
     def from_wire(cls, data: dict[str, Any]) -> RequestRecord:
         """Inverse of `to_wire`."""
         return cls(**{**data, "itl_ms": tuple(data.get("itl_ms") or ())})
+
+
+_FIELD_NAMES = tuple(field.name for field in fields(RequestRecord))

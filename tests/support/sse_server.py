@@ -2,7 +2,8 @@
 
 Every chat or completion request is answered with `--tokens` content chunks: the first `--ttft-ms` after the
 request arrived, then one every `--itl-ms` on an absolute schedule (a late chunk does not delay the next),
-each a separate write, then a usage chunk and `[DONE]`, chunked, on a keep-alive connection. It binds
+each event its own HTTP chunk, then a usage chunk and `[DONE]`, chunked, on a keep-alive connection. Every chunk
+that is due goes out in one write: one a write at a steady ITL, the whole answer at once with `--itl-ms 0`. It binds
 127.0.0.1 on a free port and prints `SSE_READY http://127.0.0.1:PORT`. GET /stats → {"requests", "tokens",
 "first_token_sent": [[id, epoch_s], …]} (the send time of each request's first chunk, given an `x-bench-id`
 header), GET /v1/models and /health answer as a server would.
@@ -28,6 +29,9 @@ def sse(data: str) -> bytes:
     """One SSE event as one HTTP chunk."""
     body = f"data: {data}\n\n".encode()
     return b"%x\r\n%s\r\n" % (len(body), body)
+
+
+TOKEN_EVENT = sse(CHUNK)
 
 
 class Server:
@@ -75,16 +79,28 @@ class Server:
                      % (len(data), data))
         await writer.drain()
 
+    def due(self, arrived: float, index: int) -> int:
+        """How many chunks from `index` on are due by now (at least one): with ITL 0, all that are left."""
+        if self.itl_s <= 0:
+            return self.tokens - index
+        elapsed_s = time.time() - arrived - self.ttft_s
+        return max(1, min(int(elapsed_s / self.itl_s) + 1 - index, self.tokens - index))
+
     async def stream(self, writer: asyncio.StreamWriter, arrived: float, bench_id: str | None) -> None:
         self.requests += 1
         writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
-        for index in range(self.tokens):
-            await asyncio.sleep(max(arrived + self.ttft_s + index * self.itl_s - time.time(), 0.0))
-            writer.write(sse(CHUNK))
+        index = 0
+        while index < self.tokens:
+            wait_s = arrived + self.ttft_s + index * self.itl_s - time.time()
+            if wait_s > 0:
+                await asyncio.sleep(wait_s)
+            due = self.due(arrived, index)
+            writer.write(TOKEN_EVENT * due)
             if index == 0 and bench_id:
                 self.first_sent.append((bench_id, time.time()))
             await writer.drain()
-            self.tokens_sent += 1
+            index += due
+            self.tokens_sent += due
         usage = {"prompt_tokens": 8, "completion_tokens": self.tokens, "total_tokens": 8 + self.tokens}
         writer.write(sse(LAST) + sse(json.dumps({"id": "b", "choices": [], "usage": usage})) + sse("[DONE]")
                      + b"0\r\n\r\n")
