@@ -1,11 +1,11 @@
-"""Output tokens per client CPU-second: soak's real client path against a bare aiohttp client, one local server.
+"""Output tokens per client CPU-second: soak's real client path against a bare aiohttp client, side by side.
 
 soak runs as `soak start --target URL` (Locust, the SSE client, records, latency windows, the writer thread
 and SQLite, telemetry, then analysis and the report); the bare client is aiohttp streaming the same requests
-open-loop and parsing each chunk with `json`. Both run as child processes at the same rate against the same
-server (tests/support/sse_server.py: 64 tokens a request, one write per token at ITL > 0, the whole answer in
-one write at ITL 0); each client's CPU is its rusage. The pair of runs is repeated, in alternating order, and
-the median ratio printed: on a shared machine single runs move by ±20 %.
+open-loop and parsing each chunk with `json`. Both run at the same time and rate, each against its own copy of
+one local server (tests/support/sse_server.py: 64 tokens a request, one write per token at ITL > 0, the whole
+answer in one write at ITL 0), so that whatever else the machine does falls on both alike; each client's CPU is
+its own. The pair is repeated and the median ratio printed: on a shared machine single runs move by ±20 %.
 
 - steady state: tokens and the client's CPU (psutil) read twice while the load runs, at a third of the run and
   near its end, so start-up and, for soak, finalising (analysis, report) stay out (a difference of a long and a
@@ -13,7 +13,7 @@ the median ratio printed: on a shared machine single runs move by ±20 %.
 - whole run: tokens / CPU of the whole run (rusage), start-up and finalising included.
 
 Then `--workers 2` against one process: the token rate each reaches when offered far more than one process
-can take (the server's count over the run, per second of the planned length).
+can take (the server's count between two readings while the load runs, per second).
 
     pip install -e .[bench]
     python bench/client_efficiency.py [--rate 40] [--long 45] [--repeat 3] [--itl-ms 5] [--flood-rate 700] [--flood-for 40]
@@ -39,6 +39,7 @@ import psutil
 
 SERVER = Path(__file__).resolve().parents[1] / "tests" / "support" / "sse_server.py"
 TOKENS = 64
+FLOOD_CONCURRENCY = 256  # requests in flight per run when flooded; the rest wait their turn
 
 
 @dataclass
@@ -61,22 +62,30 @@ def tokens_sent(url: str) -> int:
         return int(json.loads(response.read())["tokens"])
 
 
-def run_child(command: list[str], url: str, steady_between_s: tuple[float, float] | None = None) -> Measured:
-    """Run a client to completion; its tokens (the server's count) and CPU (user + system, from rusage), and with
-    `steady_between_s` the tokens and CPU between two readings taken that many seconds after its start."""
-    before, started = tokens_sent(url), time.monotonic()
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    readings: list[tuple[int, float]] = []
+def run_together(runs: dict[str, tuple[list[str], str]], steady_between_s: tuple[float, float] | None = None,
+                 ) -> dict[str, Measured]:
+    """Run clients side by side, each `(command, its server's URL)`, to completion: each one's tokens (its server's
+    count) and CPU (user + system, from rusage), and with `steady_between_s` the tokens and CPU between two
+    readings taken that many seconds after the start, at the same moments for all."""
+    before = {name: tokens_sent(url) for name, (_, url) in runs.items()}
+    started = time.monotonic()
+    processes = {name: subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                 for name, (command, _) in runs.items()}
+    readings: dict[str, list[tuple[int, float]]] = {name: [] for name in runs}
     for at_s in steady_between_s or ():
         time.sleep(max(started + at_s - time.monotonic(), 0.0))
-        cpu = psutil.Process(process.pid).cpu_times()
-        readings.append((tokens_sent(url), cpu.user + cpu.system))
-    _, status, usage = os.wait4(process.pid, 0)
-    process.returncode = os.waitstatus_to_exitcode(status)
-    measured = Measured(tokens_sent(url) - before, usage.ru_utime + usage.ru_stime, time.monotonic() - started)
-    if len(readings) == 2:
-        measured.steady_tokens = readings[1][0] - readings[0][0]
-        measured.steady_cpu_s = readings[1][1] - readings[0][1]
+        for name, process in processes.items():
+            cpu = psutil.Process(process.pid).cpu_times()
+            readings[name].append((tokens_sent(runs[name][1]), cpu.user + cpu.system))
+    measured = {}
+    for name, process in processes.items():
+        _, status, usage = os.wait4(process.pid, 0)
+        process.returncode = os.waitstatus_to_exitcode(status)
+        measured[name] = Measured(tokens_sent(runs[name][1]) - before[name], usage.ru_utime + usage.ru_stime,
+                                  time.monotonic() - started)
+        if len(readings[name]) == 2:
+            (tokens_a, cpu_a), (tokens_b, cpu_b) = readings[name]
+            measured[name].steady_tokens, measured[name].steady_cpu_s = tokens_b - tokens_a, cpu_b - cpu_a
     return measured
 
 
@@ -122,17 +131,18 @@ def per_cpu(tokens: float, cpu_s: float) -> float:
     return tokens / cpu_s if cpu_s > 0 else float("nan")
 
 
-def efficiency(url: str, rate: float, long_s: float, out: Path, repeat: int) -> list[dict[str, dict[str, float]]]:
-    """`repeat` pairs of runs, soak and the bare client, their order alternating, so that drift on a shared
-    machine falls on both alike; each pair's figures."""
+def efficiency(urls: tuple[str, str], rate: float, long_s: float, out: Path, repeat: int,
+               ) -> list[dict[str, dict[str, float]]]:
+    """`repeat` pairs of runs, soak and the bare client at the same time, each against its own server, so that
+    whatever else the machine does falls on both alike; each pair's figures."""
     # soak's clock starts after its start-up (~3 s here): both readings fall inside its load.
     window = (max(long_s / 3, 10.0), long_s - 2.0)
-    commands = {"soak": soak_command(url, rate, long_s, out), "bare aiohttp": bare_command(url, rate, long_s)}
+    runs = {"soak": (soak_command(urls[0], rate, long_s, out), urls[0]),
+            "bare aiohttp": (bare_command(urls[1], rate, long_s), urls[1])}
     pairs = []
     for index in range(repeat):
         figures = {}
-        for name in sorted(commands, reverse=index % 2 == 1):
-            run = run_child(commands[name], url, window)
+        for name, run in run_together(runs, window).items():
             print(f"  pair {index + 1}, {name}: {run.tokens} tokens, {run.cpu_s:.2f} CPU-s in all; {run.steady_tokens} "
                   f"tokens, {run.steady_cpu_s:.2f} CPU-s from {window[0]:g} s to {window[1]:g} s", flush=True)
             figures[name] = {"steady": per_cpu(run.steady_tokens, run.steady_cpu_s),
@@ -142,9 +152,12 @@ def efficiency(url: str, rate: float, long_s: float, out: Path, repeat: int) -> 
 
 
 def flood_rate(url: str, rate: float, duration_s: float, out: Path, workers: int) -> float:
-    """Tokens/s the server sent over a run offered `rate` req/s: all it sent, over the planned length (a client
-    that falls behind sends its backlog late, so only the whole run's count says what it managed)."""
-    return run_child(soak_command(url, rate, duration_s, out, workers), url).tokens / duration_s
+    """Tokens/s the server sent while a run offered `rate` req/s, read between a third of the run (start-up, the
+    workers' included, is over) and 2 s before its end (the drain has not begun)."""
+    window = (max(duration_s / 3, 15.0), duration_s - 2.0)
+    command = soak_command(url, rate, duration_s, out, workers) + ["--max-concurrency", str(FLOOD_CONCURRENCY)]
+    run = run_together({"soak": (command, url)}, window)["soak"]
+    return run.steady_tokens / (window[1] - window[0])
 
 
 def main() -> None:
@@ -160,22 +173,23 @@ def main() -> None:
     if args.bare_client:
         asyncio.run(bare_client(args.bare_client, args.rate, args.long))
         return
-    server, url = start_server(20.0, args.itl_ms)
+    servers = [start_server(20.0, args.itl_ms) for _ in range(2)]
     try:
         with tempfile.TemporaryDirectory(prefix="soak-bench-") as out:
-            report(args, url, Path(out))
+            report(args, (servers[0][1], servers[1][1]), Path(out))
     finally:
-        server.kill()
+        for server, _ in servers:
+            server.kill()
 
 
-def report(args: argparse.Namespace, url: str, out: Path) -> None:
+def report(args: argparse.Namespace, urls: tuple[str, str], out: Path) -> None:
     print(f"server: {TOKENS} tokens/request, TTFT 20 ms, ITL {args.itl_ms:g} ms; {args.rate:g} req/s, runs of "
           f"{args.long:g} s, {args.repeat} pairs; {os.cpu_count()} CPUs", flush=True)
     if args.repeat > 0:
-        print_efficiency(efficiency(url, args.rate, args.long, out, args.repeat))
+        print_efficiency(efficiency(urls, args.rate, args.long, out, args.repeat))
     if args.flood_for > 0:
-        one = flood_rate(url, args.flood_rate, args.flood_for, out, 0)
-        two = flood_rate(url, args.flood_rate, args.flood_for, out, 2)
+        one = flood_rate(urls[0], args.flood_rate, args.flood_for, out, 0)
+        two = flood_rate(urls[0], args.flood_rate, args.flood_for, out, 2)
         print(f"max token rate offered {args.flood_rate:g} req/s: one process {one:,.0f} tok/s, --workers 2 "
               f"{two:,.0f} tok/s, ratio {two / one:.2f}x (goal >= 1.7x; the server shares these CPUs)")
 
