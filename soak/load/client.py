@@ -482,6 +482,9 @@ class OpenAIClient:
 
     def _drain_after_done(self, response: Any) -> None:
         """Read the end of the response so the connection can be reused; a server that dawdles loses it."""
+        if response.message_complete and not response._body_buffer:
+            response.release()  # the end came with [DONE]: straight back to the pool, no timer needed
+            return
         try:
             with gevent.Timeout(AFTER_DONE_S, _Deadline):
                 while response.readline(b"\n"):
