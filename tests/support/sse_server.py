@@ -2,11 +2,12 @@
 
 Every chat or completion request is answered with `--tokens` content chunks: the first `--ttft-ms` after the
 request arrived, then one every `--itl-ms` on an absolute schedule (a late chunk does not delay the next),
-each event its own HTTP chunk, then a usage chunk and `[DONE]`, chunked, on a keep-alive connection. Every chunk
-that is due goes out in one write: one a write at a steady ITL, the whole answer at once with `--itl-ms 0`. It binds
-127.0.0.1 on a free port and prints `SSE_READY http://127.0.0.1:PORT`. GET /stats → {"requests", "tokens",
-"first_token_sent": [[id, epoch_s], …]} (the send time of each request's first chunk, given an `x-bench-id`
-header), GET /v1/models and /health answer as a server would.
+each event its own HTTP chunk, then a usage chunk and `[DONE]`, chunked, on a keep-alive connection. The chunks
+that are due go out in one write: one per write at a steady ITL, the whole answer at once with `--itl-ms 0`.
+It binds 127.0.0.1 on a free port and prints `SSE_READY http://127.0.0.1:PORT`. GET /stats → {"requests",
+"tokens", "first_token_sent": [[id, epoch_s], …] (the send time of each request's first chunk, given an
+`x-bench-id` header), "stream_connections" (how many connections carried a stream)}; GET /v1/models and
+/health answer as a server would.
 
     python tests/support/sse_server.py --ttft-ms 200 --itl-ms 20 --tokens 64
 """
@@ -40,6 +41,7 @@ class Server:
         self.requests = 0
         self.tokens_sent = 0
         self.first_sent: list[tuple[str, float]] = []
+        self.stream_connections: set[int] = set()  # ids of the connections that carried a stream
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -61,6 +63,7 @@ class Server:
         if method == "GET":
             await self.answer_get(path, writer)
         else:
+            self.stream_connections.add(id(writer))
             await self.stream(writer, arrived, headers.get("x-bench-id"))
         return headers.get("connection", "").lower() != "close"
 
@@ -68,7 +71,8 @@ class Server:
         if path.startswith("/v1/models"):
             body = {"object": "list", "data": [{"id": "bench", "object": "model", "max_model_len": 4096}]}
         elif path.startswith("/stats"):
-            body = {"requests": self.requests, "tokens": self.tokens_sent, "first_token_sent": self.first_sent}
+            body = {"requests": self.requests, "tokens": self.tokens_sent, "first_token_sent": self.first_sent,
+                    "stream_connections": len(self.stream_connections)}
         elif path.startswith("/health"):
             body = {}
         else:

@@ -128,3 +128,20 @@ def test_bulk_recording_lands_where_hdrh_puts_each_value():
     assert list(bulk.counts) == list(one_by_one.counts)
     assert bulk.get_total_count() == one_by_one.get_total_count() == len(values)
     assert (bulk.get_max_value(), bulk.get_min_value()) == (one_by_one.get_max_value(), one_by_one.get_min_value())
+
+
+def test_a_cell_is_made_once_per_window_and_scenario_not_per_request(monkeypatch):
+    import soak.telemetry.latency as latency
+
+    made, real_cell = [], latency._Cell
+
+    def counted_cell():
+        made.append(real_cell())
+        return made[-1]
+
+    monkeypatch.setattr(latency, "_Cell", counted_cell)
+    windows = LatencyWindows("r", t0_epoch_s=1000.0, warmup_s=0.0, window_s=10.0)
+    made.clear()  # the live figures' own cell
+    for i in range(200):
+        windows.add(Rec("a" if i % 2 else "b", 1001.0 + (i % 18), e2e_ms=5.0))
+    assert len(made) == 4  # (window 0, a), (0, b), (1, a), (1, b): each cell five 92 KiB histograms
