@@ -3,6 +3,7 @@ dispatcher user, the record queue, and the settings each process derives from th
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import resource
@@ -22,6 +23,7 @@ log = logging.getLogger(__name__)
 
 PLAN_MESSAGE = "soak_plan"
 SINK_FLUSH_S = 10.0
+GC_YOUNG_THRESHOLD = 10_000  # allocations between young collections (Python's default: 700)
 
 
 def api_key_from(config: RunConfig) -> str | None:
@@ -50,6 +52,19 @@ def raise_fd_limit() -> None:
             resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
         except (ValueError, OSError):
             log.debug("could not raise the open-file limit from %s", soft)
+
+
+def settle_heap() -> None:
+    """Before the load: collect once, then freeze what start-up left (modules, config, scenarios) so that the
+    cyclic collector no longer walks it, and collect the young generation less often.
+
+    Under heavy load a full collection walked every object alive and held the event loop for ~0.3 s; an
+    overloaded process spent a fifth of its CPU there (10.6 s of 45 s at 3,000 req/s offered, 2.5 s after). Almost
+    everything soak allocates per request is freed by reference counting the moment it is dropped.
+    """
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
 
 
 def dispatcher_user_class(get_dispatcher: Any) -> type[User]:

@@ -25,6 +25,7 @@ from soak.load.backend import (
     dispatcher_user_class,
     make_client_settings,
     raise_fd_limit,
+    settle_heap,
 )
 from soak.load.context import resolve_context
 from soak.load.dispatcher import Dispatcher, PlanBoard
@@ -150,6 +151,7 @@ def start_load(config: RunConfig, base_url: str, model: str, t0: float, hooks: L
     callers = HookCaller(hooks)
     settings = client_settings(config, base_url, model, callers)
     raise_fd_limit()
+    settle_heap()
     if config.load.worker_count > 0:
         return LoadHandle(start_distributed(config, base_url, t0, settings, callers, workers))
     return LoadHandle(_start_local(config, base_url, t0, settings, scenarios, callers))

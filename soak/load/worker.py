@@ -35,6 +35,7 @@ from soak.load.backend import (
     dispatcher_user_class,
     make_client_settings,
     raise_fd_limit,
+    settle_heap,
 )
 from soak.load.dispatcher import Dispatcher, PlanBoard
 from soak.load.distributed import (
@@ -186,6 +187,7 @@ class WorkerSession:
             self.runner.send_message(FAILED_MESSAGE, {"error": error})
             self._leave(f"this worker could not prepare the run of the soak master at {self.master}: {error}")
             return
+        settle_heap()
         self.runner.send_message(READY_MESSAGE, {})
         self.say(f"joined the run as worker {self.runner.worker_index}: {self.process.board.share:.3g} of the "
                  f"rate to {self.process.base_url}")
