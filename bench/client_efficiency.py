@@ -199,17 +199,18 @@ def report(args: argparse.Namespace, urls: tuple[str, str], out: Path) -> None:
 def max_rate(url: str, start_rate: float, duration_s: float, out: Path, workers: int) -> tuple[float, float]:
     """(the highest token rate, the offered req/s that gave it): offered rates rise by a quarter from
     `start_rate` until a run falls short of 90 % of what it was offered (beyond that, an overloaded open-loop
-    client only piles up waiting arrivals, and its rate drops), then one run between the best and that rate."""
-    best, best_at, rate = 0.0, start_rate, start_rate
+    client only piles up waiting arrivals, and its rate drops), then one run between the last rate it kept up
+    with and that one."""
+    best, best_at, rate, kept_up_at = 0.0, start_rate, start_rate, None
     while True:
         achieved = flood_once(url, rate, duration_s, out, workers)
         if achieved > best:
             best, best_at = achieved, rate
         if achieved < 0.9 * rate * TOKENS:
             break
-        rate *= 1.25
-    between = (best_at * rate) ** 0.5  # one more look between the best and the rate it fell short at
-    if best_at < between < rate:
+        kept_up_at, rate = rate, rate * 1.25
+    if kept_up_at is not None:  # one more look between the last rate it kept up with and the one it fell short at
+        between = (kept_up_at * rate) ** 0.5
         achieved = flood_once(url, between, duration_s, out, workers)
         if achieved > best:
             best, best_at = achieved, between
