@@ -610,7 +610,7 @@ def _apply_events(exchange: _Exchange, events: list[bytes], received_t: float, c
 
     Raises `_Cancel` once `cancel_after` content chunks have arrived."""
     for data in events:
-        if data[-6:] == b"[DONE]" and data.strip() == b"[DONE]":
+        if data.strip() == b"[DONE]":  # as before: whitespace around the marker is allowed
             exchange.done = True
             exchange.finish_t = received_t
             return True
