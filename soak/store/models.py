@@ -85,6 +85,8 @@ class ProcessSample(Base):
     rss_bytes: Mapped[int | None] = mapped_column(BigInteger)
     pss_bytes: Mapped[int | None] = mapped_column(BigInteger)
     uss_bytes: Mapped[int | None] = mapped_column(BigInteger)
+    # Memory of the process pushed out to swap (VmSwap): a leak written once and never read again leaves RSS.
+    swap_bytes: Mapped[int | None] = mapped_column(BigInteger)
     fds: Mapped[int | None] = mapped_column(Integer)
     threads: Mapped[int | None] = mapped_column(Integer)
     cpu_percent: Mapped[float | None] = mapped_column(Float)
@@ -215,6 +217,8 @@ class RequestWindowRow(Base):
     output_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
     prompt_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
     late_sends_1s: Mapped[int] = mapped_column(Integer, default=0)
+    # Requests that met every --slo target (None: the run set no SLO).
+    slo_met: Mapped[int | None] = mapped_column(Integer)
 
 
 class RequestRow(Base):
