@@ -32,6 +32,10 @@ class UnknownRunError(SoakError):
     exit_code = EXIT_USAGE
 
 
+class MissingDatabaseError(ConfigError):
+    """A reading command was pointed at a database that does not exist (reading never creates one)."""
+
+
 class StorageError(SoakError):
     """The database could not be written or read."""
 

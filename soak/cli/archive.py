@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from soak.cli.common import location_options, open_store, print_json
+from soak.cli.common import location_options, open_store, open_store_or_none, print_json
 from soak.cli.runs import label_option, labels_text
 
 if TYPE_CHECKING:
@@ -53,7 +53,10 @@ def prune(locations: Locations, older_than: str, labels: dict[str, str], dry_run
     from soak.store.prune import prune as prune_runs
     from soak.units import parse_duration
 
-    engine = open_store(locations)
+    engine = open_store_or_none(locations)
+    if engine is None:
+        click.echo(f"nothing to prune: there is no database at {locations.db_url}", err=True)
+        return
     plan = plan_prune(engine, parse_duration(older_than), labels)
     result = None if dry_run else prune_runs(engine, plan, say=lambda text: click.echo(text, err=True))
     if json_output:

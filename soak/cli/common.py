@@ -69,11 +69,22 @@ def location_options(command: Callable) -> Callable:
     return location_flags(with_locations)
 
 
-def open_store(locations: Locations) -> Engine:
-    """Open (creating and migrating if need be) the database of `locations`."""
+def open_store(locations: Locations, *, create: bool = False) -> Engine:
+    """Open the database of `locations`, migrating it if need be; only writing commands pass `create=True`,
+    so a reading command pointed at an empty folder says so instead of leaving an empty database there."""
     from soak.store import open_database
 
-    return open_database(locations.db_url)
+    return open_database(locations.db_url, create=create)
+
+
+def open_store_or_none(locations: Locations) -> Engine | None:
+    """The database of `locations`, or None where there is none yet (listing commands then list nothing)."""
+    from soak.errors import MissingDatabaseError
+
+    try:
+        return open_store(locations)
+    except MissingDatabaseError:
+        return None
 
 
 def print_json(value: Any) -> None:

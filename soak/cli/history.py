@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from soak.cli.common import location_options, open_store, print_json
+from soak.cli.common import location_options, open_store_or_none, print_json
 from soak.cli.runs import label_option
 from soak.errors import ConfigError
 
@@ -36,7 +36,8 @@ def history(locations: Locations, labels: dict[str, str], checks: tuple[str, ...
     from soak.analysis.history import build_history, from_stored
     from soak.store.queries import list_runs
 
-    stored = list_runs(open_store(locations), limit=limit, labels=labels)[::-1]
+    engine = open_store_or_none(locations)
+    stored = list_runs(engine, limit=limit, labels=labels)[::-1] if engine else []
     try:
         rows = build_history([from_stored(run) for run in stored], load_gates(Path(gates) if gates else None), checks)
     except ValueError as exc:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from soak.cli.common import VERDICT_EXIT, location_options, open_store, print_json
+from soak.cli.common import VERDICT_EXIT, location_options, open_store, open_store_or_none, print_json
 from soak.errors import ConfigError, UnknownRunError
 from soak.units import format_duration
 
@@ -60,7 +60,10 @@ def runs(locations: Locations, limit: int, labels: dict[str, str], json_output: 
     """List runs, newest first, with status, verdict and labels."""
     from soak.store.queries import list_runs
 
-    found = list_runs(open_store(locations), limit=limit, labels=labels)
+    engine = open_store_or_none(locations)
+    found = list_runs(engine, limit=limit, labels=labels) if engine else []
+    if engine is None and not json_output:
+        click.echo(f"no runs yet: there is no database at {locations.db_url}", err=True)
     if json_output:
         print_json([{k: r[k] for k in ("id", "status", "verdict", "started_at", "ended_at", "duration_s",
                                        "target_kind", "model", "schedule_name", "out_dir", "labels")} for r in found])

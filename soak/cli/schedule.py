@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from soak.cli.common import location_options, open_store, print_json
+from soak.cli.common import location_options, open_store, open_store_or_none, print_json
 from soak.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -88,7 +88,7 @@ def add(name: str, cron: str, timezone: str | None, notify_env: str | None, misf
 
     spec = ScheduleSpec(name=name, cron=cron, timezone=timezone or host_timezone_name(),
                         start_args=tuple(start_args), notify_env=notify_env, workdir=os.getcwd())
-    added = add_schedule(open_store(locations), spec, check_start_args=validate_start_args,
+    added = add_schedule(open_store(locations, create=True), spec, check_start_args=validate_start_args,
                          misfire_grace_s=_duration_s(misfire_grace),
                          first_fire_at=first_fire_at(_duration_s(first_fire_in)))
     _echo_schedule(added, "added")
@@ -123,7 +123,8 @@ def list_(locations: Locations, json_output: bool) -> None:
     """List schedules: cron, next fire time, last run and its verdict, last daemon event."""
     from soak.schedule import list_schedules
 
-    found = list_schedules(open_store(locations))
+    engine = open_store_or_none(locations)
+    found = list_schedules(engine) if engine else []
     if json_output:
         print_json(found)
         return
@@ -140,7 +141,7 @@ def remove(name: str, locations: Locations) -> None:
     """Remove schedule NAME (a run in progress continues; its history stays)."""
     from soak.schedule import remove_schedule
 
-    remove_schedule(open_store(locations), name)
+    remove_schedule(open_store(locations, create=True), name)
     click.echo(f"removed schedule {name}", err=True)
 
 
@@ -151,7 +152,7 @@ def pause(name: str, locations: Locations) -> None:
     """Stop firing schedule NAME until resumed."""
     from soak.schedule import pause_schedule
 
-    _echo_schedule(pause_schedule(open_store(locations), name), "paused")
+    _echo_schedule(pause_schedule(open_store(locations, create=True), name), "paused")
 
 
 @schedule.command()
@@ -161,7 +162,7 @@ def resume(name: str, locations: Locations) -> None:
     """Fire schedule NAME again from its next cron time."""
     from soak.schedule import resume_schedule
 
-    _echo_schedule(resume_schedule(open_store(locations), name), "resumed")
+    _echo_schedule(resume_schedule(open_store(locations, create=True), name), "resumed")
 
 
 @schedule.command(name="run-now")
@@ -172,7 +173,7 @@ def run_now(name: str, locations: Locations) -> None:
     from soak.schedule import request_run_now
 
     out_dir = locations.out_dir
-    request = request_run_now(open_store(locations), name, out_dir)
+    request = request_run_now(open_store(locations, create=True), name, out_dir)
     if request["daemon_pid"] is None:
         click.echo(f"queued run of {name}; no soak daemon is running for {out_dir}: it starts when one does "
                    "(within the misfire grace time)", err=True)
@@ -189,7 +190,8 @@ def events(name: str | None, locations: Locations, limit: int, json_output: bool
     """What the daemon did with each fire (started, finished, skipped, missed, notified), newest first."""
     from soak.schedule import list_events
 
-    found = list_events(open_store(locations), name, limit=limit)
+    engine = open_store_or_none(locations)
+    found = list_events(engine, name, limit=limit) if engine else []
     if json_output:
         print_json(found)
         return
@@ -216,4 +218,4 @@ def daemon(locations: Locations, on_stop: str, stop_timeout: str, poll_every: st
         logging.getLogger(noisy).setLevel(logging.WARNING)
     settings = DaemonSettings(out_dir=locations.out_dir, db_url=locations.db_url, config_file=locations.config_file,
                               on_stop=on_stop, stop_timeout_s=_duration_s(stop_timeout), poll_s=_duration_s(poll_every))
-    run_daemon(open_store(locations), settings)
+    run_daemon(open_store(locations, create=True), settings)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import socket
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
@@ -38,7 +37,7 @@ def web(locations: Locations, bind: str, port: int, refresh: float, fd: int | No
     from soak.web.app import serve
     from soak.web.launch import bind_listening_socket, exposure_note, socket_url
 
-    engine = _existing_store(locations)
+    engine = open_store(locations)  # never creates one: the live view only reads
     if fd is not None:
         serve(engine, socket.socket(fileno=fd), refresh, parent_pid)
         return
@@ -54,13 +53,3 @@ def web(locations: Locations, bind: str, port: int, refresh: float, fd: int | No
                err=True)
     click.echo(f"{socket_url(sock, host)}/")  # stdout: the URL alone, for scripts
     serve(engine, sock, refresh)
-
-
-def _existing_store(locations: Locations):  # returns a SQLAlchemy Engine
-    """The database, which must already exist: the live view never creates one."""
-    from sqlalchemy.engine import make_url
-
-    url = make_url(locations.db_url)
-    if url.get_backend_name() == "sqlite" and url.database and not Path(url.database).expanduser().exists():
-        raise ConfigError(f"no database at {url.database}: nothing to show yet (give --out or --db of your runs)")
-    return open_store(locations)

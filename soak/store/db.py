@@ -9,7 +9,7 @@ from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError, OperationalError, SQLAlchemyError
 
-from soak.errors import ConfigError, StorageError
+from soak.errors import ConfigError, MissingDatabaseError, StorageError
 
 SQLITE_BUSY_TIMEOUT_MS = 5000
 
@@ -79,8 +79,26 @@ def migrate(engine: Engine) -> None:
         raise StorageError(f"cannot migrate database {engine.url.render_as_string()}: {exc}") from None
 
 
-def open_database(db_url: str) -> Engine:
-    """Create the engine and bring the schema up to date."""
+def open_database(db_url: str, *, create: bool = True) -> Engine:
+    """Create the engine and bring the schema up to date.
+
+    With `create=False` (the reading commands) a SQLite file that does not exist is a MissingDatabaseError
+    instead of a new empty database; an existing one is still migrated, so an older database stays readable.
+    """
+    if not create:
+        _require_sqlite_file(db_url)
     engine = create_db_engine(db_url)
     migrate(engine)
     return engine
+
+
+def _require_sqlite_file(db_url: str) -> None:
+    try:
+        url = make_url(db_url)
+    except (ArgumentError, ValueError):
+        return  # create_db_engine words the bad URL
+    if url.get_backend_name() != "sqlite" or not url.database or url.database == ":memory:":
+        return
+    path = Path(url.database).expanduser()
+    if not path.exists():
+        raise MissingDatabaseError(f"no database at {path}: nothing to show yet (give --out or --db of your runs)")
