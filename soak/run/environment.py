@@ -5,8 +5,10 @@ from __future__ import annotations
 import hashlib
 import importlib.metadata
 import json
+import os
 import platform
 import socket
+from pathlib import Path
 from typing import Any
 
 import psutil
@@ -23,16 +25,36 @@ def _version(distribution: str) -> str | None:
         return None
 
 
+# Where results go and how they are named or shown, not how the run runs.
+NOT_HASHED = {"labels", "json_output", "out_dir", "db_url", "config_file", "web"}
+HASHED_FILE_MAX_BYTES = 1 << 20
+
+
 def config_hash(config: RunConfig) -> str:
     """A short hash of the resolved config and its scenarios' sources, to tell two runs' setups apart.
 
-    It reads nothing of the machine, so one setup hashes the same on a GPU host and a CPU one; labels and
-    --json say what to call a run and what to print, not how it runs, so they are left out.
+    It reads nothing of the machine, so one setup hashes the same on a GPU host and a CPU one, and in two
+    checkouts: a file the config names counts by its contents, a folder by its name, never by where it lies.
     """
-    digest = hashlib.sha256(config.model_dump_json(exclude={"labels", "json_output"}).encode())
+    settings = _portable(config.model_dump(mode="json", exclude=NOT_HASHED))
+    digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode())
     for text in scenario_sources(config.load.scenarios):
         digest.update(text.encode())
     return digest.hexdigest()[:16]
+
+
+def _portable(value: Any) -> Any:
+    """`value` with every absolute path replaced by what it holds (a file) or its name (anything else)."""
+    if isinstance(value, dict):
+        return {key: _portable(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_portable(item) for item in value]
+    if isinstance(value, str) and os.path.isabs(value):
+        path = Path(value)
+        if path.is_file() and path.stat().st_size <= HASHED_FILE_MAX_BYTES:
+            return "file sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
+        return path.name  # a folder, or a file too big to read at every start (model weights): its name
+    return value
 
 
 def capture_environment(config: RunConfig, server_cmd: list[str], gpus: list[dict[str, Any]]) -> dict[str, Any]:

@@ -83,3 +83,18 @@ def test_labels_and_json_output_leave_the_hash_alone(tmp_path):
     relabelled = config.model_copy(update={"labels": {"release": "1.4.2"}, "json_output": not config.json_output})
     assert config_hash(relabelled) == config_hash(config)
     assert config_hash(config.model_copy(update={"keep_requests": not config.keep_requests})) != config_hash(config)
+
+
+def test_the_same_setup_in_two_checkouts_hashes_the_same(tmp_path):
+    hashes = []
+    for checkout in ("a", "b"):
+        folder = tmp_path / checkout / "soak"
+        folder.mkdir(parents=True)
+        gates = folder / "gates.toml"
+        gates.write_text("[leak]\n")
+        config = make_config(folder, scenario_file(folder)).model_copy(update={"gates_file": gates,
+                                                                            "db_url": f"sqlite:///{folder}/soak.db"})
+        hashes.append(config_hash(config))
+    assert hashes[0] == hashes[1]
+    gates.write_text("[leak]\nrss_mib_per_h = 1\n")
+    assert config_hash(config) != hashes[1]  # a named file counts by what it holds
