@@ -38,9 +38,11 @@ assert tuple(CHECKS) == CHECK_ORDER
 
 def analyse(run: RunData, gates: Gates | None = None) -> list[Finding]:
     """One finding per check, in CHECK_ORDER. A check that raises becomes INCONCLUSIVE (and is
-    logged) so that one malformed series cannot cost the run its report."""
+    logged) so that one malformed series cannot cost the run its report. On a run whose client was
+    INVALID, the checks its lateness can distort read INVALID (`saturation.scope_to_client`)."""
     gates = gates or Gates()
-    return add_next_steps([_run_check(name, check, run, gates) for name, check in CHECKS.items()], run, gates)
+    findings = [_run_check(name, check, run, gates) for name, check in CHECKS.items()]
+    return saturation.scope_to_client(add_next_steps(findings, run, gates))
 
 
 def _run_check(name: str, check: Check, run: RunData, gates: Gates) -> Finding:

@@ -4,15 +4,19 @@ An open-loop client measures latency from the intended send time; if it cannot s
 the server was not offered the planned load and the run says nothing about it (INVALID). Lateness on the
 receiving side counts as much: a client whose event loop wakes late stamps every reply late, and its
 latencies read high by that much (the loop lag, `loop_lag_p99_ms`).
+
+A late client distorts only what it times or offers: `CLIENT_REACH` says, check by check, whether its lateness
+can reach it, and `scope_to_client` turns those checks INVALID on a run whose client was INVALID. What the
+server's processes, gauges, log and answers showed keeps its verdict (docs/gates.md, "When the client is late").
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
-from soak.analysis.findings import INVALID, PASS, SUSPECT, Finding, skipped
+from soak.analysis.findings import INVALID, PASS, SKIPPED, SUSPECT, Finding, skipped
 from soak.analysis.fmt import pct_text
 from soak.analysis.gates import ClientGate, Gates
 from soak.analysis.inputs import RunData
@@ -20,6 +24,45 @@ from soak.analysis.inputs import RunData
 # Client CPU samples left out at each end: the first covers soak's own start-up (the sampler's first reading,
 # then importing and starting the load), the ones after the planned end cover the drain and the stop.
 STARTUP_SAMPLES = 2
+CHECK = "client.saturation"
+
+
+@dataclass(frozen=True)
+class Reach:
+    """Whether a late client can distort a check, and why (the sentence docs/gates.md and the finding give)."""
+
+    distorted: bool
+    why: str
+
+
+# Every check, by whether the client's lateness reaches it. A late client offers less than planned and stamps
+# every reply late by its own delay; it does not change what the OS, the server's gauges or its log record.
+CLIENT_REACH: dict[str, Reach] = {
+    "leak.rss": Reach(False, "the server's memory is read from the OS"),
+    "leak.vram": Reach(False, "the server's GPU memory is read from the driver"),
+    "leak.kv": Reach(False, "the KV floor is the server's own gauge, read at rest"),
+    "leak.fds": Reach(False, "the server's open files are read from the OS"),
+    "creep.ttft_p99": Reach(True, "latency is timed by the client from the intended send time"),
+    "creep.itl_p99": Reach(True, "the gap between chunks is timed by the client as it reads them"),
+    "creep.e2e_p99": Reach(True, "latency is timed by the client from the intended send time"),
+    "errors.rise": Reach(False, "errors are what the server answered (status codes, broken streams)"),
+    "errors.budget": Reach(False, "errors are what the server answered (status codes, broken streams)"),
+    "errors.bursts": Reach(False, "errors are what the server answered (status codes, broken streams)"),
+    "hang": Reach(True, "a stall and an idle-probe drain are timed against the load the client offers"),
+    "crashes": Reach(False, "a server exit is seen by the OS"),
+    "throughput.decay": Reach(True, "a late client offers less than planned, so the tokens follow the client"),
+    "goodput.decay": Reach(True, "a request meets its SLO on latency the client timed"),
+    "goodput.floor": Reach(True, "a request meets its SLO on latency the client timed"),
+    "server.log_errors": Reach(False, "the lines are the server's own log"),
+    "canary": Reach(False, "the canary judges what the server answered, not when"),
+    "baseline.regression": Reach(True, "it compares latency and throughput with the baseline's"),
+}
+
+
+def client_sensitive(check: str) -> bool:
+    """Whether a late client can distort `check` (`CLIENT_REACH`; a check it does not name keeps its verdict)."""
+    reach = CLIENT_REACH.get(check)
+    return bool(reach and reach.distorted)
 
 
 @dataclass(frozen=True)
@@ -173,7 +216,7 @@ def check_saturation(run: RunData, gates: Gates) -> Finding:
     lag, cpu_p95 = client_lag(run), _cpu_p95(run)
     found = readings(lag, cpu_p95, gates.client)
     if not found:
-        return skipped("client.saturation", "No schedule-lag, loop-lag or client CPU measurements.",
+        return skipped(CHECK, "No schedule-lag, loop-lag or client CPU measurements.",
                        **lag_limits(gates.client))
     verdict, deciding = saturation_verdict(lag, cpu_p95, gates.client)
     shown = headline(verdict, deciding, found)
@@ -181,7 +224,9 @@ def check_saturation(run: RunData, gates: Gates) -> Finding:
                "lag_p99_ms": lag.lag_p99_ms, "lag_p99_estimated": lag.lag_estimated,
                "loop_lag_p99_ms": lag.loop_lag_p99_ms, "loop_lag_max_ms": lag.loop_lag_max_ms,
                "cpu_p95_percent": cpu_p95, "judged_by": shown.label, **lag_limits(gates.client)}
-    return Finding(check="client.saturation", verdict=verdict, value=shown.value, unit=shown.unit,
+    if deciding:  # the readings past their limits, as other findings quote them
+        details["late_by"] = "; ".join(r.text(True) for r in deciding)
+    return Finding(check=CHECK, verdict=verdict, value=shown.value, unit=shown.unit,
                    threshold=shown.crossed, evidence=_text(verdict, deciding, found, lag), details=details)
 
 
@@ -194,3 +239,34 @@ def _text(verdict: str, deciding: list[Reading], found: list[Reading], lag: Clie
     if lag.late_frac is not None:
         parts.append(f"{lag.late_sends_1s} of {lag.sends} sends > 1 s late")
     return "The client kept its schedule: " + ", ".join(parts) + "."
+
+
+# -- where the client's lateness reaches -----------------------------------------------------------------
+def lateness(saturation: Finding) -> str:
+    """How late the client was, in the readings that made it INVALID: `schedule-lag P99 728.0 ms > 100 ms`."""
+    said = (saturation.details or {}).get("late_by")
+    return str(said) if said else saturation.evidence.removeprefix("The client was the bottleneck: ").rstrip(".")
+
+
+def untrusted(finding: Finding, late: str, next_step: str | None) -> Finding:
+    """`finding` on a run whose client was late (`late`): INVALID, with what it measured kept in its details
+    and said after the reason it is not judged."""
+    why = CLIENT_REACH[finding.check].why if finding.check in CLIENT_REACH else "the client's lateness reaches it"
+    measured = " ".join(finding.evidence.split())
+    evidence = (f"Not judged: the client was late ({late}), and {why}. "
+                f"What it measured ({finding.verdict}): {measured}")
+    details = {**finding.details, "measured": {"verdict": str(finding.verdict), "evidence": finding.evidence,
+                                               "next_step": finding.next_step}}
+    return replace(finding, verdict=INVALID, evidence=evidence, next_step=next_step, details=details)
+
+
+def scope_to_client(findings: list[Finding]) -> list[Finding]:
+    """The findings as the client's lateness leaves them: on a run whose `client.saturation` is INVALID, each
+    check a late client can distort (`CLIENT_REACH`) reads INVALID, unless it judged nothing (SKIPPED) or already
+    says INVALID; every other check keeps its verdict. Otherwise the findings unchanged."""
+    saturation = next((f for f in findings if f.check == CHECK), None)
+    if saturation is None or saturation.verdict != INVALID:
+        return findings
+    late, step = lateness(saturation), saturation.next_step
+    return [untrusted(f, late, step) if client_sensitive(f.check) and f.verdict not in (SKIPPED, INVALID) else f
+            for f in findings]

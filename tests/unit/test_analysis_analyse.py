@@ -72,7 +72,19 @@ def test_planted_fault_fails_its_check(fault, check):
 def test_saturated_client_invalidates():
     findings = analyse(synthetic_run(3, with_changes(BASE, late_frac=0.05)), Gates())
     assert by_check(findings)["client.saturation"].verdict == INVALID
+    # what a late client times or offers is not judged; the server's own memory is
+    creep = by_check(findings)["creep.ttft_p99"]
+    assert creep.verdict == INVALID and creep.evidence.startswith("Not judged: the client was late (sends > 1 s late")
+    assert creep.details["measured"]["verdict"] in ("PASS", "SUSPECT", "INCONCLUSIVE")
+    assert by_check(findings)["leak.rss"].verdict != INVALID
     assert overall_verdict(findings, Gates())[0] == INVALID
+
+
+def test_a_leak_behind_a_saturated_client_still_fails():
+    findings = analyse(synthetic_run(3, with_changes(BASE, late_frac=0.05, leak_bytes_per_h=400 * MIB)), Gates())
+    assert by_check(findings)["leak.rss"].verdict == FAIL
+    verdict, reason = overall_verdict(findings, Gates())
+    assert verdict == FAIL and reason.startswith("leak.rss FAIL") and "the client was late (sends > 1 s late" in reason
 
 
 def test_run_without_gpu_or_probes():
