@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from soak.errors import ConfigError
 from soak.locations import Locations
 from soak.settings import SETTINGS_BY_FIELD, SETTINGS_BY_KEY, Layers, read_layers
+from soak.slo import SloTargets, parse_slo
 from soak.units import parse_duration
 from soak.web.address import ANY_PORT, LOOPBACK, join_host_port, split_host_port
 
@@ -267,6 +268,7 @@ class RunConfig(_Model):
     stop_on_fail: bool = False  # end the run once a FAIL is beyond doubt (soak/analysis/early_stop.py)
     labels: dict[str, str] = {}  # KEY=VALUE tags stored with the run (docs/history.md)
     web: str | None = None  # HOST:PORT of the live view (soak.web), None = off
+    slo: SloTargets | None = None  # per-request targets that goodput counts against (soak/slo.py), None = no SLO
     config_file: Path | None = None
     target: TargetSettings = TargetSettings()
     load: LoadSettings = LoadSettings()
@@ -283,6 +285,11 @@ class RunConfig(_Model):
     @classmethod
     def _parse_labels(cls, value: Any) -> Any:
         return parse_labels(value)
+
+    @field_validator("slo", mode="before")
+    @classmethod
+    def _parse_slo(cls, value: Any) -> Any:
+        return parse_slo(value)
 
     @model_validator(mode="after")
     def _check_spans(self) -> RunConfig:

@@ -143,6 +143,9 @@ SETTINGS: tuple[Setting, ...] = (
     _s("sample_every", "telemetry.sample_every_s", PROBES, "Telemetry sampling interval (default 5s).",
        kind="duration", metavar="D"),
     _s("gates", "gates_file", OUTPUT, "Gates file (TOML).", kind="file", metavar="FILE"),
+    _s("slo", "slo", OUTPUT, "Per-request targets, e.g. ttft=500ms,itl=50ms,e2e=20s (any of ttft, itl, tpot, e2e): "
+       "each window's share of requests meeting all of them is judged (goodput.*; docs/gates.md, Goodput).",
+       metavar="KEY=D[,KEY=D]"),
     _s("baseline", "baseline", OUTPUT, "Compare with this earlier run.", metavar="RUN"),
     _s("label", "labels", OUTPUT, "Label the run, e.g. release=1.4.2 (repeatable; `soak runs --label`, "
        "`soak history`, docs/history.md).", metavar="KEY=VALUE", multiple=True),

@@ -12,6 +12,7 @@ from pydantic import BaseModel
 from soak.cli.start import start, start_flags
 from soak.config import RunConfig, ScenarioSpec, resolve_config
 from soak.settings import SETTINGS, SETTINGS_BY_KEY
+from soak.slo import SloTargets
 
 # What users had before the table; every one of these must keep working.
 OLD_KEYS = {
@@ -79,6 +80,7 @@ EXAMPLES: dict[str, Example] = {
     "web": ex("0.0.0.0:8090", "0.0.0.0:8090"),
     "baseline": ex("RUN-1", "RUN-1"), "keep_requests": FLAG, "notify_env": ex("HOOK", "HOOK"), "json": FLAG,
     "stop_on_fail": FLAG,
+    "slo": ex("ttft=500ms,e2e=20s", SloTargets(ttft_ms=500.0, e2e_ms=20000.0)),
     "out": ex("/tmp/soak-settings-test", Path("/tmp/soak-settings-test")),
     "db": ex("sqlite:////tmp/soak-settings-test.db", "sqlite:////tmp/soak-settings-test.db"),
 }
