@@ -209,7 +209,8 @@ class Conductor:
     def _start_measuring(self) -> None:
         state, config = self.state, self.config
         state.windows = LatencyWindows(state.run_id, state.t0, config.warmup_s, config.window_s,
-                                       keep_open_s=config.load.request_timeout_s + 2 * config.telemetry.flush_every_s)
+                                       keep_open_s=config.load.request_timeout_s + 2 * config.telemetry.flush_every_s,
+                                       slo=config.slo)
         sources = TelemetrySources(server_pids=state.target.root_pids, metrics_urls=state.info.metrics_urls,
                                    health_url=state.info.base_url, headers=auth_headers(config),
                                    server_kind=config.target.server_kind, model=state.info.model)

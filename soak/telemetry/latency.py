@@ -17,6 +17,7 @@ import numpy as np
 from hdrh.codec import HdrHistogramEncoder
 from hdrh.histogram import HdrHistogram
 
+from soak.slo import SloTargets
 from soak.store.models import ALL_SCENARIOS, ERROR_CLASSES, LATENCY_METRICS
 
 LOWEST_US, HIGHEST_US, SIGNIFICANT_DIGITS = 1, 3_600_000_000, 3
@@ -172,9 +173,12 @@ class _Cell:
     counts: dict[str, int] = field(default_factory=dict)
     pending: dict[str, list[float]] = field(default_factory=lambda: {m: [] for m in LATENCY_METRICS})
 
-    def add(self, record: RequestLike, with_itl: bool = True) -> None:
-        """Count the request and keep its latencies; `with_itl=False` leaves its inter-token gaps out."""
+    def add(self, record: RequestLike, with_itl: bool = True, slo: SloTargets | None = None) -> None:
+        """Count the request (and, with an SLO, whether it met it) and keep its latencies; `with_itl=False` leaves
+        its inter-token gaps out."""
         _count_outcome(self.counts, record)
+        if slo is not None and slo.met(record):
+            self.counts["slo_met"] = self.counts.get("slo_met", 0) + 1
         for metric, value_ms in _latency_values(record):
             self.pending[metric].append(value_ms)
         if with_itl and record.itl_ms and _succeeded(record):
@@ -232,8 +236,10 @@ def _count_outcome(counts: dict[str, int], record: RequestLike) -> None:
 class LatencyWindows:
     """Aggregates finished requests into windows and hands rows to a writer at each flush."""
 
-    def __init__(self, run_id: str, t0_epoch_s: float, warmup_s: float, window_s: float, keep_open_s: float = 60.0):
+    def __init__(self, run_id: str, t0_epoch_s: float, warmup_s: float, window_s: float, keep_open_s: float = 60.0,
+                 slo: SloTargets | None = None):
         self.run_id = run_id
+        self.slo = slo  # with an SLO each request row counts the requests that met it (`slo_met`), else NULL
         self.t0_epoch_s = t0_epoch_s
         self.warmup_s = warmup_s
         self.window_s = window_s
@@ -254,7 +260,7 @@ class LatencyWindows:
         cell = self._cells.get((index, record.scenario))
         if cell is None:  # not setdefault: a new _Cell allocates five histograms, ~0.5 MiB
             cell = self._cells[(index, record.scenario)] = _Cell()
-        cell.add(record)
+        cell.add(record, slo=self.slo)
         if index >= 0:
             self.measured.add(record, with_itl=False)  # the live display reads TTFT and E2E only
         self._dirty.add(index)
@@ -292,7 +298,9 @@ class LatencyWindows:
         ]
 
     def _request_row(self, index: int, scenario: str, cell: _Cell) -> dict[str, Any]:
-        return {**self._bounds(index), "scenario": scenario, **dict.fromkeys(COUNT_KEYS, 0), **cell.counts}
+        slo_met = cell.counts.get("slo_met", 0) if self.slo is not None else None
+        return {**self._bounds(index), "scenario": scenario, **dict.fromkeys(COUNT_KEYS, 0), **cell.counts,
+                "slo_met": slo_met}
 
     def _forget_before(self, now_s: float) -> None:
         closed = [k for k in self._cells if window_bounds(k[0], self.warmup_s, self.window_s)[1] < now_s - self.keep_open_s]

@@ -145,3 +145,25 @@ def test_a_cell_is_made_once_per_window_and_scenario_not_per_request(monkeypatch
     for i in range(200):
         windows.add(Rec("a" if i % 2 else "b", 1001.0 + (i % 18), e2e_ms=5.0))
     assert len(made) == 4  # (window 0, a), (0, b), (1, a), (1, b): each cell five 92 KiB histograms
+
+
+def test_with_an_slo_each_request_row_counts_the_requests_that_met_it():
+    from soak.slo import SloTargets
+
+    windows = LatencyWindows("r", 0.0, 0.0, 10.0, slo=SloTargets(ttft_ms=50.0, e2e_ms=500.0))
+    windows.add(Rec("a", 1.0, e2e_ms=100.0))  # good
+    windows.add(Rec("a", 2.0, e2e_ms=600.0))  # too slow end to end
+    windows.add(Rec("b", 3.0, e2e_ms=100.0, ttft_ms=60.0))  # first token too late
+    windows.add(Rec("b", 4.0, e2e_ms=100.0, error_class="http_5xx"))  # failed: never good
+    windows.add(Rec("b", 5.0, e2e_ms=100.0))  # good
+    windows.add(Rec("b", 15.0, e2e_ms=100.0))  # good, next window
+    _, rows = windows.flush_rows(now_s=5.0)
+    met = {(r["window_index"], r["scenario"]): r["slo_met"] for r in rows}
+    assert met == {(0, "a"): 1, (0, "b"): 1, (0, "*"): 2, (1, "b"): 1, (1, "*"): 1}
+
+
+def test_without_an_slo_the_count_is_null_not_zero():
+    windows = LatencyWindows("r", 0.0, 0.0, 10.0)
+    windows.add(Rec("a", 1.0, e2e_ms=100.0))
+    _, rows = windows.flush_rows(now_s=5.0)
+    assert {r["slo_met"] for r in rows} == {None}
