@@ -18,7 +18,7 @@ Number = int | float
 
 
 class Verdict(StrEnum):
-    """A check's verdict, and the run's (which is never SUSPECT or SKIPPED)."""
+    """A check's verdict, and the run's (never SKIPPED; SUSPECT when a required check is: docs/gates.md)."""
 
     PASS = "PASS"
     SUSPECT = "SUSPECT"

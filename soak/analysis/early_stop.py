@@ -4,7 +4,9 @@ docs/gates.md, "Early stop". The run so far is judged at looks: every `every_win
 (more on a run planned with many windows, so it has at most about 24 looks),
 from the first count a trend can be judged on (`gates.min_windows`) up to the last count before the
 planned end (the planned end is the final verdict's own look). Only checks whose FAIL the rest of the
-run cannot undo take part: leaks (with their persistence gate), latency creep and a hang. Each look
+run cannot undo take part: leaks (with their persistence gate), latency creep and a hang — and, while the
+client is late (`client.saturation` INVALID on the run so far), only those its lateness cannot distort
+(`saturation.CLIENT_REACH`): a leak still stops the run, a creep or a hang timed by a late client does not. Each look
 judges them with the gates' `p_value` divided by the number of looks the run will have — Bonferroni
 over looks — so the chance that any look of a healthy run fails stays within the final verdict's own
 false-alarm budget. A check must FAIL at `consecutive` looks in a row, and keep failing until the run
@@ -25,10 +27,11 @@ from typing import Any
 import numpy as np
 
 from soak.analysis.checks import CHECKS
-from soak.analysis.findings import FAIL
+from soak.analysis.findings import FAIL, INVALID
 from soak.analysis.fmt import duration_text
 from soak.analysis.gates import Gates
 from soak.analysis.inputs import RunData
+from soak.analysis.saturation import check_saturation, client_sensitive, lateness
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +76,7 @@ class Look:
     windows: int
     t_s: float
     failed: dict[str, str] = field(default_factory=dict)
+    client_late: str | None = None  # how late the client was, when client.saturation was INVALID at this look
 
 
 @dataclass(frozen=True)
@@ -84,11 +88,13 @@ class StopDecision:
     windows: int
     looks_in_a_row: int
     evidence: str
+    client_late: str | None = None
 
     def reason(self) -> str:
         """One line for the summary, the report banner and the run's `early_stop` event."""
+        late = f"; the client was late ({self.client_late})" if self.client_late else ""
         return (f"stopped early: {self.check} FAIL at {self.looks_in_a_row} looks in a row, the last over "
-                f"{self.windows} windows ({duration_text(self.t_s)} into the run): {self.evidence}")
+                f"{self.windows} windows ({duration_text(self.t_s)} into the run): {self.evidence}{late}")
 
 
 class SequentialStop:
@@ -116,7 +122,8 @@ class SequentialStop:
         self.since = {check: self.since.get(check, look.windows) for check in look.failed}
         for check in STOP_CHECKS:  # the fixed order decides between checks failing together
             if check in look.failed and self._confirmed(check, look.windows):
-                return StopDecision(check, look.t_s, look.windows, self.streaks[check], look.failed[check])
+                return StopDecision(check, look.t_s, look.windows, self.streaks[check], look.failed[check],
+                                    look.client_late)
         return None
 
     def _confirmed(self, check: str, windows: int) -> bool:
@@ -126,10 +133,14 @@ class SequentialStop:
 
 
 def judge_look(run: RunData, gates: Gates, windows: int) -> Look:
-    """Judge the first `windows` complete windows of `run` with the stop checks."""
+    """Judge the first `windows` complete windows of `run` with the stop checks (those a late client can
+    distort left out while it is late)."""
     cut = cut_run(run, windows)
+    late = client_lateness(cut, gates)
     failed = {}
     for name in STOP_CHECKS:
+        if late and client_sensitive(name):
+            continue
         try:
             finding = CHECKS[name](cut, gates)
         except Exception:  # a check that cannot judge the run so far stops nothing; the final analysis says why
@@ -137,7 +148,17 @@ def judge_look(run: RunData, gates: Gates, windows: int) -> Look:
             continue
         if finding.verdict == FAIL:
             failed[name] = " ".join(finding.evidence.split())
-    return Look(windows=windows, t_s=cut.actual_duration_s, failed=failed)
+    return Look(windows=windows, t_s=cut.actual_duration_s, failed=failed, client_late=late)
+
+
+def client_lateness(run: RunData, gates: Gates) -> str | None:
+    """How late the client was on `run`, when `client.saturation` finds it INVALID; else None."""
+    try:
+        finding = check_saturation(run, gates)
+    except Exception:  # no lateness known: every stop check judges, as the final verdict's scoping would allow
+        log.exception("early stop: client.saturation failed at a look")
+        return None
+    return lateness(finding) if finding.verdict == INVALID else None
 
 
 def first_stop(run: RunData, gates: Gates, rule: StopRule | None = None) -> StopDecision | None:

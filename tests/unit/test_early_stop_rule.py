@@ -3,12 +3,14 @@ streaks that a passing look breaks, and the confirmation span; and the run so fa
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from soak.analysis.early_stop import Look, SequentialStop, StopRule, cut_run, judge_look, planned_window_count
 from soak.analysis.gates import Gates
 from soak.analysis.inputs import ProcessSeries
-from support.synthetic import bare_run
+from support.synthetic import MIB, RunModel, bare_run, synthetic_run
 
 GATES = Gates()  # min_windows 20, p_value 0.01
 
@@ -84,3 +86,21 @@ def test_a_steep_leak_fails_a_look_and_a_flat_series_does_not():
     gates = SequentialStop(GATES, planned_windows=54).gates
     assert "leak.rss" in judge_look(run_with(1e6), gates, 24).failed
     assert judge_look(run_with(0.0), gates, 24).failed == {}
+
+
+def test_while_the_client_is_late_a_leak_still_fails_a_look_and_creep_does_not():
+    model = RunModel(run_s=6 * 3600.0, rate_per_s=4.0, leak_bytes_per_h=800 * MIB, creep_frac=3.0)
+    gates = SequentialStop(GATES, planned_windows=48).gates
+    on_time = judge_look(synthetic_run(5, model), gates, 40)
+    assert {"leak.rss", "creep.ttft_p99"} <= set(on_time.failed) and on_time.client_late is None
+    late = judge_look(synthetic_run(5, replace(model, late_frac=0.05)), gates, 40)
+    assert "leak.rss" in late.failed and not {"creep.ttft_p99", "creep.e2e_p99", "hang"} & set(late.failed)
+    assert late.client_late == "sends > 1 s late 5.00 % > 1.00 %"
+
+
+def test_a_stop_while_the_client_is_late_says_how_late():
+    sequence = SequentialStop(GATES, planned_windows=48)
+    for windows in (20, 22, 24, 26, 28):
+        sequence.record(Look(windows, 100.0, {"leak.rss": "rises"}, client_late="schedule-lag P99 728.0 ms > 100 ms"))
+    decision = sequence.record(Look(30, 130.0, {"leak.rss": "rises"}, client_late="schedule-lag P99 728.0 ms > 100 ms"))
+    assert decision.reason().endswith(": rises; the client was late (schedule-lag P99 728.0 ms > 100 ms)")
