@@ -50,12 +50,20 @@ def baseline_comparison(engine: Engine, summary: Summary, baseline_id: str | Non
     return {"run_id": baseline_id, "rows": rows}
 
 
-def apply_baseline_verdict(summary: Summary) -> None:
-    """A regression the gates fail on (`fail_on_regression`) fails the run, unless it is already INVALID."""
-    regression = summary.finding("baseline.regression")
-    if regression and regression.verdict == Verdict.FAIL and summary.verdict != Verdict.INVALID:
-        summary.verdict = Verdict.FAIL
-        summary.verdict_reason = f"baseline.regression FAIL: {regression.evidence}"
+def apply_baseline_verdict(summary: Summary, gates_file: Path | None = None, stopped_early: bool = False) -> None:
+    """With a baseline, form the run's verdict again over every finding, `baseline.regression` included: its
+    FAIL (`fail_on_regression`) fails the run, its SUSPECT holds back a PASS when it is required, and on a run
+    whose client was late it reads INVALID like every check that compares what the client timed."""
+    if summary.finding("baseline.regression") is None:
+        return
+    from soak.analysis import load_gates, overall_verdict
+    from soak.analysis.findings import Finding
+    from soak.analysis.saturation import scope_to_client
+
+    findings = scope_to_client([Finding(**{**f.model_dump(exclude_none=True), "details": f.details or {}})
+                                for f in summary.findings])
+    summary.findings = [SummaryFinding.model_validate(f.to_dict()) for f in findings]
+    summary.verdict, summary.verdict_reason = overall_verdict(findings, load_gates(gates_file), stopped_early)
 
 
 def write_outputs(engine: Engine, run: dict[str, Any], summary: Summary, baseline: dict[str, Any] | None,
@@ -98,7 +106,7 @@ def finalise_run(engine: Engine, run_id: str, stopped_early: bool, gates_file: P
     findings, verdict, reason = analyse_stored_run(engine, run, stopped_early, gates_file)
     summary = build_summary(run, engine, findings, verdict, reason, report_html=None)
     comparison = baseline_comparison(engine, summary, baseline, gates_file)
-    apply_baseline_verdict(summary)
+    apply_baseline_verdict(summary, gates_file, stopped_early)
     write_outputs(engine, run, summary, comparison, report_dir)
     if report_dir is None:
         store_verdict(engine, run_id, summary, status)

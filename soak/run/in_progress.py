@@ -63,7 +63,7 @@ def write_in_progress_report(engine: Engine, run_id: str, gates_file: Path | Non
     run = get_run(engine, run_id)
     summary = in_progress_summary(engine, run, gates_file)
     comparison = baseline_comparison(engine, summary, baseline, gates_file)
-    apply_baseline_verdict(summary)
+    apply_baseline_verdict(summary, gates_file)
     mark_provisional(summary, run)
     folder = Path(report_dir or run["out_dir"])
     summary.report_html = str(folder / IN_PROGRESS_HTML)
