@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
     from soak.locations import Locations
 
-VERDICT_EXIT = {"PASS": 0, "FAIL": 1, "INCONCLUSIVE": 3, "INVALID": 3}
+VERDICT_EXIT = {"PASS": 0, "FAIL": 1, "SUSPECT": 3, "INCONCLUSIVE": 3, "INVALID": 3}  # 3: not signed off
 CLICK_TYPES: dict[str, Any] = {"int": int, "float": float, "file": click.Path(dir_okay=False),
                                "folder": click.Path(file_okay=False)}
 CONFIG_HELP = f"TOML file of settings, keys named like the `soak start` options. Env {CONFIG_ENV}."

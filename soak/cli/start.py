@@ -167,7 +167,8 @@ def start(**options: Any) -> None:
     Each option can also be set as SOAK_<NAME> (SOAK_SAMPLE_EVERY=5s) or in the --config TOML file
     (sample-every = "5s"); flags win over the environment, which wins over the file.
 
-    Exit codes: 0 PASS, 1 FAIL, 2 usage/config/startup error, 3 INVALID or INCONCLUSIVE, 4 internal error.
+    Exit codes: 0 PASS, 1 FAIL, 2 usage/config/startup error, 3 SUSPECT, INVALID or INCONCLUSIVE (not signed
+    off), 4 internal error.
     """
     from soak.config import resolve_config
 
