@@ -6,12 +6,15 @@ generator and the CLI can all share it without importing one another.
 
 from __future__ import annotations
 
+import json
 from enum import StrEnum
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 SUMMARY_SCHEMA = "soak.run.summary/1"
+# Every schema summary.json was ever written in, oldest first (docs/summary.md, "Schema versions").
+READABLE_SUMMARY_SCHEMAS = ("soak.summary/1", SUMMARY_SCHEMA)
 
 # An int stays an int and a float a float, so summary.json reads back exactly as it was written.
 Number = int | float
@@ -332,3 +335,20 @@ def measured_rate_rps(requests: int, elapsed_s: float, warmup_s: float) -> float
     """Requests per second since the warm-up ended; None during it."""
     measured_s = elapsed_s - warmup_s
     return requests / measured_s if measured_s > 0 else None
+
+
+def read_summary(data: dict[str, Any]) -> dict[str, Any]:
+    """A summary.json of any schema soak ever wrote, in today's shape; ValueError for one it never wrote."""
+    schema = data.get("schema")
+    if schema == "soak.summary/1":  # the same fields, named before soak/run/ existed, and no `context` yet
+        return {**data, "schema": SUMMARY_SCHEMA, "context": data.get("context")}
+    if schema != SUMMARY_SCHEMA:
+        raise ValueError(f"summary schema {schema!r} is not one soak writes or wrote "
+                         f"({', '.join(READABLE_SUMMARY_SCHEMAS)})")
+    return data
+
+
+def loads_summary(text: str | None) -> dict[str, Any] | None:
+    """`read_summary` of a stored summary's JSON text; None for none."""
+    return read_summary(json.loads(text)) if text else None
+

@@ -13,6 +13,7 @@ from typing import Any
 
 from soak.analysis.baseline import IMPROVED, REGRESSED, WITHIN, compare_baseline, metric_values
 from soak.analysis.gates import Gates
+from soak.contracts import loads_summary
 
 LEAK_CHECKS = ("leak.rss", "leak.vram", "leak.kv", "leak.fds")
 # The figures of every row: (key in compare_baseline's rows, column title, unit). The leak slopes come from the
@@ -63,7 +64,7 @@ class HistoryRow:
 
 def from_stored(run: dict[str, Any]) -> HistoryRun:
     """A HistoryRun from a run dict of the store (`summary_json` and `environment_json` still encoded)."""
-    summary = json.loads(run["summary_json"]) if run.get("summary_json") else None
+    summary = loads_summary(run.get("summary_json"))
     environment = json.loads(run.get("environment_json") or "{}")
     config = json.loads(run.get("config_json") or "{}")
     environment = {**environment, "model": run.get("model"),

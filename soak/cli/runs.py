@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -209,6 +208,7 @@ def _emit(summary: Summary, junit: str | None, json_output: bool, exit_with_verd
 def compare(run_a: str, run_b: str, locations: Locations, gates: str | None, json_output: bool) -> None:
     """Compare run B against baseline run A: each key metric's delta, marked regressed/improved/within noise."""
     from soak.analysis import compare_baseline, load_gates
+    from soak.contracts import loads_summary
     from soak.store.queries import get_run
 
     engine = open_store(locations)
@@ -217,7 +217,7 @@ def compare(run_a: str, run_b: str, locations: Locations, gates: str | None, jso
         run = get_run(engine, run_id)
         if not run.get("summary_json"):
             raise UnknownRunError(f"run {run_id} has no summary yet: finalise it with `soak close {run_id}`")
-        summaries.append(json.loads(run["summary_json"]))
+        summaries.append(loads_summary(run["summary_json"]))
     finding, rows = compare_baseline(summaries[1], summaries[0], load_gates(Path(gates) if gates else None))
     if json_output:
         print_json({"baseline": run_a, "current": run_b, "finding": finding.to_dict(), "rows": rows})

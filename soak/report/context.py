@@ -5,7 +5,6 @@ Everything but the verdicts comes from the database, so `soak report RUN_ID` reb
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime
 from typing import Any
 
@@ -13,6 +12,7 @@ import numpy as np
 from sqlalchemy import Engine
 
 from soak.analysis.gates import ClientGate
+from soak.contracts import loads_summary
 from soak.report import charts, sections, timeline
 from soak.report.charts import GIB, MIB, Frame, LagLimits
 from soak.report.latency import latency_tables
@@ -177,7 +177,7 @@ def build_context(engine: Engine, run_id: str, summary: dict[str, Any] | None,
     """The whole report as a plain dict; with no summary, the one stored with the run is used."""
     run = get_run(engine, run_id)
     if summary is None:
-        summary = json.loads(run.get("summary_json") or "{}")
+        summary = loads_summary(run.get("summary_json")) or {}
     events, data = read_events(engine, run_id), read_data(engine, run_id)
     last_s = last_sample_s(data)
     duration_s = sections.run_duration_s(run, last_s)

@@ -12,7 +12,7 @@ from typing import Any
 
 from sqlalchemy import Engine
 
-from soak.contracts import Summary, SummaryFinding, Verdict
+from soak.contracts import Summary, SummaryFinding, Verdict, loads_summary
 from soak.run.environment import dumps
 from soak.run.summary import build_summary
 from soak.store.models import Run
@@ -44,7 +44,7 @@ def baseline_comparison(engine: Engine, summary: Summary, baseline_id: str | Non
     baseline_run = get_run(engine, baseline_id)
     if not baseline_run.get("summary_json"):
         return {"run_id": baseline_id, "rows": [], "note": "the baseline run has no summary yet"}
-    finding, rows = compare_baseline(summary.to_json_dict(), json.loads(baseline_run["summary_json"]),
+    finding, rows = compare_baseline(summary.to_json_dict(), loads_summary(baseline_run["summary_json"]),
                                      load_gates(gates_file))
     summary.findings.append(SummaryFinding.model_validate(finding.to_dict()))
     return {"run_id": baseline_id, "rows": rows}

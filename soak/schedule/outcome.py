@@ -10,6 +10,7 @@ from typing import Any
 
 from sqlalchemy import Engine, select
 
+from soak.contracts import loads_summary
 from soak.store.schedule_models import ScheduleEvent
 
 # A payload built without summary.json still declares its schema, so receivers read every payload alike.
@@ -141,7 +142,7 @@ def run_summary(run: dict[str, Any], out_dir: Path) -> dict[str, Any] | None:
         summary = _read_json(path)
         if summary:
             return summary
-    return json.loads(run["summary_json"]) if run.get("summary_json") else None
+    return loads_summary(run.get("summary_json"))
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:

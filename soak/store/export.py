@@ -17,6 +17,7 @@ from typing import Any
 
 from sqlalchemy import Boolean, Engine, Float, Integer, select
 
+from soak.contracts import loads_summary
 from soak.errors import ConfigError, StorageError
 from soak.store.models import (
     EventRow,
@@ -113,7 +114,7 @@ def finding_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
 
 def findings_table(run: dict[str, Any]) -> Table:
     """The findings of the run's stored summary (none for a run not yet finalised)."""
-    summary = json.loads(run["summary_json"]) if run.get("summary_json") else {}
+    summary = loads_summary(run.get("summary_json")) or {}
     kinds = {"value": "float", "ci_low": "float", "ci_high": "float", "threshold": "float",
              "detection_limit": "float"}
     rows = [tuple(row[name] for name in FINDING_COLUMNS) for row in finding_rows(summary)]
