@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
@@ -18,6 +18,12 @@ READABLE_SUMMARY_SCHEMAS = ("soak.summary/1", SUMMARY_SCHEMA)
 
 # An int stays an int and a float a float, so summary.json reads back exactly as it was written.
 Number = int | float
+
+
+class EventSink(Protocol):
+    """Where a stage records a run event: the run's Recorder (`soak/store/recorder.py`), or a test's list."""
+
+    def event(self, kind: str, message: str = "", data: dict[str, Any] | None = None) -> None: ...
 
 
 class Verdict(StrEnum):

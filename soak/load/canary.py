@@ -17,12 +17,12 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import gevent
 from gevent.event import Event as GeventEvent
 
-from soak.contracts import EventKind
+from soak.contracts import EventKind, EventSink
 
 log = logging.getLogger(__name__)
 
@@ -33,12 +33,6 @@ CANARY_TIMEOUT_S = 60.0  # or the run's request timeout when that is shorter
 GATE_POLL_S = 0.5
 SNIPPET_CHARS = 24
 MAX_TEXT_CHARS = 2000
-
-
-class EventSink(Protocol):
-    """Where events go: the run's Recorder."""
-
-    def event(self, kind: str, message: str = "", data: dict[str, Any] | None = None) -> None: ...
 
 
 @dataclass(frozen=True)

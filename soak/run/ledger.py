@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
-from soak.contracts import EventKind
+from soak.contracts import EventKind, EventSink
 from soak.load.records import RequestRecord
 
 log = logging.getLogger(__name__)
@@ -25,10 +25,6 @@ log = logging.getLogger(__name__)
 MAX_GROUPS = 20
 OTHER_CLASS = "other"
 OTHER_MESSAGE = f"(further messages, beyond the first {MAX_GROUPS} distinct ones)"
-
-
-class EventSink(Protocol):
-    def event(self, kind: str, message: str = "", data: dict[str, Any] | None = None) -> None: ...
 
 
 @dataclass

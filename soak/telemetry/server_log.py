@@ -17,9 +17,9 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
-from soak.contracts import EventKind, ServerLogClass
+from soak.contracts import EventKind, EventSink, ServerLogClass
 
 log = logging.getLogger(__name__)
 
@@ -32,12 +32,6 @@ REPEAT_EVERY_S = 300.0  # one event per distinct line per 5 minutes; repeats in 
 MAX_EVENTS = 100  # per scan; past it lines are only counted
 MAX_SIGNATURES = 1000
 
-
-
-class EventSink(Protocol):
-    """Where events go: the run's Recorder."""
-
-    def event(self, kind: str, message: str = "", data: dict[str, Any] | None = None) -> None: ...
 
 
 @dataclass(frozen=True)
