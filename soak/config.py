@@ -14,12 +14,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from soak.address import ANY_PORT, LOOPBACK, join_host_port, split_host_port
 from soak.errors import ConfigError
 from soak.locations import Locations
 from soak.settings import SETTINGS_BY_FIELD, SETTINGS_BY_KEY, Layers, read_layers
 from soak.slo import SloTargets, parse_slo
 from soak.units import parse_duration
-from soak.web.address import ANY_PORT, LOOPBACK, join_host_port, split_host_port
 
 WARMUP_FRACTION = 0.05
 WARMUP_MIN_S, WARMUP_MAX_S = 30.0, 3600.0

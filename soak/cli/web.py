@@ -33,9 +33,9 @@ def web(locations: Locations, bind: str, port: int, refresh: float, fd: int | No
 
     It reads the database only, in its own process, so a running soak is never slowed by it.
     """
-    from soak.web.address import join_host_port, split_host_port
+    from soak.address import join_host_port, split_host_port
+    from soak.run.live_view import bind_listening_socket, exposure_note, socket_url
     from soak.web.app import serve
-    from soak.web.launch import bind_listening_socket, exposure_note, socket_url
 
     engine = open_store(locations)  # never creates one: the live view only reads
     if fd is not None:

@@ -28,8 +28,8 @@ from soak.run.environment import capture_environment, dumps
 from soak.run.finalise import finalise_run
 from soak.run.ledger import OutcomeLedger
 from soak.run.locking import hold_run_lock
+from soak.run.notify import failed_run_payload, notify_from_env
 from soak.run.server_watch import DrainWatch, drain_timeout_hook, record_server_processes
-from soak.schedule.notify import failed_run_payload, notify_from_env
 from soak.store import StoreWriter, open_database
 from soak.store.models import CLIENT_LOOP_LAG_MAX_METRIC, CLIENT_LOOP_LAG_P99_METRIC, MetricSample, RequestRow, Run, RunLabel
 from soak.store.recorder import Recorder, utc_now_iso
@@ -116,7 +116,7 @@ class RunState:
     drains: DrainWatch | None = None  # requests that kept streaming through a timed-out probe drain
     early_stop: Any = None  # soak.run.early_stop.EarlyStopWatch, with --stop-on-fail
     ledger: OutcomeLedger | None = None
-    web: Any = None  # soak.web.launch.WebProcess, with --web
+    web: Any = None  # soak.run.live_view.WebProcess, with --web
     web_socket: Any = None  # (listening socket, base URL) of --web, bound before anything starts
     t0: float = 0.0
     status: str = "running"
@@ -260,7 +260,7 @@ class Conductor:
     def _bind_web(self) -> None:
         """With --web, bind its address first: a port in use is a clear error before anything starts."""
         if self.config.web:
-            from soak.web.launch import bind_web_address, exposure_note
+            from soak.run.live_view import bind_web_address, exposure_note
 
             self.state.web_socket = bind_web_address(self.config.web)
             self._say(exposure_note(self.config.web))
@@ -271,7 +271,7 @@ class Conductor:
         state = self.state
         if state.web_socket is None:
             return
-        from soak.web.launch import start_web_process
+        from soak.run.live_view import start_web_process
 
         sock, base_url = state.web_socket
         state.web_socket = None
@@ -513,7 +513,7 @@ class Conductor:
         os._exit(EXIT_FORCED)
 
     def notify_end(self, summary: dict[str, Any], **options: Any) -> None:
-        """With --notify-env: POST the summary to the webhook (soak/schedule/notify.py, with its retries)."""
+        """With --notify-env: POST the summary to the webhook (soak/run/notify.py, with its retries)."""
         if self.config.notify_env:
             line = notify_from_env(self.config.notify_env, summary, os.environ.get(SCHEDULE_NAME_ENV) or None,
                                    **options)

@@ -334,7 +334,7 @@ class Daemon:
         return outcome
 
     def _notify(self, spec: ScheduleSpec, outcome: FireOutcome) -> None:
-        from soak.schedule.notify import notify
+        from soak.run.notify import notify
 
         if not spec.notify_env:
             return

@@ -12,7 +12,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration" / "schedule"))
 from schedule_helpers import WebhookReceiver
 
-from soak.schedule.notify import notification_payload, notify, summary_text
+from soak.run.notify import notification_payload, notify, summary_text
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -50,7 +50,7 @@ def test_delivers_the_summary_as_json():
 
 def test_retries_server_errors_with_exponential_backoff(caplog):
     sleeps = Sleeps()
-    with WebhookReceiver(statuses=[500, 503, 429]) as hook, caplog.at_level(logging.DEBUG, "soak.schedule.notify"):
+    with WebhookReceiver(statuses=[500, 503, 429]) as hook, caplog.at_level(logging.DEBUG, "soak.run.notify"):
         assert notify(hook.url, SUMMARY, attempts=4, backoff_s=0.5, sleep=sleeps)
         assert hook.requests == 4
     assert sleeps == [0.5, 1.0, 2.0]
@@ -66,7 +66,7 @@ def test_gives_up_after_the_last_attempt():
 
 
 def test_a_client_error_is_not_retried(caplog):
-    with WebhookReceiver(statuses=[404]) as hook, caplog.at_level(logging.DEBUG, "soak.schedule.notify"):
+    with WebhookReceiver(statuses=[404]) as hook, caplog.at_level(logging.DEBUG, "soak.run.notify"):
         assert not notify(hook.url, SUMMARY, sleep=Sleeps())
         assert hook.requests == 1
     assert "HTTP 404" in caplog.text and "SECRET-TOKEN" not in caplog.text
@@ -77,12 +77,12 @@ def test_unreachable_and_silent_receivers_time_out_without_leaking_the_url(caplo
         silent.bind(("127.0.0.1", 0))
         silent.listen(8)
         silent_url = f"http://127.0.0.1:{silent.getsockname()[1]}/hooks/SECRET-TOKEN"
-        with caplog.at_level(logging.DEBUG, "soak.schedule.notify"):
+        with caplog.at_level(logging.DEBUG, "soak.run.notify"):
             assert not notify(silent_url, SUMMARY, attempts=2, timeout_s=0.3, sleep=Sleeps())
     with socket.socket() as closed:
         closed.bind(("127.0.0.1", 0))
         closed_url = f"http://127.0.0.1:{closed.getsockname()[1]}/hooks/SECRET-TOKEN"
-    with caplog.at_level(logging.DEBUG, "soak.schedule.notify"):
+    with caplog.at_level(logging.DEBUG, "soak.run.notify"):
         assert not notify(closed_url, SUMMARY, attempts=2, sleep=Sleeps())
     assert "SECRET-TOKEN" not in caplog.text and "127.0.0.1" not in caplog.text
     assert "transport error" in caplog.text

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
+from soak.address import is_loopback, join_host_port, split_host_port
 from soak.config import resolve_config
 from soak.errors import ConfigError
-from soak.web.address import is_loopback, join_host_port, split_host_port
-from soak.web.launch import exposure_note
+from soak.run.live_view import exposure_note
 
 
 @pytest.mark.parametrize(("text", "expected"), [

@@ -15,7 +15,7 @@ import urllib.request
 from collections.abc import Callable
 from typing import Any
 
-log = logging.getLogger("soak.schedule.notify")
+log = logging.getLogger("soak.run.notify")
 
 DEFAULT_ATTEMPTS = 4
 DEFAULT_TIMEOUT_S = 10.0

@@ -12,8 +12,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from soak.address import is_loopback, join_host_port, split_host_port
 from soak.errors import ConfigError
-from soak.web.address import is_loopback, join_host_port, split_host_port
 
 STOP_GRACE_S = 5.0
 LISTEN_BACKLOG = 64
