@@ -5,7 +5,18 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from soak.analysis import canary, error_checks, kv, latency, liveness, memory, saturation, server_log, throughput
+from soak.analysis import (
+    canary,
+    error_checks,
+    goodput,
+    kv,
+    latency,
+    liveness,
+    memory,
+    saturation,
+    server_log,
+    throughput,
+)
 from soak.analysis.findings import CHECK_ORDER, Finding, inconclusive
 from soak.analysis.gates import Gates
 from soak.analysis.inputs import RunData
@@ -32,6 +43,8 @@ CHECKS: dict[str, Check] = {
     "client.saturation": saturation.check_saturation,
     "server.log_errors": server_log.check_log_errors,
     "canary": canary.check_canary,
+    "goodput.decay": goodput.check_decay,
+    "goodput.floor": goodput.check_floor,
 }
 assert tuple(CHECKS) == CHECK_ORDER
 

@@ -18,7 +18,7 @@ CHECK_ORDER = (
     "creep.ttft_p99", "creep.itl_p99", "creep.e2e_p99",
     "errors.rise", "errors.budget", "errors.bursts",
     "hang", "crashes", "throughput.decay", "client.saturation",
-    "server.log_errors", "canary",
+    "server.log_errors", "canary", "goodput.decay", "goodput.floor",
 )
 CHECK_NAMES = CHECK_ORDER + ("baseline.regression",)
 

@@ -34,6 +34,7 @@ log = logging.getLogger(__name__)
 DEFAULT_REQUIRED = (
     "leak.rss", "leak.vram", "leak.kv", "creep.ttft_p99", "creep.e2e_p99",
     "errors.rise", "errors.budget", "hang", "crashes", "client.saturation",
+    "goodput.decay", "goodput.floor",  # required only on a run that set an SLO (verdict.required_checks)
 )
 
 
@@ -145,6 +146,15 @@ class ThroughputGate(_Strict):
     decay_frac: Annotated[float, Field(gt=0, lt=1)] = 0.10
 
 
+class GoodputGate(_Strict):
+    """`goodput.decay` FAILs when the share of requests meeting every SLO target is projected to fall by
+    ≥ decay_abs over the judged span (or falls that much in one lasting step); `goodput.floor` FAILs when a judged
+    window's share is under `floor` beyond doubt (DistServe's attainment target is 90 %)."""
+
+    decay_abs: Annotated[float, Field(gt=0, le=1)] = 0.05
+    floor: Fraction = 0.90
+
+
 class ClientGate(_Strict):
     lag_p99_invalid_ms: Positive = 100.0
     lag_p99_suspect_ms: Positive = 10.0
@@ -178,6 +188,7 @@ class Gates(_Strict):
     errors: ErrorGates = ErrorGates()
     hang: HangGate = HangGate()
     throughput: ThroughputGate = ThroughputGate()
+    goodput: GoodputGate = GoodputGate()
     client: ClientGate = ClientGate()
     baseline: BaselineGate = BaselineGate()
 

@@ -184,7 +184,8 @@ class RequestWindow:
     class (connect, timeout, http_4xx, http_5xx, bad_stream) to its count. `sends` counts planned
     arrivals whose intended send time fell in the window (the offered load), `late_sends_1s` those
     sent more than 1 s after their intended time, `lag_p99_ms` the window's P99 schedule lag
-    (None when not measured). `output_tokens` counts content tokens received.
+    (None when not measured). `output_tokens` counts content tokens received. `slo_met` counts the requests that
+    met every `--slo` target (failed ones never do); None when the run set no SLO.
     """
 
     index: int
@@ -197,6 +198,7 @@ class RequestWindow:
     sends: int | None = None
     late_sends_1s: int | None = None
     lag_p99_ms: float | None = None
+    slo_met: int | None = None
 
     @property
     def error_count(self) -> int:
@@ -300,7 +302,8 @@ only changes wording — `crashes` needs a server event, a health series or proc
     `scenario_windows` maps each scenario's name to its own per-window counts (the same windows as
     `request_windows`, which hold all scenarios together); empty when not recorded. `host` is the
     headroom series; `horizon_s` the service horizon leak thresholds and projections use
-    (`soak start --horizon`).
+    (`soak start --horizon`). `slo` holds the run's `--slo` targets in ms by metric (`ttft`, `itl`, `tpot`, `e2e`),
+    None when it set none.
     """
 
     planned_duration_s: float
@@ -324,6 +327,7 @@ only changes wording — `crashes` needs a server event, a health series or proc
     scenario_windows: Mapping[str, tuple[RequestWindow, ...]] = field(default_factory=dict)
     host: HostSeries | None = None
     horizon_s: float = 7 * 86400.0
+    slo: Mapping[str, float] | None = None
 
     def judged_windows(self) -> list[WindowInfo]:
         """Windows that trends use: not excluded and starting after the warm-up."""

@@ -168,7 +168,7 @@ def _request_window(row: dict[str, Any], lag_p99: dict[int, float]) -> RequestWi
                          requests=row["requests"] - row["cancelled"],
                          errors={name: row["err_" + name] for name in ERROR_CLASSES}, cancelled=row["cancelled"],
                          output_tokens=row["output_tokens"], sends=row["requests"], late_sends_1s=row["late_sends_1s"],
-                         lag_p99_ms=lag_p99.get(row["window_index"]))
+                         lag_p99_ms=lag_p99.get(row["window_index"]), slo_met=row.get("slo_met"))
 
 
 def load_request_windows(engine: Engine, run_id: str, lag_p99: dict[int, float]) -> tuple[RequestWindow, ...]:
@@ -229,6 +229,16 @@ def stored_horizon(run: dict[str, Any]) -> dict[str, float]:
         config = json.loads(run.get("config_json") or "{}")
     horizon_s = config.get("horizon_s")
     return {"horizon_s": float(horizon_s)} if horizon_s else {}
+
+
+def stored_slo(run: dict[str, Any]) -> dict[str, Any]:
+    """{"slo": {metric: target ms}} of the `--slo` stored with the run's config, or {} for a run that set none."""
+    config = run.get("config")
+    if config is None:
+        config = json.loads(run.get("config_json") or "{}")
+    slo = config.get("slo") or {}
+    targets = {key.removesuffix("_ms"): float(ms) for key, ms in slo.items() if ms is not None}
+    return {"slo": targets} if targets else {}
 
 
 def load_client(engine: Engine, run_id: str, outage_indices: set[int]) -> ClientSeries | None:
@@ -295,4 +305,5 @@ def load_run_data(engine: Engine, run: dict[str, Any], stopped_early: bool) -> R
         events=tuple(Event(t_s=e["t_s"], kind=e["kind"], message=e["message"] or "", data=e["data"]) for e in events),
         total_requests=sum(w.requests for w in request_windows),
         scenario_windows=load_scenario_windows(engine, run_id), host=load_host(engine, run_id), **stored_horizon(run),
+        **stored_slo(run),
     )

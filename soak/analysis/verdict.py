@@ -12,7 +12,7 @@ A run is PASS only when every required check is PASS. Otherwise the first that a
 
 A check outside `required` fails the run with a FAIL but does not hold back a PASS with a SUSPECT or an
 INCONCLUSIVE; its SUSPECT is named in the PASS's reason. `leak.vram` counts as required only when a GPU was
-seen, `leak.kv` only when idle probes ran.
+seen, `leak.kv` only when idle probes ran, `goodput.*` only when the run set an SLO.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ OPEN = (Verdict.INCONCLUSIVE, Verdict.SKIPPED)
 
 def required_checks(findings: list[Finding], gates: Gates, gpu_seen: bool | None = None,
                     probes_ran: bool | None = None) -> list[str]:
-    """gates.required, less leak.vram without a GPU and leak.kv without idle probes.
+    """gates.required, less leak.vram without a GPU, leak.kv without idle probes and goodput.* without an SLO.
 
     When gpu_seen/probes_ran are not given they are read from the leak findings' details.
     """
@@ -39,7 +39,8 @@ def required_checks(findings: list[Finding], gates: Gates, gpu_seen: bool | None
         gpu_seen = bool(by_check.get("leak.vram", Finding("leak.vram", Verdict.SKIPPED)).details.get("gpu_seen"))
     if probes_ran is None:
         probes_ran = bool(by_check.get("leak.kv", Finding("leak.kv", Verdict.SKIPPED)).details.get("probes_ran"))
-    conditions = {"leak.vram": gpu_seen, "leak.kv": probes_ran}
+    slo_set = any(f.details.get("slo_set") for f in findings if f.check.startswith("goodput."))
+    conditions = {"leak.vram": gpu_seen, "leak.kv": probes_ran, "goodput.decay": slo_set, "goodput.floor": slo_set}
     return [name for name in gates.required if conditions.get(name, True)]
 
 

@@ -84,9 +84,9 @@ class Case:
 
 
 def _all_cases() -> dict[str, Case]:
-    from . import proof_leaks, proof_traffic  # they import this module's Case
+    from . import proof_goodput, proof_leaks, proof_traffic  # they import this module's Case
 
-    return {case.key: case for case in proof_leaks.CASES + proof_traffic.CASES}
+    return {case.key: case for case in proof_leaks.CASES + proof_traffic.CASES + proof_goodput.CASES}
 
 
 @dataclass(frozen=True)

@@ -52,14 +52,16 @@ def test_a_server_side_fail_stays_fail_when_the_client_was_late():
     verdict, reason = overall_verdict(findings({"client.saturation": INVALID, "leak.rss": FAIL}), Gates())
     assert verdict == FAIL
     assert reason.startswith("leak.rss FAIL: leak.rss evidence; the client was late (" + LATE + ")")
-    assert "creep.ttft_p99, creep.itl_p99, creep.e2e_p99, hang, throughput.decay not judged" in reason
+    assert ("creep.ttft_p99, creep.itl_p99, creep.e2e_p99, hang, throughput.decay, goodput.decay, goodput.floor "
+            "not judged") in reason
 
 
 def test_a_fail_the_late_client_can_explain_is_invalid():
     verdict, reason = overall_verdict(findings({"client.saturation": INVALID, "creep.ttft_p99": FAIL,
                                                 "throughput.decay": FAIL}), Gates())
     assert verdict == INVALID and reason.startswith("client.saturation INVALID: client.saturation evidence")
-    assert "(+5 more INVALID: creep.ttft_p99, creep.itl_p99, creep.e2e_p99, hang, throughput.decay)" in reason
+    assert ("(+7 more INVALID: creep.ttft_p99, creep.itl_p99, creep.e2e_p99, hang, throughput.decay, goodput.decay, "
+            "goodput.floor)") in reason
 
 
 def test_an_invalid_run_names_its_required_suspects():

@@ -1,0 +1,86 @@
+"""Power cases of the goodput checks (goodput.decay, goodput.floor): see proof.py.
+
+A window's good share = expit(logit(base) + AR(1) drift) less a planted fall, with an occasional healthy dip (a
+slow window), and its good requests drawn binomially from its Poisson arrivals. The base share is drawn per run
+from 95–99.5 %, so a healthy run sits above the default 90 % floor but not always far above it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+from scipy.special import expit, logit
+
+from soak.analysis import goodput
+from soak.analysis.findings import Finding
+from soak.analysis.gates import Gates
+from soak.analysis.inputs import RequestWindow, RunData
+
+from .proof import Case, Scenario, bare_scenario_run
+from .synthetic import ar1
+
+SLO_MS = {"ttft": 500.0, "e2e": 20000.0}
+DIP_CHANCE, DIP_MAX = 0.02, 0.02  # a slow window now and then costs up to 2 pp of its share
+
+
+def healthy_shares(rng: np.random.Generator, count: int) -> np.ndarray:
+    """Each window's true good share on a healthy server."""
+    base = rng.uniform(0.95, 0.995)
+    shares = expit(logit(base) + ar1(rng, count, 0.5, 0.15))
+    dips = rng.random(count) < DIP_CHANCE
+    return shares - dips * rng.uniform(0.0, DIP_MAX, count)
+
+
+def positions(run: RunData) -> np.ndarray:
+    """Each window's place in the judged span: 0 at the end of the warm-up, 1 at the end of the run."""
+    end_s = run.windows[-1].end_s
+    return np.array([max(w.mid_s - run.warmup_s, 0.0) / max(end_s - run.warmup_s, 1.0) for w in run.windows])
+
+
+def goodput_run(rng: np.random.Generator, scenario: Scenario, fall: np.ndarray | None = None) -> RunData:
+    """A run whose windows count good requests, with `fall` (per window, share units) taken off the healthy share."""
+    run = bare_scenario_run(scenario)
+    shares = healthy_shares(rng, len(run.windows)) - (0.0 if fall is None else fall)
+    rows = []
+    for window, share in zip(run.windows, np.clip(shares, 0.0, 1.0)):
+        requests = int(rng.poisson(scenario.rate_per_s * (window.end_s - window.start_s)))
+        good = int(rng.binomial(requests, share))
+        rows.append(RequestWindow(window.index, window.start_s, window.end_s, requests=requests, sends=requests,
+                                  slo_met=good))
+    return replace(run, request_windows=tuple(rows), slo=SLO_MS)
+
+
+def trial_decay(rng: np.random.Generator, scenario: Scenario, multiple: float, gates: Gates) -> Finding:
+    """The share falls linearly by `multiple` × decay_abs over the judged span."""
+    run = bare_scenario_run(scenario)
+    fall = multiple * gates.goodput.decay_abs * positions(run)
+    return goodput.check_decay(goodput_run(rng, scenario, fall), gates)
+
+
+def trial_decay_step(rng: np.random.Generator, scenario: Scenario, multiple: float, gates: Gates) -> Finding:
+    """The share drops by `multiple` × decay_abs at 14/24 of the run (hour 14 of a day) and stays down."""
+    run = bare_scenario_run(scenario)
+    fall = multiple * gates.goodput.decay_abs * np.array([w.mid_s >= scenario.run_s * 14 / 24 for w in run.windows])
+    return goodput.check_decay(goodput_run(rng, scenario, fall), gates)
+
+
+def trial_floor(rng: np.random.Generator, scenario: Scenario, multiple: float, gates: Gates) -> Finding:
+    """One judged window misses the SLO for `multiple` × (1 − floor) of its requests: at 1× it sits on the floor,
+    at 2× (20 % missed under the default 90 % floor) it is under it."""
+    run = goodput_run(rng, scenario)
+    if multiple > 0:
+        judged = [i for i, w in enumerate(run.windows) if w.excluded is None]
+        i = int(rng.choice(judged))
+        row = run.request_windows[i]
+        share = max(1.0 - multiple * (1.0 - gates.goodput.floor), 0.0)
+        rows = list(run.request_windows)
+        rows[i] = replace(row, slo_met=int(rng.binomial(row.requests, share)))
+        run = replace(run, request_windows=tuple(rows))
+    return goodput.check_floor(run, gates)
+
+
+SPANS = ("24h", "2h", "1h", "30m", "5m")
+CASES = [Case("goodput.decay", "steady", trial_decay, SPANS),
+         Case("goodput.decay", "step-14h", trial_decay_step, SPANS),
+         Case("goodput.floor", "steady", trial_floor, SPANS)]
