@@ -60,7 +60,8 @@ class ProcessSeries:
     """Samples of one server process (one PID) of the server's process tree.
 
     `name` is the process name as sampled ("refserver", "vllm", "EngineCore"). `rss_bytes` is the
-    resident set size; `pss_bytes` the proportional set size from smaps_rollup (None when not
+    resident set size; `swap_bytes` the memory of the process pushed out to swap (VmSwap; None when
+    not read); `pss_bytes` the proportional set size from smaps_rollup (None when not
     read); `fds` the count of open file descriptors and `threads` the thread count (None when not
     sampled). All arrays have the length of `t_s`.
     """
@@ -72,12 +73,26 @@ class ProcessSeries:
     pss_bytes: np.ndarray | None = None
     fds: np.ndarray | None = None
     threads: np.ndarray | None = None
+    swap_bytes: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "t_s", _array(self.t_s))
         object.__setattr__(self, "rss_bytes", _array(self.rss_bytes))
-        for name in ("pss_bytes", "fds", "threads"):
+        for name in ("pss_bytes", "fds", "threads", "swap_bytes"):
             object.__setattr__(self, name, _optional_array(getattr(self, name)))
+
+    @property
+    def held_bytes(self) -> np.ndarray:
+        """Host memory the process holds, resident + swapped: what `leak.rss` judges. A leak written once and
+        never read again is swapped out on a host with swap, and RSS alone then looks flat. RSS alone where
+        swap was never read; a sample whose swap is missing is missing here too (summed short it would look
+        like a drop)."""
+        return self.rss_bytes if self.swap_bytes is None else self.rss_bytes + self.swap_bytes
+
+    @property
+    def swapped(self) -> bool:
+        """Whether any sample found memory of this process in swap."""
+        return self.swap_bytes is not None and bool(np.nanmax(self.swap_bytes, initial=0.0) > 0)
 
 
 @dataclass(frozen=True, eq=False)  # numpy arrays do not compare as one bool
@@ -107,6 +122,12 @@ class ProcessReading:
     rss_bytes: float
     vram_bytes: float | None = None
     fds: float | None = None
+    swap_bytes: float | None = None
+
+    @property
+    def held_bytes(self) -> float:
+        """Resident + swapped, as `ProcessSeries.held_bytes` (RSS alone when swap was not read)."""
+        return self.rss_bytes + (self.swap_bytes or 0.0)
 
 
 @dataclass(frozen=True)
@@ -335,3 +356,9 @@ only changes wording — `crashes` needs a server event, a health series or proc
 
     def judged_indices(self) -> set[int]:
         return {w.index for w in self.judged_windows()}
+
+    @property
+    def swap_seen(self) -> bool:
+        """Whether memory of a server process was found in swap (a sample or an idle-probe reading)."""
+        return (any(p.swapped for p in self.processes)
+                or any((r.swap_bytes or 0) > 0 for probe in self.probes for r in probe.processes))

@@ -89,13 +89,14 @@ def _column(rows: list[dict[str, Any]], name: str) -> np.ndarray | None:
 
 
 def load_processes(engine: Engine, run_id: str) -> tuple[ProcessSeries, ...]:
-    """One series per server PID."""
+    """One series per server PID, its swap beside its RSS (`leak.rss` judges the two together)."""
     by_pid: dict[int, list[dict[str, Any]]] = defaultdict(list)
     for row in read_rows(engine, ProcessSample, run_id, role="server"):
         by_pid[row["pid"]].append(row)
     return tuple(
         ProcessSeries(pid=pid, name=rows[-1]["name"], t_s=_column(rows, "t_s"), rss_bytes=_column(rows, "rss_bytes"),
-                      pss_bytes=_column(rows, "pss_bytes"), fds=_column(rows, "fds"), threads=_column(rows, "threads"))
+                      pss_bytes=_column(rows, "pss_bytes"), fds=_column(rows, "fds"), threads=_column(rows, "threads"),
+                      swap_bytes=_column(rows, "swap_bytes"))
         for pid, rows in sorted(by_pid.items()))
 
 
@@ -278,7 +279,8 @@ def load_probes(events: list[dict[str, Any]]) -> tuple[ProbeReading, ...]:
             continue
         data = event["data"]
         processes = tuple(ProcessReading(pid=p["pid"], name=p.get("name") or "", rss_bytes=p.get("rss_bytes") or 0,
-                                         fds=p.get("fds")) for p in data.get("processes", []))
+                                         fds=p.get("fds"), swap_bytes=p.get("swap_bytes"))
+                          for p in data.get("processes", []))
         readings.append(ProbeReading(t_s=event["t_s"], kv_usage=data.get("kv_usage"), running=data.get("running"),
                                      waiting=data.get("waiting"), drained=bool(data.get("drained", True)),
                                      processes=processes))

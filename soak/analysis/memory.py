@@ -85,7 +85,9 @@ class LeakKind:
         return {"leak.rss": "memory chart", "leak.vram": "per-process VRAM chart"}.get(self.check, "open-fds chart")
 
 
-RSS = LeakKind("leak.rss", "RSS", True, "rss_bytes", "host memory")
+RSS = LeakKind("leak.rss", "RSS", True, "held_bytes", "host memory")
+# Where any of it was found in swap, leak.rss judges resident + swapped memory and says so.
+RSS_AND_SWAP = LeakKind("leak.rss", "resident + swapped memory", True, "held_bytes", "host memory")
 VRAM = LeakKind("leak.vram", "VRAM", True, "vram_bytes", "GPU memory")
 FDS = LeakKind("leak.fds", "open fds", False, "fds", always_at_rest=True)
 
@@ -128,8 +130,8 @@ class Outcome:
 
 
 def check_rss(run: RunData, gates: Gates) -> Finding:
-    subjects = [Subject(p.pid, p.name, p.t_s, p.rss_bytes) for p in run.processes]
-    return check_leak(run, gates, RSS, gates.leak.rss, subjects)
+    subjects = [Subject(p.pid, p.name, p.t_s, p.held_bytes) for p in run.processes]
+    return check_leak(run, gates, RSS_AND_SWAP if run.swap_seen else RSS, gates.leak.rss, subjects)
 
 
 def check_vram(run: RunData, gates: Gates) -> Finding:
@@ -236,7 +238,7 @@ def headroom_bytes(run: RunData, kind: LeakKind) -> float | None:
     """The least host memory available (RSS) or GPU memory free (VRAM) over the judged windows."""
     if run.host is None:
         return None
-    values = run.host.available_bytes if kind is RSS else run.host.gpu_free_bytes if kind is VRAM else None
+    values = run.host.available_bytes if kind.check == RSS.check else run.host.gpu_free_bytes if kind is VRAM else None
     if values is None:
         return None
     t_s = run.host.t_s

@@ -178,8 +178,11 @@ def tree_total(t_s: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndar
 
 
 def memory_chart(columns: Columns, frame: Frame, trends: list[dict[str, Any]]) -> dict[str, Any]:
-    """RSS (solid) and PSS (dotted) per server process in MiB, the tree's total RSS, and leak fits."""
+    """RSS (solid), PSS (dotted) and, where any was found, swap (dashed) per server process in MiB, the tree's
+    total (resident + swapped where swap was found: what `leak.rss` judges), and leak fits."""
     groups, notes = _process_groups(columns, "rss_bytes")
+    swap = columns.get("swap_bytes")
+    swapped = swap is not None and bool(np.nanmax(swap, initial=0.0) > 0)
     traces = []
     for i, ((pid, name), index) in enumerate(groups):
         label, group = f"{name} ({int(pid)})", {"legendgroup": f"p{int(pid)}"}
@@ -188,10 +191,18 @@ def memory_chart(columns: Columns, frame: Frame, trends: list[dict[str, Any]]) -
                            line={"color": colour(i), "width": 1.5}, **group))
         traces.append(line(f"{label} PSS", t_s, columns["pss_bytes"][index], frame, 1 / MIB, 2,
                            line={"color": colour(i), "width": 1, "dash": "dot"}, **group))
-    if len(groups) > 1:
+        if swapped:
+            traces.append(line(f"{label} swap", t_s, swap[index], frame, 1 / MIB, 2,
+                               line={"color": colour(i), "width": 1, "dash": "dash"}, **group))
+    if swapped:
+        held = columns["rss_bytes"] + np.nan_to_num(swap)
+        traces.append(total_line("server tree total resident + swapped", columns["t_s"], held, frame, 1 / MIB))
+    elif len(groups) > 1:
         traces.append(total_line("server tree total RSS", columns["t_s"], columns["rss_bytes"], frame, 1 / MIB))
-    return chart("chart-memory", "Memory per server process",
-                 "Resident (RSS, solid) and proportional (PSS, dotted) memory of each process of the server tree.",
+    explain = "Resident (RSS, solid) and proportional (PSS, dotted) memory of each process of the server tree"
+    if swapped:
+        explain += ", and its memory in swap (dashed): a leak that is never read again leaves RSS for swap"
+    return chart("chart-memory", "Memory per server process", explain + ".",
                  figure(with_trends(traces, trends), frame, "MiB"), "No server process memory was sampled.", notes)
 
 

@@ -61,7 +61,7 @@ def split_rows(columns: Columns, mask: np.ndarray) -> Columns:
 def read_data(engine: Engine, run_id: str) -> dict[str, Any]:
     """The run's samples (as column arrays) and windows (as rows)."""
     processes = read_columns(engine, ProcessSample, run_id,
-                             ("t_s", "pid", "rss_bytes", "pss_bytes", "fds", "cpu_percent", "name"),
+                             ("t_s", "pid", "rss_bytes", "pss_bytes", "swap_bytes", "fds", "cpu_percent", "name"),
                              flags={"is_server": ProcessSample.role == "server"})
     is_server = processes.pop("is_server") > 0  # one scan of the biggest table serves both roles
     return {

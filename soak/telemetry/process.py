@@ -6,13 +6,32 @@ import ipaddress
 import os
 import socket
 import time
+from pathlib import Path
 from typing import Any
 
 import psutil
 
 
+def swap_bytes(pid: int) -> int | None:
+    """The process's memory pushed out to swap (VmSwap of /proc/PID/status); None where that cannot be read
+    (not Linux, the process gone, a kernel thread).
+
+    Read at every sample beside RSS, from the same cheap file the kernel keeps its counters in: a leak written
+    once and never read again is swapped out on a host with swap, and RSS alone then looks flat.
+    """
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return None
+    for line in status.splitlines():
+        if line.startswith("VmSwap:"):
+            return int(line.split()[1]) * 1024  # the kernel writes it in kB
+    return None
+
+
 def _read_process(process: psutil.Process, with_pss: bool = True) -> dict[str, Any] | None:
-    """RSS, PSS/USS (from smaps_rollup, when asked), fds, threads and CPU % of one process; None once gone."""
+    """RSS, swap, PSS/USS (from smaps_rollup, when asked), fds, threads and CPU % of one process; None once
+    gone."""
     try:
         with process.oneshot():
             row: dict[str, Any] = {
@@ -20,6 +39,7 @@ def _read_process(process: psutil.Process, with_pss: bool = True) -> dict[str, A
                 "ppid": process.ppid(),
                 "name": process.name()[:128],
                 "rss_bytes": process.memory_info().rss,
+                "swap_bytes": swap_bytes(process.pid),
                 "threads": process.num_threads(),
                 "cpu_percent": process.cpu_percent(None),
             }

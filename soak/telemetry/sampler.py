@@ -268,7 +268,7 @@ class Telemetry:
             return
         row = {"pid": 0, "ppid": None, "name": METRICS_PROCESS_NAME, "rss_bytes": None if rss is None else int(rss),
                "fds": None if fds is None else int(fds), "threads": None, "cpu_percent": None,
-               "pss_bytes": None, "uss_bytes": None}
+               "pss_bytes": None, "uss_bytes": None, "swap_bytes": None}
         snapshot.server_processes = [row]
         self.recorder.rows(ProcessSample, [{**row, "role": "server"}], t_s)
 
@@ -290,7 +290,7 @@ class Telemetry:
         data = {
             "index": index, "drained": drained, "kv_usage": server.get("kv_usage"),
             "running": server.get("running"), "waiting": server.get("waiting"),
-            "processes": [{k: row.get(k) for k in ("pid", "name", "rss_bytes", "pss_bytes", "fds")}
+            "processes": [{k: row.get(k) for k in ("pid", "name", "rss_bytes", "swap_bytes", "pss_bytes", "fds")}
                           for row in snapshot.server_processes],
             "gpu_process_bytes": snapshot.gpu_process_bytes,
         }
