@@ -79,6 +79,7 @@ class FaultSet:
 
     texts: tuple[str, ...] = ()
     rss_leak_bytes: int = 0
+    rss_leak_swapped_bytes: int = 0
     rss_leak_on: KindLeak | None = None
     kv_leak_on_abort: KVLeak | None = None
     latency_creep_pct: float = 0.0
@@ -196,6 +197,7 @@ def _number(text: str, what: str) -> float:
 # fault name → (FaultSet field, value parser)
 _PARSERS: dict[str, tuple[str, Callable[[str | None], object]]] = {
     "rss-leak": ("rss_leak_bytes", _positive_bytes),
+    "rss-leak-swapped": ("rss_leak_swapped_bytes", _positive_bytes),
     "rss-leak-on": ("rss_leak_on", _kind_leak),
     "kv-leak-on-abort": ("kv_leak_on_abort", _kv_leak),
     "latency-creep": ("latency_creep_pct", _percent),

@@ -12,6 +12,7 @@ import threading
 from soak.refserver.clock import SECONDS_PER_HOUR, EventSchedule, ModelClock, ramp
 from soak.refserver.faults import EventFault, FaultSet, KVLeak
 from soak.refserver.memnoise import MemoryNoise
+from soak.refserver.swapped import SwappedLeak, swap_enabled
 
 CRASH_EXIT_CODE = 70  # EX_SOFTWARE: what an engine death looks like to the supervisor
 STALL_LENGTH_RANGE_S = (1.0, 3.0)
@@ -42,6 +43,7 @@ class FaultInjector:
         self._stalls_taken = 0
         self._noise = MemoryNoise(clock, faults.warmup_ratchet, faults.gc_sawtooth)
         self._retained: list[bytearray] = []
+        self._swapped = SwappedLeak(faults.rss_leak_swapped_bytes) if faults.rss_leak_swapped_bytes else None
         self._leaked_fds: list[int] = []
         self._vram: list[object] = []
         self._hang_reported = False
@@ -63,6 +65,9 @@ class FaultInjector:
     def start(self) -> None:
         """Start the time-driven faults; call once the model clock has started."""
         self._noise.start()
+        if self._swapped is not None and not swap_enabled():
+            _say("fault rss-leak-swapped: this machine has no swap, so the leak cannot be paged out and stays "
+                 "resident")
         if self.faults.crash_after_s is not None:
             self._at_model_time(self.faults.crash_after_s, self._crash)
         if self.faults.log_engine_dead_after_s is not None:
@@ -152,6 +157,8 @@ class FaultInjector:
         self._finished += 1
         if self.faults.rss_leak_bytes:
             self._retain(self.faults.rss_leak_bytes)
+        if self._swapped is not None:
+            self._swapped.leak()
         kind_leak = self.faults.rss_leak_on
         if kind_leak is not None and kind_leak.leaks(reason, prompt_tokens):
             self._retain(kind_leak.size_bytes)
@@ -180,6 +187,7 @@ class FaultInjector:
             "stalls": _windows(self._stalls, now_s),
             "stalls_taken": self._stalls_taken,
             "retained_bytes": sum(len(buffer) for buffer in self._retained),
+            "swapped_leak_bytes": 0 if self._swapped is None else self._swapped.leaked_bytes,
             "leaked_fds": len(self._leaked_fds),
             "finished_requests": self._finished,
             "corrupting": self.faults.corrupt_after is not None and self._finished >= self.faults.corrupt_after,
