@@ -20,6 +20,7 @@ from soak.locations import Locations
 from soak.settings import SETTINGS_BY_FIELD, SETTINGS_BY_KEY, Layers, read_layers
 from soak.slo import SloTargets, parse_slo
 from soak.units import parse_duration
+from soak.vllm_plugin.spec import parse_faults
 
 WARMUP_FRACTION = 0.05
 WARMUP_MIN_S, WARMUP_MAX_S = 30.0, 3600.0
@@ -158,6 +159,7 @@ class TargetSettings(_Model):
     vllm_bin: str | None = None
     serve_args: tuple[str, ...] = ()
     reference_faults: tuple[str, ...] = ()
+    vllm_faults: tuple[str, ...] = ()  # planted in the vLLM soak starts, by soak's vLLM plugin (soak/vllm_plugin)
     reference_args: tuple[str, ...] = ()
     time_scale: float = Field(default=1.0, gt=0)
     reference_seed: int = 0
@@ -182,6 +184,15 @@ class TargetSettings(_Model):
             raise ValueError(f"target URL {url!r} must start with http:// or https://")
         url = url.rstrip("/")
         return url[: -len("/v1")] if url.endswith("/v1") else url
+
+    @field_validator("vllm_faults")
+    @classmethod
+    def _check_vllm_faults(cls, faults: tuple[str, ...]) -> tuple[str, ...]:
+        try:
+            parse_faults(faults)
+        except ConfigError as exc:  # a ValueError lets pydantic say which setting it was
+            raise ValueError(str(exc)) from None
+        return faults
 
     @property
     def kind(self) -> Literal["reference", "vllm", "external"]:

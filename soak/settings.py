@@ -77,6 +77,9 @@ SETTINGS: tuple[Setting, ...] = (
     _s("vllm_bin", "target.vllm_bin", TARGET, "The vllm executable to run (default: from PATH).", metavar="PATH"),
     _s("serve_arg", "target.serve_args", TARGET, "Extra argument for `vllm serve` (repeatable).", metavar="ARG",
        multiple=True),
+    _s("vllm_fault", "target.vllm_faults", TARGET, "Plant a fault inside the vLLM soak starts: rss-leak=BYTES, "
+       "kv-leak-on-abort[=N], hang-after=D, garble-after=D (repeatable; docs/vllm.md).", metavar="NAME[=VALUE]",
+       multiple=True),
     _s("server_pid", "target.server_pids", TARGET, "Server process to sample (repeatable; default: the "
        "process listening on a local --target's port).", kind="int",
        metavar="PID", multiple=True),

@@ -3,6 +3,7 @@
 from pathlib import Path
 
 from soak.config import RunConfig
+from soak.errors import ConfigError
 from soak.target.base import ExternalTarget, ServerInfo, Target, auth_headers
 from soak.target.reference import ReferenceTarget
 
@@ -10,6 +11,9 @@ from soak.target.reference import ReferenceTarget
 def make_target(config: RunConfig, run_dir: Path) -> Target:
     """The target this config asks for: external URL, embedded vLLM, or the CPU reference server."""
     kind = config.target.kind
+    if config.target.vllm_faults and kind != "vllm":
+        raise ConfigError("--vllm-fault plants faults in the vLLM soak starts: it needs --model NAME (the reference "
+                          "server takes --reference-fault; a --target server is not soak's to change)")
     if kind == "external":
         return ExternalTarget(config, run_dir)
     if kind == "vllm":

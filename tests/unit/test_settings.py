@@ -58,6 +58,7 @@ EXAMPLES: dict[str, Example] = {
     "target": ex("http://127.0.0.1:9/v1", "http://127.0.0.1:9"), "model": ex("org/model", "org/model"),
     "served_model": ex("model", "model"), "vllm_bin": ex("/opt/vllm", "/opt/vllm"),
     "serve_arg": repeated(["--enforce-eager", "--max-num-seqs=8"], ("--enforce-eager", "--max-num-seqs=8")),
+    "vllm_fault": repeated(["rss-leak=1MiB", "hang-after=60s"], ("rss-leak=1MiB", "hang-after=60s")),
     "server_pid": repeated(["12", "13"], (12, 13), toml="[12, 13]"),
     "metrics_url": repeated(["http://h:1/metrics"], ("http://h:1/metrics",)),
     "server_kind": ex("llamacpp", "llamacpp"), "restart": ex("on-crash", "on-crash"), "max_restarts": ex("5", 5, toml="5"),
