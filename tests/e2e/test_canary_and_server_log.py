@@ -40,7 +40,7 @@ def test_a_corrupted_answer_and_a_fatal_log_line_fail_their_checks(tmp_path, soa
                       "--reference-fault", "log-engine-dead-after=10s", timeout_s=240)
     summary = _summary(result)
     findings = _findings(summary)
-    assert summary["verdict"] in ("FAIL", "INVALID")  # INVALID when a busy test machine starves the client
+    assert summary["verdict"] == "FAIL"  # the canary's answers are the server's, however late the client
     canary = findings["canary"]
     assert canary["verdict"] == "FAIL" and "differ from the reference" in canary["evidence"], canary
     assert canary["details"]["first_mismatch"]["expected"] != canary["details"]["first_mismatch"]["got"]

@@ -14,7 +14,7 @@ def test_crash_restart_then_crash_again_ends_the_run_as_crashed(tmp_path, soak_c
     result = soak_cli("start", "--duration", "60s", "--warmup", "5s", "--window", "5s", "--sample-every", "1s",
                       "--rate", "2", "--no-idle-probes", "--reference-fault", "crash-after=12s",
                       "--restart", "on-crash", "--max-restarts", "1", "--out", str(tmp_path), "--json")
-    assert result.returncode in (1, 3), result.stderr[-3000:]  # FAIL, or INVALID if the box starved the client
+    assert result.returncode == 1, result.stderr[-3000:]  # FAIL: a crash stands however late the client was
     summary = json.loads(result.stdout)
     assert summary["status"] == "crashed"
     crashes = next(f for f in summary["findings"] if f["check"] == "crashes")
@@ -31,7 +31,7 @@ def test_crash_restart_then_crash_again_ends_the_run_as_crashed(tmp_path, soak_c
 def test_crash_without_restart_policy_ends_at_once(tmp_path, soak_cli):
     result = soak_cli("start", "--duration", "60s", "--warmup", "5s", "--sample-every", "1s", "--rate", "2",
                       "--no-idle-probes", "--reference-fault", "crash-after=8s", "--out", str(tmp_path), "--json")
-    assert result.returncode in (1, 3), result.stderr[-3000:]  # FAIL, or INVALID if the box starved the client
+    assert result.returncode == 1, result.stderr[-3000:]  # FAIL: a crash stands however late the client was
     summary = json.loads(result.stdout)
     assert summary["status"] == "crashed"
     crash = next(f for f in summary["findings"] if f["check"] == "crashes")

@@ -15,7 +15,7 @@ SUMMARY_KEYS = {"schema", "run_id", "status", "started_at", "ended_at", "duratio
 CHECKS = {"leak.rss", "leak.vram", "leak.kv", "leak.fds", "creep.ttft_p99", "creep.itl_p99", "creep.e2e_p99",
           "errors.rise", "errors.budget", "hang", "crashes", "throughput.decay", "client.saturation",
           "server.log_errors", "canary"}
-VERDICT_EXIT = {"PASS": 0, "FAIL": 1, "INCONCLUSIVE": 3, "INVALID": 3}
+VERDICT_EXIT = {"PASS": 0, "FAIL": 1, "SUSPECT": 3, "INCONCLUSIVE": 3, "INVALID": 3}
 
 
 @pytest.fixture(scope="module")

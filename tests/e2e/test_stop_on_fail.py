@@ -18,13 +18,12 @@ LONG_RUN = ["start", "--duration", "400s", "--warmup", "20s", "--window", "5s", 
 def test_a_planted_leak_stops_the_run_early_with_fail_and_the_reason(tmp_path, soak_cli):
     result = soak_cli(*LONG_RUN, "--stop-on-fail", "--reference-fault", "rss-leak=256KiB", "--out", str(tmp_path),
                       timeout_s=540)
-    assert result.returncode in (1, 3), result.stderr[-3000:]
+    assert result.returncode == 1, result.stderr[-3000:]
     summary = json.loads(result.stdout)
     assert summary["stop_reason"].startswith("stopped early: leak.rss FAIL"), summary["stop_reason"]
     assert summary["planned_duration_s"] == 400 and summary["duration_s"] < 240, summary["duration_s"]
-    # INVALID outranks FAIL: a loaded test machine may find the client itself saturated (as in
-    # test_verdicts_on_planted_faults.py); the leak's FAIL is what stopped the run either way.
-    assert summary["verdict"] in ("FAIL", "INVALID")
+    # a loaded test machine may find the client itself late: that voids what the client timed, not the leak
+    assert summary["verdict"] == "FAIL"
     assert {f["check"]: f["verdict"] for f in summary["findings"]}["leak.rss"] == "FAIL"
     report = (tmp_path / summary["run_id"] / "report.html").read_text(encoding="utf-8")
     assert 'class="exhaustion stop-reason">Why it ended: stopped early: leak.rss FAIL' in report  # the banner

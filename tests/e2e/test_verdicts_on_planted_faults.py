@@ -30,12 +30,14 @@ def test_planted_leaks_creep_and_error_rise_each_fail_their_check(tmp_path, soak
     result = soak_cli(*TREND_RUN, "--time-scale", "60", "--out", str(tmp_path), *_faults(
         "rss-leak=256KiB", "fd-leak=4", "latency-creep=300", "error-rise=0:0.5"), timeout_s=400)
     findings = _findings(result)
-    for check in ("leak.rss", "leak.fds", "creep.itl_p99", "errors.rise"):
+    for check in ("leak.rss", "leak.fds", "errors.rise"):
         assert findings[check]["verdict"] == "FAIL", findings[check]
+    itl = findings["creep.itl_p99"]  # INVALID when a busy test machine starved the client: it keeps what it measured
+    assert "FAIL" in (itl["verdict"], (itl.get("details") or {}).get("measured", {}).get("verdict")), itl
     assert findings["leak.rss"]["unit"] and findings["leak.rss"]["ci"][0] > 0
     assert findings["leak.rss"].get("per_request"), "a leak reports bytes per request too"
     assert findings["hang"]["verdict"] != "FAIL" and findings["crashes"]["verdict"] == "PASS"
-    assert json.loads(result.stdout)["verdict"] in ("FAIL", "INVALID")
+    assert json.loads(result.stdout)["verdict"] == "FAIL"  # a late client does not void the server's leak
 
 
 def test_a_healthy_but_noisy_server_fails_nothing(tmp_path, soak_cli):

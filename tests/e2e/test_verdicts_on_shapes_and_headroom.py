@@ -46,7 +46,8 @@ def test_a_wave_of_load_on_a_healthy_server_fails_nothing(healthy_wave_run):
     findings = _by_check(healthy_wave_run)
     failed = {check: f["evidence"] for check, f in findings.items() if f["verdict"] in ("FAIL", "INVALID")}
     assert failed == {}
-    assert healthy_wave_run["verdict"] in ("PASS", "INCONCLUSIVE"), healthy_wave_run["verdict_reason"]
+    # a required SUSPECT (a slope over its threshold, unproven) holds the run back from PASS, never fails it
+    assert healthy_wave_run["verdict"] in ("PASS", "SUSPECT", "INCONCLUSIVE"), healthy_wave_run["verdict_reason"]
 
 
 def test_the_memory_verdict_agrees_with_the_detection_limit(healthy_wave_run):
