@@ -1,5 +1,8 @@
 """The verdict algebra (docs/gates.md, "The overall verdict and `required`", "When the client is late")."""
 
+import re
+from pathlib import Path
+
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -20,6 +23,7 @@ from soak.analysis.gates import Gates
 from soak.analysis.saturation import CLIENT_REACH, client_sensitive, scope_to_client
 
 LATE = "schedule-lag P99 728.0 ms > 100 ms"
+GATES_DOC = Path(__file__).resolve().parents[2] / "docs" / "gates.md"
 
 
 def findings(overrides=None, gpu_seen=True, probes_ran=True):
@@ -181,6 +185,12 @@ def test_every_check_is_classified_by_the_client_reach():
     sensitive = {check for check in CLIENT_REACH if client_sensitive(check)}
     assert sensitive == {"creep.ttft_p99", "creep.itl_p99", "creep.e2e_p99", "hang", "throughput.decay",
                          "goodput.decay", "goodput.floor", "baseline.regression"}
+
+
+def test_docs_state_the_client_reach_of_every_check():
+    rows = re.findall(r"^\| `([\w.]+)` \| (yes|no) \| (.+?) \|$", GATES_DOC.read_text(encoding="utf-8"), re.M)
+    documented = {check: (answer == "yes", why) for check, answer, why in rows}
+    assert documented == {check: (reach.distorted, reach.why) for check, reach in CLIENT_REACH.items()}
 
 
 # -- the algebra over every combination -------------------------------------------------------------------
