@@ -235,6 +235,27 @@ class SummaryWorkers(BaseModel):
     lost: list[LostWorker] = Field(default_factory=list)
 
 
+class GoodputWindow(BaseModel):
+    """One window after warm-up: how many of its finished requests met every SLO target."""
+
+    index: int = Field(description="the window's index (0 is the first after warm-up)")
+    start_s: float = Field(description="seconds since the run's start")
+    end_s: float
+    requests: int = Field(description="finished requests, all scenarios (cancelled ones left out)")
+    good: int = Field(description="of them, those that met every target (failed ones never do)")
+    share: float = Field(description="good ÷ requests")
+
+
+class SummaryGoodput(BaseModel):
+    """Goodput under `--slo`: the share of requests that met every target, over the run and per window."""
+
+    slo_ms: dict[str, float] = Field(description="the targets in ms by metric: `ttft`, `itl`, `tpot`, `e2e`")
+    requests: int = Field(description="finished requests after warm-up, all scenarios (cancelled ones left out)")
+    good: int = Field(description="of them, those that met every target")
+    share: float | None = Field(description="good ÷ requests (null without requests)")
+    windows: list[GoodputWindow] = Field(description="each window after warm-up that had requests, in order")
+
+
 class Summary(BaseModel):
     """`summary.json`: what scripts and CI read of a finished run."""
 
@@ -259,6 +280,7 @@ class Summary(BaseModel):
     error_messages: list[ErrorMessage] = Field(default_factory=list, description="most frequent first")
     validation_gaps: list[ValidationGap] = Field(default_factory=list)
     workers: SummaryWorkers | None = Field(None, description="the load workers, for a run that had some")
+    goodput: SummaryGoodput | None = Field(None, description="with `--slo`: the share of requests meeting it")
     report_html: str | None
     stop_reason: str | None = Field(None, description="why the run ended: `completed`, `stopped by SIGINT`, "
                                     "`server exited with code N`, `stopped early: …` (--stop-on-fail)")
@@ -277,6 +299,8 @@ class Summary(BaseModel):
             data.pop("stop_reason", None)
         if data.get("workers") is None:  # and `workers`, for a run whose load ran in soak's own process
             data.pop("workers", None)
+        if data.get("goodput") is None:  # and `goodput`, for a run without --slo
+            data.pop("goodput", None)
         return data
 
     def finding(self, check: str) -> SummaryFinding | None:

@@ -20,7 +20,8 @@ LEAK_CHECKS = ("leak.rss", "leak.vram", "leak.kv", "leak.fds")
 # checks chosen with --check (by default LEAK_CHECKS).
 FIGURES = (("latency.ttft.p99", "P99 TTFT", "ms"), ("latency.itl.p99", "P99 ITL", "ms"),
            ("latency.e2e.p99", "P99 E2E", "ms"), ("error_rate", "error rate", "fraction"),
-           ("throughput.output_tokens_per_s", "throughput", "tokens/s"))
+           ("throughput.output_tokens_per_s", "throughput", "tokens/s"),
+           ("goodput", "goodput", "fraction"))  # the share of requests meeting --slo (summary.json `goodput`)
 # What a changed environment means for a before/after reading: (key, title).
 ENVIRONMENT_KEYS = (("soak", "soak"), ("vllm", "vLLM"), ("torch", "torch"), ("driver", "GPU driver"),
                     ("cuda", "CUDA"), ("gpus", "GPUs"), ("model", "model"), ("serve_args", "serve args"),
@@ -93,7 +94,20 @@ def select_checks(summaries: list[dict[str, Any]], wanted: tuple[str, ...]) -> l
 def figures_of(summary: dict[str, Any] | None) -> dict[str, float | None]:
     """The FIGURES of one summary (None where it has none)."""
     values = {metric.name: value for metric, value in metric_values(summary).items()} if summary else {}
+    values["goodput"] = ((summary or {}).get("goodput") or {}).get("share")
     return {key: values.get(key) for key, _, _ in FIGURES}
+
+
+def goodput_delta(now: dict[str, Any], before: dict[str, Any]) -> dict[str, Any] | None:
+    """The change of the goodput share between two summaries, only when both judged the same SLO (a share
+    against other targets is another quantity); no tolerance: goodput.* say whether it matters."""
+    now_goodput, before_goodput = now.get("goodput") or {}, before.get("goodput") or {}
+    if now_goodput.get("share") is None or before_goodput.get("share") is None:
+        return None
+    if now_goodput.get("slo_ms") != before_goodput.get("slo_ms"):
+        return None
+    return {"delta": now_goodput["share"] - before_goodput["share"], "unit": "fraction", "delta_pct": None,
+            "status": None}
 
 
 def checks_of(summary: dict[str, Any] | None, checks: list[str]) -> dict[str, dict[str, Any]]:
@@ -145,6 +159,9 @@ def compare_with(row: HistoryRow, previous: HistoryRow, gates: Gates) -> None:
                                  "tolerance": item["tolerance_text"]}
                   for item in compared if item["name"] in dict.fromkeys(k for k, _, _ in FIGURES)}
     row.verdict_changes = (finding.details or {}).get("verdict_changes", [])
+    goodput = goodput_delta(row.run.summary, previous.run.summary)
+    if goodput is not None:
+        row.deltas["goodput"] = goodput
     check_deltas(row, previous)
 
 

@@ -26,6 +26,7 @@ from soak.analysis.inputs import (
     ServerSeries,
     WindowInfo,
 )
+from soak.slo import stored_slo_ms
 from soak.store.models import (
     ALL_SCENARIOS,
     CLIENT_LOOP_LAG_MAX_METRIC,
@@ -234,11 +235,7 @@ def stored_horizon(run: dict[str, Any]) -> dict[str, float]:
 
 def stored_slo(run: dict[str, Any]) -> dict[str, Any]:
     """{"slo": {metric: target ms}} of the `--slo` stored with the run's config, or {} for a run that set none."""
-    config = run.get("config")
-    if config is None:
-        config = json.loads(run.get("config_json") or "{}")
-    slo = config.get("slo") or {}
-    targets = {key.removesuffix("_ms"): float(ms) for key, ms in slo.items() if ms is not None}
+    targets = stored_slo_ms(run)
     return {"slo": targets} if targets else {}
 
 

@@ -373,6 +373,31 @@ def errors_chart(rows: list[dict[str, Any]], frame: Frame, classes: tuple[str, .
                         bargap=0), empty)
 
 
+def goodput_shares(rows: list[dict[str, Any]]) -> np.ndarray:
+    """Each window's share of finished requests (cancelled ones left out) that met every --slo target; nan when
+    it had none."""
+    finished = np.array([row["requests"] - row["cancelled"] for row in rows], dtype=float)
+    good = np.array([row["slo_met"] for row in rows], dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(finished > 0, good / finished, np.nan)
+
+
+def goodput_chart(rows: list[dict[str, Any]], frame: Frame, trends: list[dict[str, Any]], slo_text: str,
+                  floor: float | None) -> dict[str, Any]:
+    """The share of requests meeting the SLO per window in %, the floor goodput.floor holds windows to (red
+    dashes) and goodput.decay's fit."""
+    rows = [row for row in rows if row.get("slo_met") is not None]
+    trace = line("requests meeting the SLO", midpoints_s(rows), goodput_shares(rows), frame, 100.0, 2,
+                 mode="lines+markers", marker={"size": 4}, line={"color": colour(2), "width": 1.5})
+    fig = figure(with_trends([trace], trends), frame, "% of requests")
+    if fig and floor is not None:
+        fig["layout"]["shapes"] += [_hline(100.0 * floor, "#dc2626")]
+    floor_text = f"; red dashes: the {100 * floor:g} % floor" if floor is not None else ""
+    return chart("chart-goodput", "Goodput per window",
+                 f"Share of each window's finished requests that met every target ({slo_text}); failed requests "
+                 f"count as missed{floor_text}.", fig, "No window counted requests against the SLO.")
+
+
 def client_chart(columns: Columns, frame: Frame) -> dict[str, Any]:
     """soak's own CPU % (left) and RSS in MiB (right), per client process."""
     traces = []

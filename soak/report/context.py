@@ -12,6 +12,7 @@ import numpy as np
 from sqlalchemy import Engine
 
 from soak.analysis.gates import ClientGate
+from soak.analysis.goodput import slo_text
 from soak.contracts import loads_summary
 from soak.report import charts, sections, timeline
 from soak.report.charts import GIB, MIB, Frame, LagLimits
@@ -39,6 +40,7 @@ CHECK_TRENDS: dict[str, tuple[str, float, str]] = {
     "leak.rss": ("chart-memory", 1 / MIB, "y"), "leak.vram": ("chart-vram-process", 1 / GIB, "y"),
     "leak.fds": ("chart-fds", 1.0, "y"), "leak.kv": ("chart-kv", 100.0, "y"),
     "errors.rise": ("chart-errors", 100.0, "y2"), "client.saturation": ("chart-lag", 1.0, "y"),
+    "goodput.decay": ("chart-goodput", 100.0, "y"),
     **{f"creep.{metric}_p99": (f"chart-{metric}", 1.0, "y") for metric in LATENCY_CHART_METRICS},
 }
 # A trend may instead name its series explicitly.
@@ -143,8 +145,18 @@ def lag_limits(findings: list[dict[str, Any]]) -> LagLimits:
                      invalid_ms=float(details.get("lag_p99_invalid_ms", default.lag_p99_invalid_ms)))
 
 
+def goodput_charts(rows: list[dict[str, Any]], frame: Frame, trends: list[dict], findings: list[dict[str, Any]]
+                   ) -> list[dict[str, Any]]:
+    """The goodput chart, for a run that set an SLO (none otherwise), with the floor goodput.floor judged by."""
+    if not any(row.get("slo_met") is not None for row in rows):
+        return []
+    details = next((f.get("details") for f in findings if f.get("check") == "goodput.floor"), None) or {}
+    slo_ms = details.get("slo_ms") or {}
+    return [charts.goodput_chart(rows, frame, trends, slo_text(slo_ms) if slo_ms else "--slo", details.get("floor"))]
+
+
 def build_charts(data: dict[str, Any], frame: Frame, trends: dict[str, list[dict]],
-                 events: list[dict[str, Any]], lag: LagLimits) -> list[dict[str, Any]]:
+                 events: list[dict[str, Any]], lag: LagLimits, findings: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Every chart of the report, in page order."""
     lat, req, gpu_note = data["latency_windows"], data["request_windows"], no_gpu_note(events)
     trend = lambda chart_id: trends.get(chart_id, [])  # noqa: E731 - a short local lookup
@@ -159,6 +171,7 @@ def build_charts(data: dict[str, Any], frame: Frame, trends: dict[str, list[dict
           for metric in LATENCY_CHART_METRICS),
         charts.throughput_chart(_star_rows(req), frame, trend("chart-throughput")),
         charts.errors_chart(_star_rows(req), frame, ERROR_CLASSES, trend("chart-errors")),
+        *goodput_charts(_star_rows(req), frame, trend("chart-goodput"), findings),
         charts.fds_chart(data["server_procs"], frame, trend("chart-fds")),
         charts.client_chart(data["client_procs"], frame),
         charts.lag_chart(_star_rows(lat, metric="lag"), frame, trend("chart-lag"), lag),
@@ -195,7 +208,7 @@ def build_context(engine: Engine, run_id: str, summary: dict[str, Any] | None,
         "latency": latency_tables(data["latency_windows"]),
         "events": timeline.events_table(events),
         "environment": sections.environment(run),
-        "charts": build_charts(data, frame, trends, events, lag_limits(findings)),
+        "charts": build_charts(data, frame, trends, events, lag_limits(findings), findings),
         "marker_legend": legend_items(markers),
         "baseline": sections.baseline_table(baseline),
         "generated_at": datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),

@@ -12,18 +12,21 @@ from soak.contracts import (
     ErrorMessage,
     ErrorsByClass,
     EventKind,
+    GoodputWindow,
     LatencyMs,
     LostWorker,
     Percentiles,
     Summary,
     SummaryContext,
     SummaryFinding,
+    SummaryGoodput,
     SummaryTarget,
     SummaryWorkers,
     Totals,
     ValidationGap,
     Verdict,
 )
+from soak.slo import stored_slo_ms
 from soak.store.models import ALL_SCENARIOS, ERROR_CLASSES, LatencyWindowRow, RequestWindowRow
 from soak.store.queries import read_events, read_rows
 from soak.telemetry.latency import decode_histogram, new_histogram
@@ -64,6 +67,20 @@ def latency_summary(engine: Engine, run_id: str) -> LatencyMs:
         rows = read_rows(engine, LatencyWindowRow, run_id, scenario=ALL_SCENARIOS, metric=metric)
         result[metric] = Percentiles(**merged_percentiles([row for row in rows if row["window_index"] >= 0]))
     return LatencyMs(**result)
+
+
+def goodput_of(engine: Engine, run: dict[str, Any]) -> SummaryGoodput | None:
+    """The share of requests meeting the run's `--slo` after warm-up, overall and per window; None without one."""
+    rows = [row for row in read_rows(engine, RequestWindowRow, run["id"], scenario=ALL_SCENARIOS)
+            if row["window_index"] >= 0 and row.get("slo_met") is not None]
+    if not rows:
+        return None
+    windows = [GoodputWindow(index=row["window_index"], start_s=row["start_s"], end_s=row["end_s"], requests=finished,
+                             good=row["slo_met"], share=row["slo_met"] / finished)
+               for row in rows if (finished := row["requests"] - row["cancelled"]) > 0]
+    requests, good = sum(w.requests for w in windows), sum(w.good for w in windows)
+    return SummaryGoodput(slo_ms=stored_slo_ms(run), requests=requests, good=good,
+                          share=good / requests if requests else None, windows=windows)
 
 
 def largest_counts(events: list[dict[str, Any]], kind: str, key: tuple[str, ...]) -> list[dict[str, Any]]:
@@ -133,5 +150,6 @@ def build_summary(run: dict[str, Any], engine: Engine, findings: list[SummaryFin
         verdict=verdict, verdict_reason=reason, findings=findings,
         totals=request_totals(engine, run["id"]), latency_ms=latency_summary(engine, run["id"]),
         context=context_of(events), error_messages=error_messages(events), validation_gaps=validation_gaps(events),
-        workers=workers_of(events), report_html=report_html, stop_reason=stop_reason(events),
+        workers=workers_of(events), goodput=goodput_of(engine, run), report_html=report_html,
+        stop_reason=stop_reason(events),
     )

@@ -92,3 +92,15 @@ def test_from_stored_reads_the_run_row_of_the_store():
     assert history_run.environment["model"] == "m" and history_run.environment["serve_args"] == ["--a"]
     no_summary = from_stored({**copy.deepcopy(stored), "summary_json": None})
     assert no_summary.summary is None
+
+
+def test_goodput_is_a_figure_and_changes_only_between_runs_with_the_same_slo():
+    first, second, third = summary("r1", 40.0), summary("r2", 40.0), summary("r3", 40.0)
+    first["goodput"] = {"slo_ms": {"ttft": 500.0}, "share": 0.98}
+    second["goodput"] = {"slo_ms": {"ttft": 500.0}, "share": 0.95}
+    third["goodput"] = {"slo_ms": {"ttft": 200.0}, "share": 0.90}
+    rows = build_history([run("r1", first), run("r2", second), run("r3", third), run("r4", summary("r4", 40.0))],
+                         Gates())
+    assert [row.figures["goodput"] for row in rows] == [0.98, 0.95, 0.90, None]
+    assert rows[1].deltas["goodput"]["delta"] == pytest.approx(-0.03) and rows[1].deltas["goodput"]["unit"] == "fraction"
+    assert "goodput" not in rows[2].deltas and "goodput" not in rows[3].deltas

@@ -149,3 +149,28 @@ def test_lag_chart_falls_back_to_the_default_gates():
     limits = sorted(shape["y0"] for shape in chart["figure"]["layout"]["shapes"] if shape.get("xref") == "paper")
     default = ClientGate()
     assert limits == [default.lag_p99_suspect_ms, default.lag_p99_invalid_ms]
+
+
+def _goodput_rows(shares: list[float | None]) -> list[dict[str, Any]]:
+    return [{"start_s": 600.0 * i, "end_s": 600.0 * (i + 1), "requests": 110, "cancelled": 10,
+             "slo_met": None if share is None else round(100 * share)} for i, share in enumerate(shares)]
+
+
+def test_goodput_chart_draws_each_windows_share_the_floor_and_the_decay_fit():
+    finding = {"check": "goodput.decay", "trend": {"slope_per_s": -1e-5, "intercept": 0.98, "t0_s": 300.0,
+                                                   "space": "linear"}}
+    chart_id, scale, axis = trend_target(finding)
+    fit = trend_trace(finding, FRAME, scale, 0.0, axis)
+    chart = charts.goodput_chart(_goodput_rows([0.97, 0.95, 0.9]), FRAME, [fit], "TTFT ≤ 500 ms", 0.9)
+    assert chart["id"] == chart_id == "chart-goodput" and "TTFT ≤ 500 ms" in chart["description"]
+    share, drawn_fit = chart["figure"]["data"][:2]
+    assert share["y"] == [97.0, 95.0, 90.0]  # of 100 finished requests: cancelled ones are left out
+    assert drawn_fit["y"][0] == pytest.approx(98.0)
+    assert [shape["y0"] for shape in chart["figure"]["layout"]["shapes"] if shape.get("xref") == "paper"] == [90.0]
+
+
+def test_a_run_without_an_slo_has_no_goodput_chart():
+    from soak.report.context import goodput_charts
+
+    assert goodput_charts(_goodput_rows([None, None]), FRAME, [], []) == []
+    assert len(goodput_charts(_goodput_rows([0.99, 0.98]), FRAME, [], [])) == 1
