@@ -47,6 +47,7 @@ def main() -> None:
 from soak.cli.archive import export, prune  # noqa: E402 - registered after the group exists
 from soak.cli.doctor import doctor  # noqa: E402 - registered after the group exists
 from soak.cli.history import history  # noqa: E402 - registered after the group exists
+from soak.cli.model import model  # noqa: E402 - registered after the group exists
 from soak.cli.runs import close, compare, report, runs, status  # noqa: E402 - registered after the group exists
 from soak.cli.schedule import daemon, schedule  # noqa: E402 - registered after the group exists
 from soak.cli.start import start  # noqa: E402 - registered after the group exists
@@ -67,6 +68,7 @@ main.add_command(history)
 main.add_command(export)
 main.add_command(prune)
 main.add_command(web)
+main.add_command(model)
 
 
 @main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True,

@@ -173,6 +173,8 @@ class Conductor:
     def _start_target(self) -> None:
         self._report(Progress(stage=Stage.STARTING, run_id=self.state.run_id, target=self.state.target.kind))
         self.state.info = self.state.target.start()
+        for note in self.state.info.notes:  # e.g. a machine too small for a CPU vLLM and soak: said before load
+            self._say(note)
 
     def _gather_workers(self) -> None:
         """Load workers (local, and `soak worker`s on other hosts) join before the run opens: waiting for them
@@ -195,7 +197,7 @@ class Conductor:
     def _run_row(self) -> dict[str, Any]:
         state, config, info = self.state, self.config, self.state.info
         config_json = config.model_dump_json()
-        environment = capture_environment(config, info.cmd, gpus=[])
+        environment = capture_environment(config, info.cmd, gpus=[], server=info.server_environment)
         return {
             "id": state.run_id, "status": "running", "started_at": utc_now_iso(), "t0_epoch_s": state.t0,
             "heartbeat_at": utc_now_iso(), "planned_duration_s": config.duration_s, "warmup_s": config.warmup_s,
@@ -300,7 +302,8 @@ class Conductor:
     def _record_gpus(self) -> None:
         gpus = self.state.telemetry.gpus.describe()
         if gpus:
-            environment = capture_environment(self.config, self.state.info.cmd, gpus)
+            environment = capture_environment(self.config, self.state.info.cmd, gpus,
+                                              server=self.state.info.server_environment)
             self.state.recorder.update_run(environment_json=dumps(environment))
 
     def _on_request(self, record: Any) -> None:

