@@ -113,7 +113,8 @@ def status(run_id: str | None, locations: Locations, json_output: bool) -> None:
 @location_options
 @click.option("--baseline", metavar="RUN", help="Add a before/after table against this run.")
 @click.option("--gates", metavar="FILE", type=click.Path(dir_okay=False), help="Gates file (TOML).")
-@click.option("--junit", metavar="FILE", type=click.Path(dir_okay=False), help="Also write JUnit XML, a case per check.")
+@click.option("--junit", metavar="FILE", type=click.Path(dir_okay=False),
+              help="Also write JUnit XML: a case for the run's verdict, then one per check.")
 @click.option("--report-dir", metavar="DIR", type=click.Path(file_okay=False),
               help="Write report.html and summary.json here and leave the run's own files and stored verdict "
                    "as they are. Default: the run's folder, or RUN_FOLDER/vs-BASELINE with --baseline.")
