@@ -244,7 +244,7 @@ def load_client(engine: Engine, run_id: str, outage_indices: set[int]) -> Client
 
     Outage windows are left out: there soak itself was restarting the server, not keeping to its schedule.
     """
-    from soak.run.summary import merged_percentiles
+    from soak.store.histograms import merged_percentiles
 
     rows = read_rows(engine, ProcessSample, run_id, role="client")
     lag_rows = [r for r in read_rows(engine, LatencyWindowRow, run_id, scenario=ALL_SCENARIOS, metric="lag")

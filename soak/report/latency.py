@@ -13,7 +13,7 @@ from typing import Any
 
 from hdrh.histogram import HdrHistogram
 
-from soak.telemetry.latency import decode_histogram
+from soak.store.histograms import decode_histogram
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ from typing import Any
 from sqlalchemy import Engine, func, select
 
 from soak.contracts import P99Ms, Progress, measured_rate_rps, stage_at
-from soak.run.summary import merged_percentiles
+from soak.store.histograms import merged_percentiles
 from soak.store.models import ALL_SCENARIOS, ERROR_CLASSES, LatencyWindowRow, ProcessSample, RequestWindowRow
 from soak.store.queries import get_run, read_rows, reading
 from soak.units import format_duration

@@ -27,9 +27,9 @@ from soak.contracts import (
     Verdict,
 )
 from soak.slo import stored_slo_ms
+from soak.store.histograms import merged_percentiles
 from soak.store.models import ALL_SCENARIOS, ERROR_CLASSES, LatencyWindowRow, RequestWindowRow
 from soak.store.queries import read_events, read_rows
-from soak.telemetry.latency import decode_histogram, new_histogram
 
 SUMMARY_METRICS = tuple(LatencyMs.model_fields)  # ttft, itl, e2e
 
@@ -46,18 +46,6 @@ def request_totals(engine: Engine, run_id: str) -> Totals:
         output_tokens=sum(row["output_tokens"] for row in rows), cancelled=cancelled,
         errors_by_class=ErrorsByClass(**{name: sum(row["err_" + name] for row in rows) for name in ERROR_CLASSES}),
     )
-
-
-def merged_percentiles(windows: list[dict[str, Any]]) -> dict[str, float | int | None]:
-    """P50/P95/P99 (ms) of the merged histograms of the given window rows."""
-    merged = new_histogram()
-    for row in windows:
-        if row["hist"]:
-            merged.add(decode_histogram(row["hist"]))
-    if merged.get_total_count() == 0:
-        return {"p50": None, "p95": None, "p99": None, "count": 0}
-    return {f"p{p}": round(merged.get_value_at_percentile(p) / 1000.0, 3) for p in (50, 95, 99)} | {
-        "count": merged.get_total_count()}
 
 
 def latency_summary(engine: Engine, run_id: str) -> LatencyMs:

@@ -7,20 +7,22 @@ loses at most one flush interval; windows that can no longer change are then dro
 
 from __future__ import annotations
 
-import base64
 import functools
-import weakref
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
-from hdrh.codec import HdrHistogramEncoder
 from hdrh.histogram import HdrHistogram
 
 from soak.slo import SloTargets
+from soak.store.histograms import (
+    HIGHEST_US,
+    LOWEST_US,
+    encode_histogram,
+    new_histogram,
+)
 from soak.store.models import ALL_SCENARIOS, ERROR_CLASSES, LATENCY_METRICS
 
-LOWEST_US, HIGHEST_US, SIGNIFICANT_DIGITS = 1, 3_600_000_000, 3
 LATE_SEND_MS = 1000.0
 COUNT_KEYS = ("requests", "ok", "cancelled", "expected_errors", *("err_" + name for name in ERROR_CLASSES),
               "output_tokens", "prompt_tokens", "late_sends_1s")
@@ -55,24 +57,6 @@ def window_bounds(index: int, warmup_s: float, window_s: float) -> tuple[float, 
         return 0.0, warmup_s
     start_s = warmup_s + index * window_s
     return start_s, start_s + window_s
-
-
-class AcyclicHistogram(HdrHistogram):
-    """An `HdrHistogram` that reference counting alone frees, the moment it is dropped.
-
-    hdrh's encoder points back at its histogram. That cycle waits for the cyclic collector's oldest
-    generation, which a long-lived process runs rarely: every closed window's 92 KiB count arrays piled up
-    until then (+100 MiB per million requests, bench/harness_memory.py). The encoder gets a weak proxy instead.
-    """
-
-    def __init__(self, *args: Any, **kwargs: Any):
-        super().__init__(*args, **kwargs)
-        self.encoder.histogram = weakref.proxy(self)
-
-
-def new_histogram() -> HdrHistogram:
-    """An HDR histogram of microseconds from 1 µs to 1 h at 3 significant digits."""
-    return AcyclicHistogram(LOWEST_US, HIGHEST_US, SIGNIFICANT_DIGITS, word_size=4)  # 4-byte counts: half the memory
 
 
 def record_ms(histogram: HdrHistogram, value_ms: float) -> None:
@@ -145,20 +129,6 @@ def histogram_stats(histogram: HdrHistogram) -> dict[str, Any]:
     return {"count": count, "mean_ms": mean_us(histogram) / 1000.0, "p50_ms": p50, "p90_ms": p90,
             "p95_ms": p95, "p99_ms": p99, "max_ms": histogram.get_max_value() / 1000.0,
             "hist": encode_histogram(histogram)}
-
-
-def encode_histogram(histogram: HdrHistogram) -> str:
-    """Compressed, base64 text form (what `HdrHistogram.decode` reads)."""
-    encoded = histogram.encode()
-    return encoded.decode("ascii") if isinstance(encoded, bytes) else base64.b64encode(encoded).decode("ascii")
-
-
-def decode_histogram(text: str) -> HdrHistogram:
-    """Inverse of `encode_histogram` (what `HdrHistogram.decode` does, into an `AcyclicHistogram`)."""
-    payload = HdrHistogramEncoder.decode(text.encode("ascii"))
-    header = payload.payload
-    return AcyclicHistogram(header.lowest_trackable_value, header.highest_trackable_value,
-                            header.significant_figures, hdr_payload=payload)
 
 
 @dataclass

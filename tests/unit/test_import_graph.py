@@ -136,3 +136,72 @@ def test_only_the_cli_imports_the_cli() -> None:
 
 def _in_cli(module: str) -> bool:
     return module == CLI_PACKAGE or module.startswith(CLI_PACKAGE + ".")
+
+
+# The packages (and top-level modules) of soak, top to bottom (docs/architecture.md, "Layers"). An import may
+# point down, or sideways inside a layer; never up. The root package `soak` holds the version alone.
+LAYERS: list[set[str]] = [
+    {"__main__", "cli"},
+    {"schedule"},
+    {"web"},
+    {"run"},
+    {"target", "load", "telemetry", "report"},
+    {"analysis"},
+    {"store"},
+    # vllm_plugin runs inside vLLM's processes, so it leans on nothing above; config reads its fault specs.
+    {"soak", "config", "settings", "locations", "contracts", "errors", "units", "address", "slo", "vllm_plugin"},
+]
+# Separate programs that share only the wire with the rest: they import nothing else of soak.
+ISLANDS = {"refserver"}
+
+
+def package_of(module: str) -> str:
+    """`soak.run.conductor` → `run`; `soak.config` → `config`; `soak` → `soak`."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def package_graph(graph: dict[str, set[str]]) -> dict[str, dict[str, list[str]]]:
+    """Package → imported package → the module edges behind it (a package's imports of itself left out)."""
+    packages: dict[str, dict[str, list[str]]] = {}
+    for module, targets in graph.items():
+        edges = packages.setdefault(package_of(module), {})
+        for target in targets:
+            if package_of(target) != package_of(module):
+                edges.setdefault(package_of(target), []).append(f"{module} -> {target}")
+    return packages
+
+
+def layer_of(package: str) -> int:
+    return next(index for index, layer in enumerate(LAYERS) if package in layer)
+
+
+def test_every_package_has_a_layer() -> None:
+    unplaced = sorted(set(package_graph(import_graph())) - set().union(*LAYERS) - ISLANDS)
+    assert not unplaced, f"packages in no layer of LAYERS (place them): {unplaced}"
+
+
+def test_no_package_level_cycles() -> None:
+    packages = package_graph(import_graph())
+    cycles = find_cycles({package: set(edges) for package, edges in packages.items()})
+    assert not cycles, "package cycles:\n" + "\n".join(" -> ".join(cycle) for cycle in cycles)
+
+
+def test_imports_point_down_the_layers() -> None:
+    upward = [edge for package, edges in package_graph(import_graph()).items() if package not in ISLANDS
+              for target, lines in edges.items() if target not in ISLANDS and layer_of(target) < layer_of(package)
+              for edge in lines]
+    assert not upward, "imports pointing up the layers:\n" + "\n".join(sorted(upward))
+
+
+def test_islands_import_nothing_else_of_soak() -> None:
+    packages = package_graph(import_graph())
+    leaks = sorted(edge for island in ISLANDS for lines in packages.get(island, {}).values() for edge in lines)
+    assert not leaks, "a separate program imports soak:\n" + "\n".join(leaks)
+
+
+def test_a_cycle_between_packages_is_found() -> None:
+    graph = {"soak.a.x": {"soak.b.y"}, "soak.b.y": {"soak.a.z"}, "soak.a.z": set()}
+    packages = package_graph(graph)
+    assert packages == {"a": {"b": ["soak.a.x -> soak.b.y"]}, "b": {"a": ["soak.b.y -> soak.a.z"]}}
+    assert find_cycles({package: set(edges) for package, edges in packages.items()}) == [["a", "b", "a"]]

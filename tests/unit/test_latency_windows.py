@@ -5,7 +5,8 @@ from dataclasses import dataclass
 import pytest
 from hdrh.histogram import HdrHistogram
 
-from soak.telemetry.latency import LatencyWindows, decode_histogram, window_bounds, window_index
+from soak.store.histograms import decode_histogram
+from soak.telemetry.latency import LatencyWindows, window_bounds, window_index
 
 
 @dataclass
@@ -117,7 +118,8 @@ def test_bulk_recording_lands_where_hdrh_puts_each_value():
     """record_many_ms (numpy, for a request's inter-token gaps) fills the same counts as record_ms one by one."""
     import numpy as np
 
-    from soak.telemetry.latency import new_histogram, record_many_ms, record_ms
+    from soak.store.histograms import new_histogram
+    from soak.telemetry.latency import record_many_ms, record_ms
 
     rng = np.random.default_rng(7)
     values = [0.0004, 0.001, 0.5, 1.0, 1.024, 2.047, 2.048, 19.999, 20.0, 1e6, 4e6, *rng.lognormal(2.0, 2.0, 2000)]
