@@ -3,7 +3,7 @@
 import re
 from pathlib import Path
 
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from soak.analysis import overall_verdict
@@ -26,7 +26,7 @@ LATE = "schedule-lag P99 728.0 ms > 100 ms"
 GATES_DOC = Path(__file__).resolve().parents[2] / "docs" / "gates.md"
 
 
-def findings(overrides=None, gpu_seen=True, probes_ran=True):
+def findings(overrides=None, gpu_seen=True, probes_ran=True, slo_set=False):
     overrides = overrides or {}
     out = []
     for check in CHECK_ORDER:
@@ -35,6 +35,8 @@ def findings(overrides=None, gpu_seen=True, probes_ran=True):
             details["gpu_seen"] = gpu_seen
         if check == "leak.kv":
             details["probes_ran"] = probes_ran
+        if check.startswith("goodput."):
+            details["slo_set"] = slo_set
         verdict = overrides.get(check, PASS)
         if check == "client.saturation" and verdict == INVALID:
             details["late_by"] = LATE
@@ -146,6 +148,12 @@ def test_required_follows_the_gates_file():
     assert overall_verdict(findings({"hang": SKIPPED, "creep.e2e_p99": SUSPECT}), only_rss)[0] == PASS
 
 
+def test_goodput_is_required_only_with_an_slo():
+    assert overall_verdict(findings({"goodput.floor": SKIPPED}), Gates())[0] == PASS
+    verdict, reason = overall_verdict(findings({"goodput.floor": SUSPECT}, slo_set=True), Gates())
+    assert verdict == SUSPECT and reason.startswith("goodput.floor SUSPECT")
+
+
 def test_vram_and_kv_required_only_when_applicable():
     no_gpu = findings({"leak.vram": SKIPPED}, gpu_seen=False)
     assert overall_verdict(no_gpu, Gates())[0] == PASS
@@ -213,13 +221,14 @@ def expected(overrides, required, client_invalid, stopped):
     return PASS
 
 
+@settings(max_examples=400)
 @given(verdicts=checks_verdicts, required=required_lists, client_invalid=st.booleans(), stopped=st.booleans())
 def test_algebra_properties(verdicts, required, client_invalid, stopped):
     overrides = dict(zip(CHECK_ORDER, verdicts))
     if client_invalid:
         overrides["client.saturation"] = INVALID
     gates = Gates.model_validate({"required": required})
-    result, reason = overall_verdict(findings(overrides), gates, stopped_early=stopped, gpu_seen=True,
+    result, reason = overall_verdict(findings(overrides, slo_set=True), gates, stopped_early=stopped, gpu_seen=True,
                                      probes_ran=True)
     assert result == expected(overrides, required, client_invalid, stopped), reason
     if result == PASS:  # never a PASS a required check has not earned
