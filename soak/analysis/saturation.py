@@ -59,6 +59,10 @@ CLIENT_REACH: dict[str, Reach] = {
 }
 
 
+# What settles a check the late client voided (client.saturation's own next step says how to keep up).
+RERUN_STEP = "judge it again on a run whose client keeps its schedule: see client.saturation's next step"
+
+
 def client_sensitive(check: str) -> bool:
     """Whether a late client can distort `check` (`CLIENT_REACH`; a check it does not name keeps its verdict)."""
     reach = CLIENT_REACH.get(check)
@@ -248,7 +252,7 @@ def lateness(saturation: Finding) -> str:
     return str(said) if said else saturation.evidence.removeprefix("The client was the bottleneck: ").rstrip(".")
 
 
-def untrusted(finding: Finding, late: str, next_step: str | None) -> Finding:
+def untrusted(finding: Finding, late: str, next_step: str = RERUN_STEP) -> Finding:
     """`finding` on a run whose client was late (`late`): INVALID, with what it measured kept in its details
     and said after the reason it is not judged."""
     why = CLIENT_REACH[finding.check].why if finding.check in CLIENT_REACH else "the client's lateness reaches it"
@@ -267,6 +271,6 @@ def scope_to_client(findings: list[Finding]) -> list[Finding]:
     saturation = next((f for f in findings if f.check == CHECK), None)
     if saturation is None or saturation.verdict != INVALID:
         return findings
-    late, step = lateness(saturation), saturation.next_step
-    return [untrusted(f, late, step) if client_sensitive(f.check) and f.verdict not in (SKIPPED, INVALID) else f
+    late = lateness(saturation)
+    return [untrusted(f, late) if client_sensitive(f.check) and f.verdict not in (SKIPPED, INVALID) else f
             for f in findings]

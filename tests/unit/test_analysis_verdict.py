@@ -20,7 +20,7 @@ from soak.analysis.findings import (
     Finding,
 )
 from soak.analysis.gates import Gates
-from soak.analysis.saturation import CLIENT_REACH, client_sensitive, scope_to_client
+from soak.analysis.saturation import CLIENT_REACH, RERUN_STEP, client_sensitive, scope_to_client
 
 LATE = "schedule-lag P99 728.0 ms > 100 ms"
 GATES_DOC = Path(__file__).resolve().parents[2] / "docs" / "gates.md"
@@ -82,7 +82,7 @@ def test_scoping_marks_distorted_checks_and_keeps_what_they_measured():
     assert e2e.verdict == INVALID and e2e.details["measured"]["verdict"] == "FAIL"
     assert e2e.evidence.startswith(f"Not judged: the client was late ({LATE}), and latency is timed by the client")
     assert e2e.evidence.endswith("What it measured (FAIL): creep.e2e_p99 evidence")
-    assert e2e.next_step == "settle client.saturation"
+    assert e2e.next_step == RERUN_STEP and e2e.details["measured"]["next_step"] == "settle creep.e2e_p99"
     assert scoped["hang"].verdict == SKIPPED  # nothing judged, nothing to distrust
     assert scoped["leak.rss"].verdict == FAIL and scoped["leak.rss"].evidence == "leak.rss evidence"
     assert scope_to_client(list(scoped.values())) == list(scoped.values())  # scoping twice changes nothing
