@@ -10,6 +10,7 @@ from typing import Any
 import click
 
 from soak.cli.common import VERDICT_EXIT, apply_options, config_option, print_json, setting_option
+from soak.contracts import Summary
 from soak.errors import ConfigError
 from soak.settings import LENGTH, LOCATIONS, SETTINGS, SETTINGS_BY_KEY
 from soak.units import format_duration, parse_duration
@@ -173,14 +174,14 @@ def start(**options: Any) -> None:
     from soak.config import resolve_config
 
     config = resolve_config(start_flags(options))
-    summary = _run(config)
+    summary = _run(config).to_json_dict()  # the CLI's edge: summary.json's document from here on
     print_verdict(summary)
     if config.json_output:
         print_json(summary)
     sys.exit(VERDICT_EXIT.get(summary["verdict"], 3))
 
 
-def _run(config) -> dict[str, Any]:  # config: a RunConfig
+def _run(config) -> Summary:  # config: a RunConfig
     from soak.run.conductor import execute  # imports Locust (gevent patching) only for `start`
 
     printer = ProgressPrinter()

@@ -524,19 +524,19 @@ class Conductor:
             self._report(Progress(stage=Stage.FINALISING, run_id=self.state.run_id, message=line))
 
 
-def execute(config: RunConfig, on_progress: ProgressCallback | None = None) -> dict[str, Any]:
-    """Run one soak and return its summary.json document (the CLI prints it and maps the verdict to an exit code).
+def execute(config: RunConfig, on_progress: ProgressCallback | None = None) -> Summary:
+    """Run one soak and return its Summary (the CLI prints it and maps the verdict to an exit code).
 
     With --notify-env every ending is notified: a verdict, a stop by signal, a server crash, and a run that
     failed (the summary of what was collected when there is one).
     """
     conductor = Conductor(config, on_progress)
     try:
-        summary = conductor.execute().to_json_dict()
+        summary = conductor.execute()
     except Exception as exc:
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         collected = conductor.summary.to_json_dict() if conductor.summary else None
         conductor.notify_end(collected or failed_run_payload(conductor.state.run_id, "failed", reason))
         raise
-    conductor.notify_end(summary)
+    conductor.notify_end(summary.to_json_dict())
     return summary
