@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from soak.cli.common import VERDICT_EXIT, apply_options, config_option, print_json, setting_option
-from soak.contracts import Summary
+from soak.contracts import P99Ms, Progress, Stage, Summary
 from soak.errors import ConfigError
 from soak.settings import LENGTH, LOCATIONS, SETTINGS, SETTINGS_BY_KEY
 from soak.units import format_duration, parse_duration
@@ -58,13 +58,13 @@ class ProgressPrinter:
             self._status = self._console.status("starting…")
             self._status.start()
 
-    def __call__(self, progress: dict[str, Any]) -> None:
+    def __call__(self, progress: Progress) -> None:
         line = describe_progress(progress)
-        if self.interactive and progress.get("message") and progress.get("stage") == "starting":
+        if self.interactive and progress.message and progress.stage == Stage.STARTING:
             self._console.print(line)  # a start message (the live view's URL…) stays on screen
         elif self.interactive:
             self._status.update(line)
-        elif progress.get("stage") not in ("warm-up", "measuring") or time.monotonic() - self._last_print >= 10:
+        elif progress.stage not in (Stage.WARM_UP, Stage.MEASURING) or time.monotonic() - self._last_print >= 10:
             self._last_print = time.monotonic()
             click.echo(line, err=True)
 
@@ -73,31 +73,30 @@ class ProgressPrinter:
             self._status.stop()
 
 
-def describe_progress(progress: dict[str, Any]) -> str:
+def describe_progress(progress: Progress) -> str:
     """One human line of progress."""
-    stage = progress.get("stage", "")
-    if stage == "starting":
-        return progress.get("message") or f"starting the {progress.get('target')} server…"
-    if stage == "finalising":
-        return progress.get("message") or f"run {progress.get('run_id')}: stopping load, analysing, writing the report…"
-    if stage == "storage_failure":
-        return f"storage failure: {progress.get('message')}"
-    elapsed, total = progress["elapsed_s"], progress["duration_s"]
-    return (f"{progress['run_id']} {stage} {format_duration(elapsed)}/{format_duration(total)} "
+    stage = progress.stage
+    if stage == Stage.STARTING:
+        return progress.message or f"starting the {progress.target} server…"
+    if stage == Stage.FINALISING:
+        return progress.message or f"run {progress.run_id}: stopping load, analysing, writing the report…"
+    if stage == Stage.STORAGE_FAILURE:
+        return f"storage failure: {progress.message}"
+    elapsed, total = progress.elapsed_s or 0.0, progress.duration_s or 0.0
+    return (f"{progress.run_id} {stage} {format_duration(elapsed)}/{format_duration(total)} "
             f"(left {format_duration(max(total - elapsed, 0))}) | {_traffic_text(progress)} | "
-            f"{_server_memory_text(progress.get('server_rss_bytes'))} | in flight {progress['in_flight']}")
+            f"{_server_memory_text(progress.server_rss_bytes)} | in flight {progress.in_flight}")
 
 
-def _traffic_text(progress: dict[str, Any]) -> str:
+def _traffic_text(progress: Progress) -> str:
     """Requests, rate, errors and P99s — which are measured only after the warm-up, so during it
     the line says so rather than showing "None req/s" and "0 ms"."""
-    rate = progress.get("rate_rps")
-    if rate is None:
-        return f"{progress['requests']} req, {progress['errors']} errors | rate and P99s from the end of warm-up"
-    p99 = progress.get("p99_ms") or {}
-    latency = ", ".join(f"{label} {p99[key]:.0f} ms" for key, label in (("ttft", "P99 TTFT"), ("e2e", "E2E"))
-                        if p99.get(key))
-    return (f"{progress['requests']} req, {rate:.2f} req/s, {progress['errors']} errors | "
+    if progress.rate_rps is None:
+        return f"{progress.requests} req, {progress.errors} errors | rate and P99s from the end of warm-up"
+    p99 = progress.p99_ms or P99Ms()
+    latency = ", ".join(f"{label} {value:.0f} ms" for value, label in ((p99.ttft, "P99 TTFT"), (p99.e2e, "E2E"))
+                        if value)
+    return (f"{progress.requests} req, {progress.rate_rps:.2f} req/s, {progress.errors} errors | "
             f"{latency or 'P99s after the first finished window'}")
 
 

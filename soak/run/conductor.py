@@ -47,7 +47,7 @@ STORAGE_RETRY_S = 15.0  # how long the end of a run waits for a failing database
 SCHEDULE_NAME_ENV = "SOAK_SCHEDULE_NAME"  # set by `soak daemon` for the runs it starts
 
 # Receives each Progress as the dict of its fields (model_dump), which is what the CLI's printer reads.
-ProgressCallback = Callable[[dict[str, Any]], None]
+ProgressCallback = Callable[[Progress], None]
 
 
 def new_run_id(now: datetime | None = None) -> str:
@@ -435,7 +435,7 @@ class Conductor:
 
     def _report(self, progress: Progress) -> None:
         """Hand a progress reading to the caller's callback."""
-        self.on_progress(progress.model_dump())
+        self.on_progress(progress)
 
     def _finish(self) -> Summary:
         """Stop arrivals, final sample, analyse, write the report — before the server is stopped."""

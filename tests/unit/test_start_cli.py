@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import importlib
 import json
+from pathlib import Path
 
 from click.testing import CliRunner
 
 from soak.cli import main
+from soak.contracts import Summary
 
 start_module = importlib.import_module("soak.cli.start")  # `soak.cli.start` the attribute is the command
 
-SUMMARY = {"run_id": "R1", "verdict": "FAIL", "verdict_reason": "leak", "findings": [], "report_html": "/r.html"}
+EXAMPLE = Path(__file__).resolve().parents[1] / "data" / "summaries" / "soak.run.summary-1.json"
+SUMMARY = Summary.model_validate(json.loads(EXAMPLE.read_text()) | {
+    "run_id": "R1", "verdict": "FAIL", "verdict_reason": "leak", "report_html": "/r.html"})
 
 
 def run_start(monkeypatch, tmp_path, *args, env=None):
