@@ -7,7 +7,7 @@ from 95–99.5 %, so a healthy run sits above the default 90 % floor but not alw
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 from scipy.special import expit, logit
@@ -21,15 +21,27 @@ from .proof import Case, Scenario, bare_scenario_run
 from .synthetic import ar1
 
 SLO_MS = {"ttft": 500.0, "e2e": 20000.0}
-DIP_CHANCE, DIP_MAX = 0.02, 0.02  # a slow window now and then costs up to 2 pp of its share
 
 
-def healthy_shares(rng: np.random.Generator, count: int) -> np.ndarray:
+@dataclass(frozen=True)
+class Wander:
+    """How a healthy server's good share moves: AR(1) drift in logit units, and slow windows now and then."""
+
+    drift_sd: float = 0.15
+    drift_phi: float = 0.5
+    dip_chance: float = 0.02
+    dip_max: float = 0.02  # a slow window costs up to this much of its share
+
+
+CALM, NOISY = Wander(), Wander(drift_sd=0.4, drift_phi=0.7, dip_chance=0.05, dip_max=0.04)
+
+
+def healthy_shares(rng: np.random.Generator, count: int, wander: Wander = CALM) -> np.ndarray:
     """Each window's true good share on a healthy server."""
     base = rng.uniform(0.95, 0.995)
-    shares = expit(logit(base) + ar1(rng, count, 0.5, 0.15))
-    dips = rng.random(count) < DIP_CHANCE
-    return shares - dips * rng.uniform(0.0, DIP_MAX, count)
+    shares = expit(logit(base) + ar1(rng, count, wander.drift_phi, wander.drift_sd))
+    dips = rng.random(count) < wander.dip_chance
+    return shares - dips * rng.uniform(0.0, wander.dip_max, count)
 
 
 def positions(run: RunData) -> np.ndarray:
@@ -38,10 +50,11 @@ def positions(run: RunData) -> np.ndarray:
     return np.array([max(w.mid_s - run.warmup_s, 0.0) / max(end_s - run.warmup_s, 1.0) for w in run.windows])
 
 
-def goodput_run(rng: np.random.Generator, scenario: Scenario, fall: np.ndarray | None = None) -> RunData:
+def goodput_run(rng: np.random.Generator, scenario: Scenario, fall: np.ndarray | None = None,
+                wander: Wander = CALM) -> RunData:
     """A run whose windows count good requests, with `fall` (per window, share units) taken off the healthy share."""
     run = bare_scenario_run(scenario)
-    shares = healthy_shares(rng, len(run.windows)) - (0.0 if fall is None else fall)
+    shares = healthy_shares(rng, len(run.windows), wander) - (0.0 if fall is None else fall)
     rows = []
     for window, share in zip(run.windows, np.clip(shares, 0.0, 1.0)):
         requests = int(rng.poisson(scenario.rate_per_s * (window.end_s - window.start_s)))
@@ -51,11 +64,17 @@ def goodput_run(rng: np.random.Generator, scenario: Scenario, fall: np.ndarray |
     return replace(run, request_windows=tuple(rows), slo=SLO_MS)
 
 
-def trial_decay(rng: np.random.Generator, scenario: Scenario, multiple: float, gates: Gates) -> Finding:
+def trial_decay(rng: np.random.Generator, scenario: Scenario, multiple: float, gates: Gates,
+                wander: Wander = CALM) -> Finding:
     """The share falls linearly by `multiple` × decay_abs over the judged span."""
     run = bare_scenario_run(scenario)
     fall = multiple * gates.goodput.decay_abs * positions(run)
-    return goodput.check_decay(goodput_run(rng, scenario, fall), gates)
+    return goodput.check_decay(goodput_run(rng, scenario, fall, wander), gates)
+
+
+def trial_decay_noisy(rng: np.random.Generator, scenario: Scenario, multiple: float, gates: Gates) -> Finding:
+    """As `trial_decay` on a server whose share wanders ~3× as far and dips more often (±1–3 pp at 95 %)."""
+    return trial_decay(rng, scenario, multiple, gates, NOISY)
 
 
 def trial_decay_step(rng: np.random.Generator, scenario: Scenario, multiple: float, gates: Gates) -> Finding:
@@ -82,5 +101,6 @@ def trial_floor(rng: np.random.Generator, scenario: Scenario, multiple: float, g
 
 SPANS = ("24h", "2h", "1h", "30m", "5m")
 CASES = [Case("goodput.decay", "steady", trial_decay, SPANS),
+         Case("goodput.decay", "noisy", trial_decay_noisy, SPANS),
          Case("goodput.decay", "step-14h", trial_decay_step, SPANS),
          Case("goodput.floor", "steady", trial_floor, SPANS)]
