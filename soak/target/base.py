@@ -231,7 +231,7 @@ def external_server_record(url: str, pids: list[int], headers: dict[str, str]) -
         except psutil.Error:
             continue
         if "python" in Path(python).name:
-            record |= query_versions(python)
+            record |= query_versions(python, media_probe=False)
             break
     return record
 

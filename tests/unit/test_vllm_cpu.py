@@ -145,3 +145,35 @@ def test_a_sitecustomize_further_along_the_path_still_runs(tmp_path):
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=full, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "ran"
+
+
+VERSION_SERVER = """
+import http.server, json, sys
+class Handler(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = json.dumps({"version": "9.9.9"}).encode()
+        self.send_response(200 if self.path == "/version" else 404)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *args):
+        pass
+server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+print(server.server_address[1], flush=True)
+server.serve_forever()
+"""
+
+
+def test_a_running_server_is_asked_for_its_version_and_its_interpreter_for_torch():
+    from soak.target.base import external_server_record
+
+    server = subprocess.Popen([sys.executable, "-c", VERSION_SERVER], stdout=subprocess.PIPE, text=True)
+    try:
+        port = int(server.stdout.readline())
+        record = external_server_record(f"http://127.0.0.1:{port}", [server.pid], {})
+    finally:
+        server.kill()
+        server.wait()
+    assert record["served_version"] == "9.9.9"
+    assert record["torch"] == importlib.metadata.version("torch") and record["python"].endswith(
+        os.path.basename(os.path.realpath(sys.executable)))
