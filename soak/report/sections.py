@@ -26,7 +26,7 @@ from soak.report.formatting import (
 )
 from soak.store.models import ERROR_CLASSES
 
-VERDICT_ORDER = ("INVALID", "FAIL", "INCONCLUSIVE", "SUSPECT", "SKIPPED", "PASS")
+VERDICT_ORDER = ("FAIL", "INVALID", "SUSPECT", "INCONCLUSIVE", "SKIPPED", "PASS")  # the run verdict's order
 UNSETTLED = ("INVALID", "FAIL", "INCONCLUSIVE", "SUSPECT")  # the verdicts a reader must act on
 ENVIRONMENT_KEYS = ("host", "cpu", "gpus", "driver", "cuda", "python", "torch", "vllm", "soak", "platform",
                     "server_cmd", "scenarios", "config_hash")
