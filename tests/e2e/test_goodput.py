@@ -1,0 +1,52 @@
+"""Goodput end to end on the reference server: `soak start --slo` with latency that creeps, then summary.json, the
+report, `soak export` and `soak history` carry the goodput it lost."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(420)]
+
+# 23 windows of 5 s after a 20 s warm-up (the trend test needs 20); an hour of model time a minute, so the planted
+# creep (each engine step 200 % slower per model hour) takes E2E from inside the 4 s target (about 1.5 s at the
+# start) to far past it within the first minute.
+RUN = ["start", "--duration", "135s", "--warmup", "20s", "--window", "5s", "--sample-every", "1s", "--rate", "4",
+       "--scenario", "chat_short", "--no-idle-probes", "--json", "--time-scale", "60",
+       "--reference-fault", "latency-creep=200", "--slo", "ttft=1s,e2e=4s"]
+
+
+def measured(finding: dict) -> str:
+    """The check's own verdict: on a machine busy enough to starve the client it reads INVALID and keeps it."""
+    return (finding.get("details") or {}).get("measured", {}).get("verdict") or finding["verdict"]
+
+
+def test_latency_creep_under_an_slo_loses_goodput_and_every_output_says_so(tmp_path, soak_cli):
+    result = soak_cli(*RUN, "--out", str(tmp_path), timeout_s=400)
+    assert result.returncode in (1, 3), result.stderr[-3000:]
+    summary = json.loads(result.stdout)
+    goodput = summary["goodput"]
+    assert goodput["slo_ms"] == {"ttft": 1000.0, "e2e": 4000.0}
+    shares = [window["share"] for window in goodput["windows"]]
+    assert len(shares) >= 12 and min(shares[:2]) >= 0.8, shares
+    late = shares[-len(shares) // 3:]
+    assert sum(late) / len(late) <= 0.4, shares
+    findings = {finding["check"]: finding for finding in summary["findings"]}
+    assert measured(findings["goodput.floor"]) == "FAIL", findings["goodput.floor"]
+    # The fall is plain; the trend needs 20 windows with finished requests, which an overloaded end may not leave.
+    assert measured(findings["goodput.decay"]) in ("FAIL", "SUSPECT", "INCONCLUSIVE"), findings["goodput.decay"]
+
+    report = (tmp_path / summary["run_id"] / "report.html").read_text(encoding="utf-8")
+    assert 'id="chart-goodput"' in report
+
+    exported = soak_cli("export", summary["run_id"], "--out", str(tmp_path), "--export-dir", str(tmp_path / "export"))
+    assert exported.returncode == 0, exported.stderr
+    with open(tmp_path / "export" / "request_windows.csv", newline="", encoding="utf-8") as handle:
+        rows = [row for row in csv.DictReader(handle) if row["scenario"] == "*" and int(row["window_index"]) >= 0]
+    assert sum(int(row["slo_met"]) for row in rows) == goodput["good"]
+
+    history = soak_cli("history", "--out", str(tmp_path), "--json")
+    assert history.returncode == 0, history.stderr
+    assert json.loads(history.stdout)[-1]["figures"]["goodput"] == pytest.approx(goodput["share"])
