@@ -5,9 +5,9 @@ docs/gates.md, "Early stop". The run so far is judged at looks: every `every_win
 from the first count a trend can be judged on (`gates.min_windows`) up to the last count before the
 planned end (the planned end is the final verdict's own look). Only checks whose FAIL the rest of the
 run cannot undo take part: leaks (with their persistence gate), latency creep and a hang — and, while the
-client is late (`client.saturation` INVALID on the run so far), only those its lateness cannot distort
-(`saturation.CLIENT_REACH`): a leak still stops the run, a creep or a hang timed by a late client does not. Each look
-judges them with the gates' `p_value` divided by the number of looks the run will have — Bonferroni
+client is late (`client.saturation` INVALID on the run so far), only FAILs its lateness cannot explain
+(`saturation.voided_by_late_client`): a leak still stops the run, a creep or a probe drain timed by a late
+client does not. Each look judges them with the gates' `p_value` divided by the number of looks the run will have — Bonferroni
 over looks — so the chance that any look of a healthy run fails stays within the final verdict's own
 false-alarm budget. A check must FAIL at `consecutive` looks in a row, and keep failing until the run
 has half as many windows again as at the first of them (`confirm_frac`): slow drift, or a step at the
@@ -31,7 +31,7 @@ from soak.analysis.findings import FAIL, INVALID
 from soak.analysis.fmt import duration_text
 from soak.analysis.gates import Gates
 from soak.analysis.inputs import RunData
-from soak.analysis.saturation import check_saturation, client_sensitive, lateness
+from soak.analysis.saturation import check_saturation, lateness, voided_by_late_client
 
 log = logging.getLogger(__name__)
 
@@ -133,20 +133,18 @@ class SequentialStop:
 
 
 def judge_look(run: RunData, gates: Gates, windows: int) -> Look:
-    """Judge the first `windows` complete windows of `run` with the stop checks (those a late client can
-    distort left out while it is late)."""
+    """Judge the first `windows` complete windows of `run` with the stop checks (while the client is late, a FAIL
+    its lateness can explain stops nothing: `saturation.voided_by_late_client`)."""
     cut = cut_run(run, windows)
     late = client_lateness(cut, gates)
     failed = {}
     for name in STOP_CHECKS:
-        if late and client_sensitive(name):
-            continue
         try:
             finding = CHECKS[name](cut, gates)
         except Exception:  # a check that cannot judge the run so far stops nothing; the final analysis says why
             log.exception("early stop: check %s failed at a look", name)
             continue
-        if finding.verdict == FAIL:
+        if finding.verdict == FAIL and not (late and voided_by_late_client(finding)):
             failed[name] = " ".join(finding.evidence.split())
     return Look(windows=windows, t_s=cut.actual_duration_s, failed=failed, client_late=late)
 

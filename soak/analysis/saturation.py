@@ -12,11 +12,12 @@ server's processes, gauges, log and answers showed keeps its verdict (docs/gates
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import numpy as np
 
-from soak.analysis.findings import INVALID, PASS, SKIPPED, SUSPECT, Finding, skipped
+from soak.analysis.findings import FAIL, INVALID, PASS, SKIPPED, SUSPECT, Finding, skipped
 from soak.analysis.fmt import pct_text
 from soak.analysis.gates import ClientGate, Gates
 from soak.analysis.inputs import RunData
@@ -48,7 +49,8 @@ CLIENT_REACH: dict[str, Reach] = {
     "errors.rise": Reach(False, "errors are what the server answered (status codes, broken streams)"),
     "errors.budget": Reach(False, "errors are what the server answered (status codes, broken streams)"),
     "errors.bursts": Reach(False, "errors are what the server answered (status codes, broken streams)"),
-    "hang": Reach(True, "a stall and an idle-probe drain are timed against the load the client offers"),
+    "hang": Reach(True, "idle-probe drains are timed by the client; a stall on the server's own gauges "
+                        "(requests running, no new tokens) keeps its FAIL"),
     "crashes": Reach(False, "a server exit is seen by the OS"),
     "throughput.decay": Reach(True, "a late client offers less than planned, so the tokens follow the client"),
     "goodput.decay": Reach(True, "a request meets its SLO on latency the client timed"),
@@ -63,10 +65,26 @@ CLIENT_REACH: dict[str, Reach] = {
 RERUN_STEP = "judge it again on a run whose client keeps its schedule: see client.saturation's next step"
 
 
+# Evidence a distorted check may still hold that no client's lateness explains: a hang seen on the server's
+# own gauges (requests running while its generated-token counter stood still) is the server's.
+SERVER_EVIDENCE: dict[str, Callable[[Finding], bool]] = {
+    "hang": lambda finding: finding.verdict == FAIL and bool((finding.details or {}).get("stalls")),
+}
+
+
 def client_sensitive(check: str) -> bool:
     """Whether a late client can distort `check` (`CLIENT_REACH`; a check it does not name keeps its verdict)."""
     reach = CLIENT_REACH.get(check)
     return bool(reach and reach.distorted)
+
+
+def voided_by_late_client(finding: Finding) -> bool:
+    """Whether a late client voids `finding`: its check can be distorted, it judged something, and it does not
+    rest on the server's own evidence (`SERVER_EVIDENCE`)."""
+    if not client_sensitive(finding.check) or finding.verdict in (SKIPPED, INVALID):
+        return False
+    keeps = SERVER_EVIDENCE.get(finding.check)
+    return not (keeps and keeps(finding))
 
 
 @dataclass(frozen=True)
@@ -266,11 +284,10 @@ def untrusted(finding: Finding, late: str, next_step: str = RERUN_STEP) -> Findi
 
 def scope_to_client(findings: list[Finding]) -> list[Finding]:
     """The findings as the client's lateness leaves them: on a run whose `client.saturation` is INVALID, each
-    check a late client can distort (`CLIENT_REACH`) reads INVALID, unless it judged nothing (SKIPPED) or already
-    says INVALID; every other check keeps its verdict. Otherwise the findings unchanged."""
+    finding a late client voids (`voided_by_late_client`) reads INVALID; every other keeps its verdict.
+    Otherwise the findings unchanged."""
     saturation = next((f for f in findings if f.check == CHECK), None)
     if saturation is None or saturation.verdict != INVALID:
         return findings
     late = lateness(saturation)
-    return [untrusted(f, late) if client_sensitive(f.check) and f.verdict not in (SKIPPED, INVALID) else f
-            for f in findings]
+    return [untrusted(f, late) if voided_by_late_client(f) else f for f in findings]
