@@ -5,11 +5,15 @@ from __future__ import annotations
 import ipaddress
 import os
 import socket
+import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import psutil
+
+T = TypeVar("T")
 
 
 def swap_bytes(pid: int) -> int | None:
@@ -20,13 +24,31 @@ def swap_bytes(pid: int) -> int | None:
     once and never read again is swapped out on a host with swap, and RSS alone then looks flat.
     """
     try:
-        status = Path(f"/proc/{pid}/status").read_text()
+        status = Path(f"/proc/{pid}/status").read_bytes()
     except OSError:
         return None
-    for line in status.splitlines():
-        if line.startswith("VmSwap:"):
-            return int(line.split()[1]) * 1024  # the kernel writes it in kB
-    return None
+    at = status.find(b"\nVmSwap:")
+    if at < 0:
+        return None
+    return int(status[at + 8:status.index(b"\n", at + 1)].split()[0]) * 1024  # the kernel writes it in kB
+
+
+def off_loop(call: Callable[[], T]) -> T:
+    """`call()` on a real OS thread when this process runs gevent (the load's arrival clock keeps ticking
+    meanwhile), a plain call otherwise.
+
+    For PSS the kernel walks every page table of a process while the read waits: 40–70 ms for each process
+    of a CPU vLLM on a busy 2-core machine. On a greenlet that read held every other greenlet, and the
+    arrival clock stalled for 0.1–0.4 s at each PSS sample (docs/benchmarks.md, "CPU vLLM").
+    """
+    if "gevent" in sys.modules:
+        from gevent import monkey
+
+        if monkey.is_module_patched("threading"):
+            import gevent
+
+            return gevent.get_hub().threadpool.apply(call)
+    return call()
 
 
 def _read_process(process: psutil.Process, with_pss: bool = True) -> dict[str, Any] | None:
