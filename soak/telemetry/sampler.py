@@ -28,7 +28,7 @@ from soak.store.recorder import Recorder, utc_now_iso
 from soak.telemetry.dialects import DIALECTS, Dialect
 from soak.telemetry.gpu import GpuSampler
 from soak.telemetry.latency import LatencyWindows
-from soak.telemetry.process import ProcessTreeSampler, SelfSampler
+from soak.telemetry.process import ProcessTreeSampler, SelfSampler, off_loop
 from soak.telemetry.prometheus import models_dialect, probe_health, scrape
 
 log = logging.getLogger(__name__)
@@ -210,7 +210,7 @@ class Telemetry:
 
     def _sample_processes(self, snapshot: Snapshot, t_s: float) -> None:
         self.tree.set_roots(self.sources.server_pids())
-        snapshot.server_processes = self.tree.sample()
+        snapshot.server_processes = off_loop(self.tree.sample)  # PSS reads block for tens of ms a process
         snapshot.client = self.me.sample()
         self.recorder.rows(ProcessSample, [{**row, "role": "server"} for row in snapshot.server_processes], t_s)
         self.recorder.rows(ProcessSample, [{**snapshot.client, "role": "client"}], t_s)
