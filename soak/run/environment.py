@@ -59,14 +59,14 @@ def _portable(value: Any) -> Any:
 
 def capture_environment(config: RunConfig, server_cmd: list[str], gpus: list[dict[str, Any]],
                         server: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Host, CPU, GPUs, versions, the server command, the scenarios and the config's hash.
+    """Host, CPU, GPUs, versions, the server command, the scenarios, the config's hash, and any --vllm-fault.
 
     `vllm` and `torch` are the server's when soak could learn them (`server`: its interpreter's metadata, its
     GET /version), else soak's own interpreter's; `server` is kept whole under `server`, with the CPU placement.
     """
     first_gpu = gpus[0] if gpus else {}
     server = server or {}
-    return {
+    record = {
         "host": socket.gethostname(),
         "platform": platform.platform(),
         "cpu": platform.processor() or platform.machine(),
@@ -86,6 +86,9 @@ def capture_environment(config: RunConfig, server_cmd: list[str], gpus: list[dic
         "server_cmd": " ".join(server_cmd) or None,
         "scenarios": [spec.name for spec in config.load.scenarios],
     }
+    if config.target.vllm_faults:  # a run with faults planted in vLLM says so beside the vLLM it tested
+        record["vllm_faults"] = list(config.target.vllm_faults)
+    return record
 
 
 def dumps(value: Any) -> str:

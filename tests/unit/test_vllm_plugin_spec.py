@@ -11,6 +11,7 @@ import pytest
 
 from soak.config import resolve_config
 from soak.errors import ConfigError
+from soak.run.environment import capture_environment
 from soak.target import make_target
 from soak.vllm_plugin.engine_faults import FirstWorkClock, flipped, garble, wrap, written_bytes
 from soak.vllm_plugin.spec import FAULTS_ENV, PLUGIN_NAME, PLUGINS_ENV, VllmFaults, fault_environment, parse_faults
@@ -62,6 +63,14 @@ def test_the_setting_reaches_the_config_and_is_checked(tmp_path):
     reference = resolve_config({"out": str(tmp_path), "duration": "5m", "vllm_fault": ("hang-after=1m",)}, environ={})
     with pytest.raises(ConfigError, match="it needs --model NAME"):
         make_target(reference, tmp_path)
+
+
+def test_the_environment_record_names_the_planted_faults(tmp_path):
+    faulty = resolve_config({"out": str(tmp_path), "duration": "5m", "model": "tiny",
+                             "vllm_fault": ("kv-leak-on-abort",)}, environ={})
+    assert capture_environment(faulty, [], [])["vllm_faults"] == ["kv-leak-on-abort"]
+    clean = resolve_config({"out": str(tmp_path), "duration": "5m", "model": "tiny"}, environ={})
+    assert "vllm_faults" not in capture_environment(clean, [], [])
 
 
 def test_the_variable_takes_a_comma_separated_list(tmp_path):
