@@ -195,8 +195,7 @@ def memory_chart(columns: Columns, frame: Frame, trends: list[dict[str, Any]]) -
             traces.append(line(f"{label} swap", t_s, swap[index], frame, 1 / MIB, 2,
                                line={"color": colour(i), "width": 1, "dash": "dash"}, **group))
     if swapped:
-        held = columns["rss_bytes"] + np.nan_to_num(swap)
-        traces.append(total_line("server tree total resident + swapped", columns["t_s"], held, frame, 1 / MIB))
+        traces.append(_held_line(columns, groups, frame))
     elif len(groups) > 1:
         traces.append(total_line("server tree total RSS", columns["t_s"], columns["rss_bytes"], frame, 1 / MIB))
     explain = "Resident (RSS, solid) and proportional (PSS, dotted) memory of each process of the server tree"
@@ -204,6 +203,17 @@ def memory_chart(columns: Columns, frame: Frame, trends: list[dict[str, Any]]) -
         explain += ", and its memory in swap (dashed): a leak that is never read again leaves RSS for swap"
     return chart("chart-memory", "Memory per server process", explain + ".",
                  figure(with_trends(traces, trends), frame, "MiB"), "No server process memory was sampled.", notes)
+
+
+def _held_line(columns: Columns, groups: list[tuple[tuple, np.ndarray]], frame: Frame) -> dict[str, Any] | None:
+    """Resident + swapped memory, what `leak.rss` judges where swap was found: the tree's total, or the one
+    process's own, as the thin black line its fit is drawn against."""
+    held = columns["rss_bytes"] + np.nan_to_num(columns["swap_bytes"])
+    if len(groups) > 1:
+        return total_line("server tree total resident + swapped", columns["t_s"], held, frame, 1 / MIB)
+    (pid, name), index = groups[0]
+    return line(f"{name} ({int(pid)}) resident + swapped", columns["t_s"][index], held[index], frame, 1 / MIB, 2,
+                line={"color": "#111827", "width": 1})
 
 
 def total_line(name: str, t_s: np.ndarray, values: np.ndarray, frame: Frame, scale: float = 1.0,

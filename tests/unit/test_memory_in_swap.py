@@ -119,6 +119,9 @@ def test_the_memory_chart_draws_swap_and_the_held_total_only_where_swap_was_foun
     total = next(t for t in memory_chart(_columns(swap), FRAME, [])["figure"]["data"]
                  if t["name"] == "server tree total resident + swapped")
     assert total["y"][-1] == pytest.approx(2 * 109.0)
+    one = {name: values[::2] for name, values in _columns(swap).items()}
+    names = [trace["name"] for trace in memory_chart(one, FRAME, [])["figure"]["data"]]
+    assert names == ["a (1) RSS", "a (1) swap", "a (1) resident + swapped"]  # PSS was not read: no line
     for no_swap in (None, np.zeros(20)):
         names = [trace["name"] for trace in memory_chart(_columns(no_swap), FRAME, [])["figure"]["data"]]
         assert not any("swap" in name for name in names) and "server tree total RSS" in names
