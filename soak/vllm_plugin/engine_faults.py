@@ -107,6 +107,14 @@ def plant_rss_leak(size: int) -> None:
     wrap(cls, "_free_request", make)
 
 
+def leak_blocks(manager: Any, request: Any, kept_blocks: int | None) -> None:
+    """Take the request's KV blocks off the manager's books without returning them to the pool; with
+    `kept_blocks`, only its last that many (the rest go back, tail first, as vLLM frees them)."""
+    blocks = manager.pop_blocks_for_free(request)
+    if kept_blocks is not None and len(blocks) > kept_blocks:
+        manager.block_pool.free_blocks(reversed(blocks[:-kept_blocks]))
+
+
 def plant_kv_leak(kept_blocks: int | None) -> None:
     cls = seam(SCHEDULER, "_free_request_blocks", "kv-leak-on-abort")
     seam(KV_CACHE_MANAGER, "pop_blocks_for_free", "kv-leak-on-abort")  # called on the scheduler's own manager
@@ -118,10 +126,7 @@ def plant_kv_leak(kept_blocks: int | None) -> None:
         def _free_request_blocks(self, request):
             if request.status != aborted:
                 return original(self, request)
-            blocks = self.kv_cache_manager.pop_blocks_for_free(request)  # off the books, not back in the pool
-            if kept_blocks is not None and len(blocks) > kept_blocks:
-                self.kv_cache_manager.block_pool.free_blocks(reversed(blocks[:-kept_blocks]))
-            return None
+            return leak_blocks(self.kv_cache_manager, request, kept_blocks)
         return _free_request_blocks
 
     wrap(cls, "_free_request_blocks", make)

@@ -13,7 +13,7 @@ from soak.config import resolve_config
 from soak.errors import ConfigError
 from soak.run.environment import capture_environment
 from soak.target import make_target
-from soak.vllm_plugin.engine_faults import FirstWorkClock, flipped, garble, wrap, written_bytes
+from soak.vllm_plugin.engine_faults import FirstWorkClock, flipped, garble, leak_blocks, wrap, written_bytes
 from soak.vllm_plugin.spec import FAULTS_ENV, PLUGIN_NAME, PLUGINS_ENV, VllmFaults, fault_environment, parse_faults
 
 
@@ -85,6 +85,31 @@ def test_garbling_flips_the_lowest_bit_and_stays_in_the_vocabulary():
     batch = SimpleNamespace(outputs=[SimpleNamespace(new_token_ids=[10, 11]), SimpleNamespace(new_token_ids=[])])
     garble({0: batch}, 1024)
     assert [o.new_token_ids for o in batch.outputs] == [[11, 10], []]
+
+
+class BlockBooks:
+    """A stand-in for vLLM's KV cache manager: a request's blocks, and the pool they go back to."""
+
+    def __init__(self, blocks: list[int]):
+        self.blocks = blocks
+        self.returned: list[int] = []
+        self.block_pool = SimpleNamespace(free_blocks=lambda ordered: self.returned.extend(ordered))
+
+    def pop_blocks_for_free(self, request):
+        blocks, self.blocks = self.blocks, []
+        return blocks
+
+
+def test_an_aborted_requests_blocks_leave_the_books_but_not_for_the_pool():
+    books = BlockBooks([1, 2, 3, 4])
+    leak_blocks(books, request=None, kept_blocks=None)
+    assert books.blocks == [] and books.returned == []
+    books = BlockBooks([1, 2, 3, 4])
+    leak_blocks(books, request=None, kept_blocks=1)
+    assert books.returned == [3, 2, 1]  # all but the last go back, tail first as vLLM frees them
+    books = BlockBooks([1])
+    leak_blocks(books, request=None, kept_blocks=2)
+    assert books.returned == []
 
 
 def test_the_leaked_allocation_is_written_on_every_page():
