@@ -13,6 +13,13 @@ machine's own stalls, which soak cannot fix). The pairs alternate so that whatev
 both alike.
 
     python bench/cpu_vllm_placement.py [--pairs 2] [--duration 3m] [--rate 2]
+
+`--sampler` measures instead what soak's process sampler costs the gevent loop beside a CPU vLLM: it starts the
+tiny model (as `soak start --model tiny` would), then, in a gevent-patched child, a greenlet waking every 10 ms
+records how late it wakes while another samples the vLLM tree with PSS every second — inline on the loop (how
+soak sampled before) and through `off_loop` (a real thread, as now) — in alternating 20 s halves.
+
+    python bench/cpu_vllm_placement.py --sampler [--pairs 2]
 """
 
 from __future__ import annotations
@@ -74,6 +81,51 @@ def one(label: str, duration: str, rate: float, seconds: float) -> dict:
     return result
 
 
+LOOP_PROBE = """
+from gevent import monkey; monkey.patch_all()
+import json, sys, time
+import gevent
+from soak.telemetry.process import ProcessTreeSampler, off_loop
+sampler = ProcessTreeSampler([int(pid) for pid in sys.argv[2].split(",")], pss_every_s=0)
+late = []
+def ticker():
+    while True:
+        before = time.monotonic()
+        gevent.sleep(0.01)
+        late.append((time.monotonic() - before - 0.01) * 1000)
+def sampling():
+    while True:
+        off_loop(sampler.sample) if sys.argv[1] == "off_loop" else sampler.sample()
+        gevent.sleep(1)
+gevent.spawn(ticker)
+gevent.spawn(sampling)
+gevent.sleep(20)
+late.sort()
+print(json.dumps({"p99_ms": late[int(len(late) * 0.99)], "max_ms": late[-1], "ticks": len(late)}))
+"""
+
+
+def sampler_bench(pairs: int) -> None:
+    """Loop lateness with the vLLM tree sampled inline and off the loop, on a tiny vLLM soak started."""
+    from soak.config import resolve_config
+    from soak.target.vllm import VllmTarget
+
+    with tempfile.TemporaryDirectory(prefix="soak-bench-") as out:
+        target = VllmTarget(resolve_config({"model": "tiny", "out": out}, environ={}), Path(out))
+        try:
+            target.start()
+            roots = ",".join(str(pid) for pid in target.root_pids())
+            for pair in range(pairs):
+                for mode in ("inline", "off_loop") if pair % 2 == 0 else ("off_loop", "inline"):
+                    done = subprocess.run([sys.executable, "-c", LOOP_PROBE, mode, roots], capture_output=True,
+                                          text=True, timeout=300, check=True)
+                    found = json.loads(done.stdout)
+                    print(f"{mode:8} loop lateness P99 {found['p99_ms']:7.1f} ms  max {found['max_ms']:7.1f} ms  "
+                          f"({found['ticks']} ticks in 20 s)", flush=True)
+        finally:
+            target.stop()
+
+
 def show(label: str, result: dict) -> None:
     def number(key: str) -> str:
         value = result.get(key)
@@ -89,7 +141,11 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=2)
     parser.add_argument("--duration", default="3m")
     parser.add_argument("--rate", type=float, default=2.0)
+    parser.add_argument("--sampler", action="store_true", help="measure the process sampler's cost to the loop")
     args = parser.parse_args()
+    if args.sampler:
+        sampler_bench(args.pairs)
+        return
     seconds = float(args.duration.rstrip("m")) * 60 if args.duration.endswith("m") else float(args.duration.rstrip("s"))
     for pair in range(args.pairs):
         for label in ("placed", "default") if pair % 2 == 0 else ("default", "placed"):
