@@ -1,6 +1,7 @@
 """Print false-positive rate and power of each detector on synthetic runs with known truth.
 
-    python bench/detector_power.py [--trials 400] [--scenarios 24h,1h,5m] [--cases steady,diurnal] [--seed 1]
+    python bench/detector_power.py [--trials 400] [--scenarios 24h,1h,5m] [--cases steady,diurnal] [--checks goodput]
+                                   [--seed 1]
     python bench/detector_power.py --early-stop [--trials 400]
 
 Each row is one case (a detector on one shape of run: `steady`, or a planted load change, late
@@ -37,8 +38,12 @@ def flagged(rates: Rates) -> float:
     return rates.fail_rate
 
 
-def selected(names: str | None) -> list[Case]:
+def selected(names: str | None, checks: str | None = None) -> list[Case]:
     chosen = list(cases().values())
+    if checks:  # a check's name or the family it starts with: `goodput`, `leak.rss`
+        families = tuple(checks.split(","))
+        chosen = [case for case in chosen if case.check.startswith(families)]
+        assert chosen, f"no case of {checks}; known: {sorted({c.check for c in cases().values()})}"
     if names:
         wanted = set(names.split(","))
         unknown = wanted - {case.name for case in chosen}
@@ -82,6 +87,7 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=400)
     parser.add_argument("--scenarios", default=None, help="comma-separated; default: each case's own")
     parser.add_argument("--cases", default=None, help="comma-separated case names; default: all")
+    parser.add_argument("--checks", default=None, help="comma-separated checks or families (goodput); default: all")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--early-stop", action="store_true", help="the early-stop rule's table instead")
     args = parser.parse_args()
@@ -92,7 +98,7 @@ def main() -> None:
         early_stop_table(args.trials, args.seed, wanted)
         return
     print(f"{'case':34} {'scenario':10} {'FPR':>7} {'PASS@0':>7} {'SUSPECT@0':>9} {'power@1x':>9} {'power@2x':>9} {'secs':>6}")
-    for case in selected(args.cases):
+    for case in selected(args.cases, args.checks):
         for scenario in case.scenarios:
             if wanted is None or scenario in wanted:
                 print(row(case, scenario, args.trials, args.seed), flush=True)
