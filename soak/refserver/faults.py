@@ -74,6 +74,14 @@ class MemoryShape:
 
 
 @dataclass(frozen=True)
+class MemorySteps:
+    """rss-steps: `size_bytes` of host memory allocated at each of `at_s` (model seconds) and never freed."""
+
+    size_bytes: int
+    at_s: tuple[float, ...]
+
+
+@dataclass(frozen=True)
 class FaultSet:
     """The active faults; a zero/None field means the fault is off."""
 
@@ -93,6 +101,7 @@ class FaultSet:
     log_engine_dead_after_s: float | None = None
     warmup_ratchet: MemoryShape | None = None
     gc_sawtooth: MemoryShape | None = None
+    rss_steps: MemorySteps | None = None
     stalls: EventFault | None = None
     names: tuple[str, ...] = ()  # fault names in the order given
 
@@ -187,6 +196,15 @@ def _memory_shape(default: tuple[int, float]) -> Callable[[str | None], MemorySh
     return parse
 
 
+def _memory_steps(value: str | None) -> MemorySteps:
+    form = "BYTES@T1,T2,… model times, e.g. 200MiB@12h,18h"
+    size_text, sep, times_text = _require(value, form).partition("@")
+    if not sep or not times_text.strip():
+        raise ValueError(f"needs the step times: {form}")
+    times = tuple(sorted(_duration(text) for text in times_text.split(",")))
+    return MemorySteps(_positive_bytes(size_text), times)
+
+
 def _number(text: str, what: str) -> float:
     try:
         return float(text)
@@ -211,6 +229,7 @@ _PARSERS: dict[str, tuple[str, Callable[[str | None], object]]] = {
     "log-engine-dead-after": ("log_engine_dead_after_s", _duration),
     "warmup-ratchet": ("warmup_ratchet", _memory_shape(DEFAULT_RATCHET)),
     "gc-sawtooth": ("gc_sawtooth", _memory_shape(DEFAULT_SAWTOOTH)),
+    "rss-steps": ("rss_steps", _memory_steps),
     "stalls": ("stalls", _event_fault(None)),
 }
 FAULT_NAMES = tuple(_PARSERS)

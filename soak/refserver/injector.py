@@ -41,7 +41,7 @@ class FaultInjector:
         self._bursts = self._schedule(faults.error_bursts, f"{seed}/error-bursts")
         self._stalls = self._schedule(faults.stalls, f"{seed}/stalls")
         self._stalls_taken = 0
-        self._noise = MemoryNoise(clock, faults.warmup_ratchet, faults.gc_sawtooth)
+        self._noise = MemoryNoise(clock, faults.warmup_ratchet, faults.gc_sawtooth, faults.rss_steps)
         self._retained: list[bytearray] = []
         self._swapped = SwappedLeak(faults.rss_leak_swapped_bytes) if faults.rss_leak_swapped_bytes else None
         self._leaked_fds: list[int] = []
@@ -194,6 +194,7 @@ class FaultInjector:
             "vram_leaked_bytes": self.faults.vram_leak_bytes * len(self._vram),
             "ratchet_bytes": self._noise.ratchet_bytes,
             "sawtooth_bytes": self._noise.sawtooth_bytes,
+            "step_bytes": self._noise.step_bytes,
         }
 
 

@@ -10,6 +10,7 @@ from soak.refserver.faults import (
     KindLeak,
     KVLeak,
     MemoryShape,
+    MemorySteps,
     parse_faults,
 )
 from soak.refserver.units import parse_bytes, parse_duration
@@ -45,6 +46,11 @@ def test_every_fault_parses():
         crash_after_s=5400.0, hang_after_s=90.0, vram_leak_bytes=2**20, warmup_ratchet=MemoryShape(16 * 2**20, 300.0),
         gc_sawtooth=MemoryShape(32 * 2**20, 30.0), stalls=EventFault(2.0, 1.5))
     assert faults.names[:3] == ("rss-leak", "kv-leak-on-abort", "latency-creep")
+
+
+def test_rss_steps_take_a_size_and_step_times():
+    faults = parse_faults(["rss-steps=200MiB@18h,12h5m"])
+    assert faults.rss_steps == MemorySteps(200 * 2**20, (12 * 3600.0 + 300.0, 18 * 3600.0))
 
 
 def test_no_faults_is_all_off():
@@ -96,6 +102,10 @@ def test_stall_length_defaults_to_random():
     ("rss-leak-on=cancel:1MiB:10", "only long-prompt takes N"),
     ("rss-leak-on=long-prompt:1MiB:0", "whole number"),
     ("rss-leak-on=long-prompt:0", "> 0"),
+    ("rss-steps=200MiB", "needs the step times"),
+    ("rss-steps=200MiB@", "needs the step times"),
+    ("rss-steps=0@1h", "> 0"),
+    ("rss-steps=1MiB@soon", "malformed duration"),
 ])
 def test_bad_faults_name_the_problem(text, fragment):
     with pytest.raises(FaultSpecError) as info:

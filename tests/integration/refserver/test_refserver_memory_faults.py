@@ -112,3 +112,14 @@ def test_rss_leak_on_long_prompt_leaks_only_for_prompts_of_1024_tokens_or_more(s
     assert server.chat("x" * 1100, max_tokens=4).status_code == 200
     assert server.stream_chat("y" * 1100, max_tokens=4).done
     assert server.debug()["retained_bytes"] == 2 * 2 * MiB
+
+
+def test_rss_steps_hold_each_step_for_good(start_refserver):
+    # Two 48 MiB steps at model minutes 1 and 2: 1 s and 2 s of wall time at x60.
+    server = start_refserver("--fault", "rss-steps=48MiB@1m,2m", "--time-scale", "60")
+    before = server.rss_bytes()
+    wait_until(lambda: server.debug()["step_bytes"] == 96 * MiB, 15, what="both steps")
+    _requests(server, 10)  # traffic after the steps frees nothing of theirs
+    samples = _sample_rss(server, 1.0)
+    assert min(samples) - before >= 0.8 * 96 * MiB, (min(samples) - before) / MiB
+    assert server.debug()["step_bytes"] == 96 * MiB
