@@ -17,6 +17,7 @@ def trend_caveats(result: TrendResult, threshold_text: str) -> str:
         "ci_above_half": "CI not above half the threshold",
         "practical": f"below the practical threshold {threshold_text}",
         "persistent": "does not persist in the 2nd half",
+        "material": "grows less over the judged span than the least change that can FAIL",
     }
     return ", ".join(phrases[name] for name in result.failed_gates())
 

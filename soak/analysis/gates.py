@@ -64,6 +64,23 @@ class MemoryLeakGate(_Strict):
 
     slope_bytes_per_h: Bytes | None = None
     max_default_bytes_per_h: Bytes = 16 * MIB
+    # The least growth that can FAIL, whatever the run's length: a slope's rise over the judged span
+    # or one step must reach max(min_change_bytes, min_change_frac × the series' level).
+    min_change_bytes: Bytes = 64 * MIB
+    min_change_frac: Fraction = 0.02
+    # Net growth in lasting steps FAILs from min(net_growth_bytes, net_growth_headroom_frac × headroom).
+    net_growth_bytes: Bytes = 128 * MIB
+    net_growth_headroom_frac: Fraction = 0.05
+
+    def min_change(self, level_bytes: float) -> float:
+        """The least growth that can FAIL a series whose level is `level_bytes`."""
+        return max(self.min_change_bytes, self.min_change_frac * max(level_bytes, 0.0))
+
+    def net_growth_threshold(self, headroom_bytes: float | None) -> float:
+        """Lasting steps adding up to this much FAIL: the MiB figure, or less on a host with little left."""
+        if headroom_bytes is None or headroom_bytes <= 0:
+            return self.net_growth_bytes
+        return min(self.net_growth_bytes, self.net_growth_headroom_frac * headroom_bytes)
 
     def threshold_bytes_per_h(self, headroom_bytes: float | None, horizon_s: float) -> float:
         """The user's figure, else min(cap, headroom ÷ horizon); the cap when headroom is unknown."""
@@ -98,7 +115,8 @@ class KvGate(_Strict):
 
 class LeakGates(_Strict):
     rss: MemoryLeakGate = MemoryLeakGate()
-    vram: MemoryLeakGate = MemoryLeakGate()
+    # NVML reads VRAM exactly and a preallocated plateau does not breathe: a small absolute floor, no share.
+    vram: MemoryLeakGate = MemoryLeakGate(min_change_bytes=8 * MIB, min_change_frac=0.0)
     fds: FdLeakGate = FdLeakGate()
     kv: KvGate = KvGate()
 

@@ -9,7 +9,8 @@ very leak that starves the queue. Other timed-out probes are left to `hang`.
 
 Without probes the load never stops, but each judged window still has a least-busy moment: the floor
 of the window's KV usage (its minimum). Leaked blocks raise every reading, the floor included, so the
-floor series gets the trend test and the step gate, against a threshold from the headroom: the rate
+floor series — from the end of its warm-up, found from the data (`warmup.py`; a floor still settling at the
+end is INCONCLUSIVE) — gets the trend test and the step gate, against a threshold from the headroom: the rate
 that would fill the rest of the cache (1 − the starting floor) within the service horizon, and a step
 at least as large as that rate builds over the judged span. PASS needs the CI to rule that rate out.
 SKIPPED only without a KV-usage series at all.
@@ -27,6 +28,7 @@ from soak.analysis.inputs import ProbeReading, RunData
 from soak.analysis.server_kind import server_name
 from soak.analysis.steps import StepResult, find_step
 from soak.analysis.trend import TrendResult, assess_trend
+from soak.analysis.warmup import WarmupCut, settle_index
 from soak.analysis.windows import window_floors
 
 CHECK = "leak.kv"
@@ -124,7 +126,7 @@ def floor_series(run: RunData) -> tuple[np.ndarray, np.ndarray] | None:
 
 
 def floor_threshold_per_s(floors: np.ndarray, gate: KvGate, horizon_s: float) -> tuple[float, float]:
-    """(threshold per second, starting floor: the median of the first five floors)."""
+    """(threshold per second, starting floor: the median of the first five settled floors)."""
     finite = floors[np.isfinite(floors)]
     start = float(np.median(finite[:5])) if finite.size else 0.0
     return gate.floor_threshold_per_h(start, horizon_s) / HOUR_S, start
@@ -142,10 +144,28 @@ def check_floor(run: RunData, gates: Gates) -> Finding:
         return inconclusive(CHECK, f"No idle probes ran and only {usable} judged windows have KV usage "
                             f"(< {gates.min_windows} needed) for a trend of its floor.",
                             details={"probes_ran": run.probes_ran, "source": FLOOR_SOURCE, "points": usable})
+    cut = settle_index(t_s, floors, run.warmup_s)
+    if cut.still_settling:
+        return _warming_finding(run, t_s, cut)
+    floors = np.where(np.arange(floors.size) < cut.index, np.nan, floors)
     threshold_per_s, start = floor_threshold_per_s(floors, gates.leak.kv, run.horizon_s)
     trend = assess_trend(t_s, floors, gates.trend_spec(threshold_per_s, persistence=True))
     step = find_step(t_s, floors, gates.step_spec(threshold_per_s * trend.span_s))
-    return _floor_finding(run, gates, trend, step, start)
+    finding = _floor_finding(run, gates, trend, step, start)
+    finding.details["warmup"] = cut.to_dict()
+    return finding
+
+
+def _warming_finding(run: RunData, t_s: np.ndarray, cut: WarmupCut) -> Finding:
+    """A KV floor still settling at the end: no trend of it can be told from its warm-up."""
+    longer_s = max(float(t_s[-1]) - run.warmup_s, 0.0)
+    return inconclusive(
+        CHECK, "Without idle probes, the KV-usage floor (each window's lowest reading) was still warming up at "
+        "the end of the run: it moved fastest early and still moves in the second half, so this run cannot tell "
+        f"where it settles or whether it then leaks; run ≥ {duration_text(longer_s)} longer.",
+        next_step=f"run ≥ {duration_text(longer_s)} longer, so the KV floor's warm-up ends in the first half of "
+                  "what is judged",
+        details={"probes_ran": run.probes_ran, "source": FLOOR_SOURCE, "warmup": cut.to_dict()})
 
 
 def _floor_finding(run: RunData, gates: Gates, trend: TrendResult, step: StepResult | None, start: float) -> Finding:

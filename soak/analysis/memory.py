@@ -20,18 +20,20 @@ in `details["judged_by"]`, with the tree total's figures in `details["tree_total
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 import numpy as np
 
 from soak.analysis.attribution import Attribution, attribute, attribution_text
 from soak.analysis.evidence import detection_sentence, settle_step, trend_sentence
-from soak.analysis.findings import FAIL, SUSPECT, Finding, inconclusive, skipped
+from soak.analysis.findings import FAIL, INCONCLUSIVE, SUSPECT, Finding, inconclusive, skipped
 from soak.analysis.fmt import bytes_range_text, count_text, duration_text, hours_text, p_text, small_bytes_text
 from soak.analysis.gates import FdLeakGate, Gates, MemoryLeakGate
 from soak.analysis.inputs import ProbeReading, RunData
-from soak.analysis.steps import StepResult, StepSpec, find_step
-from soak.analysis.trend import TrendResult, assess_trend
+from soak.analysis.steps import Staircase, StepResult, StepSpec, find_staircase, find_step
+from soak.analysis.trend import TrendResult, assess_trend, trend_verdict
+from soak.analysis.warmup import WarmupCut, settle_index
 from soak.analysis.windows import window_floors
 
 HOUR_S = 3600.0
@@ -104,16 +106,47 @@ class Series:
 
 
 @dataclass(frozen=True)
+class Limits:
+    """What one leak check holds a series to: the threshold rate, the least growth that can FAIL (a
+    slope's rise over the span or one step; 0 for fds, whole descriptors) and the net growth in
+    lasting steps that FAILs (None: no net-growth check)."""
+
+    threshold_per_s: float
+    min_change: float = 0.0
+    net_growth: float | None = None
+
+
+@dataclass(frozen=True)
 class Judged:
-    """One series with its trend test and step gate."""
+    """One series with its warm-up cut, trend test, step gate and net growth in lasting steps."""
 
     series: Series
     trend: TrendResult
     step: StepResult | None
+    cut: WarmupCut | None = None
+    staircase: Staircase | None = None
+    net_growth: float | None = None
+    min_change: float = 0.0
 
     @property
     def step_found(self) -> bool:
         return self.step is not None and self.step.found
+
+    @property
+    def settling(self) -> bool:
+        return self.cut is not None and self.cut.still_settling
+
+    @property
+    def net_failed(self) -> bool:
+        """Lasting steps, not a ramp, that add up to the net-growth threshold, and as much growth in all."""
+        stairs, limit = self.staircase, self.net_growth
+        return (stairs is not None and limit is not None and stairs.is_staircase
+                and stairs.stepped >= limit and stairs.net >= limit)
+
+    @property
+    def immaterial(self) -> bool:
+        """The trend would FAIL but its rise over the judged span is under the least change that counts."""
+        return self.trend.gates.get("material") is False
 
 
 @dataclass(frozen=True)
@@ -160,9 +193,11 @@ def check_leak(run: RunData, gates: Gates, kind: LeakKind, gate: MemoryLeakGate 
     if total is None or usable < gates.min_windows:
         return _too_few(run, gates, kind, source, usable)
     threshold_per_s, headroom = leak_threshold_per_s(run, kind, gate)
-    judged_total = judge(total, gates, threshold_per_s, gates.p_value)
+    floor_s = run.warmup_s if kind.is_bytes else math.inf  # fds do not warm up: no data-driven cut
+    judged_total = judge(total, gates, _limits(gate, total, threshold_per_s, headroom), gates.p_value, floor_s)
     # Bonferroni over the k processes, so per-process escalation keeps the check's false-alarm rate.
-    per_process = ([judge(row, gates, threshold_per_s, gates.p_value / len(rows)) for row in rows]
+    per_process = ([judge(row, gates, _limits(gate, row, threshold_per_s, headroom), gates.p_value / len(rows),
+                          floor_s) for row in rows]
                    if len(rows) > 1 else [judged_total])  # one process: the total is that process
     chosen, verdict = deciding(judged_total, per_process)
     outcome = Outcome(kind, source, judged_total, per_process, chosen, verdict, headroom)
@@ -249,27 +284,80 @@ def headroom_bytes(run: RunData, kind: LeakKind) -> float | None:
     return float(chosen.min()) if chosen.size else None
 
 
-def judge(series: Series, gates: Gates, threshold_per_s: float, p_value: float) -> Judged:
-    """The trend test and the step gate of one series, sharing the given p half and half."""
-    spec = replace(gates.trend_spec(threshold_per_s, persistence=True), p_value=p_value / 2)
-    trend = assess_trend(series.t_s, series.values, spec)
-    step = None
+def _limits(gate: MemoryLeakGate | FdLeakGate, series: Series, threshold_per_s: float,
+            headroom: float | None) -> Limits:
+    if isinstance(gate, FdLeakGate):
+        return Limits(threshold_per_s)
+    finite = series.values[np.isfinite(series.values)]
+    level = float(np.median(finite)) if finite.size else 0.0
+    return Limits(threshold_per_s, gate.min_change(level), gate.net_growth_threshold(headroom))
+
+
+def judge(series: Series, gates: Gates, limits: Limits, p_value: float, floor_s: float = math.inf) -> Judged:
+    """The warm-up cut, then the trend test and the step gate sharing the given p half and half, and
+    the net growth in lasting steps. Points before the cut are left out (nan, so series stay aligned);
+    `floor_s` inf keeps every point (no data-driven cut)."""
+    cut = None
+    if math.isfinite(floor_s):
+        cut = settle_index(series.t_s, series.values, floor_s)
+        values = np.where(np.arange(series.values.size) < cut.index, np.nan, series.values)
+        series = replace(series, values=values)
+    spec = replace(gates.trend_spec(limits.threshold_per_s, persistence=True), p_value=p_value / 2)
+    trend = material_trend(assess_trend(series.t_s, series.values, spec), observed_rise(series.values),
+                           limits.min_change)
+    step, staircase = None, None
     if trend.n >= spec.min_points:
-        # A step counts when it adds as much as a threshold-rate leak would over the judged span.
-        step = find_step(series.t_s, series.values, StepSpec(threshold_per_s * trend.span_s, p_value / 2))
-    return Judged(series, trend, step)
+        # A step counts when it adds as much as a threshold-rate leak would over the judged span, and
+        # never less than the least change that counts, however short the run.
+        min_shift = max(limits.threshold_per_s * trend.span_s, limits.min_change)
+        step = find_step(series.t_s, series.values, StepSpec(min_shift, p_value / 2))
+        if limits.net_growth is not None:
+            # One stair may be smaller than a step that FAILs alone: it is their sum that is judged.
+            staircase = find_staircase(series.t_s, series.values, limits.min_change / 2, spec.min_points)
+    return Judged(series, trend, step, cut, staircase, limits.net_growth, limits.min_change)
+
+
+def observed_rise(values: np.ndarray) -> float:
+    """How much the series rose from its first tenth to its last (medians; at least 3 points each),
+    scaled to the whole span (the tenths' middles lie 90 % of it apart): a line's whole rise, a
+    single step's own size."""
+    finite = values[np.isfinite(values)]
+    if finite.size < 6:
+        return 0.0
+    tenth = max(3, finite.size // 10)
+    return float(np.median(finite[-tenth:]) - np.median(finite[:tenth])) / 0.9
+
+
+def material_trend(trend: TrendResult, observed: float, min_change: float) -> TrendResult:
+    """The trend with a `material` gate when it would FAIL: both its fitted rise over the judged span
+    and the rise observed from the first tenth to the last must reach `min_change`. A short run whose
+    slope is over the threshold but whose memory grew only a few MiB cannot tell slow wander or a
+    long warm-up from a leak; it ends SUSPECT, never FAIL."""
+    if trend.verdict != FAIL or min_change <= 0:
+        return trend
+    gates = {**trend.gates, "material": min(trend.projected_change, observed) >= min_change}
+    return replace(trend, gates=gates,
+                   verdict=trend_verdict(gates, trend.slope_per_s, trend.ci_per_s[1], trend.min_slope_per_s))
 
 
 def deciding(total: Judged, per_process: list[Judged]) -> tuple[Judged, str]:
     """The series whose result decides, and the verdict: total trend, process trend, total step,
-    process step — the first FAIL; else the total's own verdict."""
+    process step, total net growth, process net growth — the first FAIL of a series that has settled;
+    else INCONCLUSIVE when a series is still warming up at the end (the total, or a process whose own
+    trend is over the threshold); else the total's own verdict."""
     # Per-process SUSPECTs never decide: k processes would multiply the chances of a noise SUSPECT by k.
     processes = per_process if len(per_process) > 1 else []
-    candidates = [(j, j.trend.verdict == FAIL) for j in [total, *processes]]
-    candidates += [(j, j.step_found) for j in [total, *processes]]
+    settled = [j for j in [total, *processes] if not j.settling]
+    candidates = [(j, j.trend.verdict == FAIL) for j in settled]
+    candidates += [(j, j.step_found) for j in settled]
+    candidates += [(j, j.net_failed) for j in settled]
     for judged, failed in candidates:
         if failed:
             return judged, FAIL
+    warming = [j for j in [total, *processes]
+               if j.settling and (j is total or j.trend.verdict in (FAIL, SUSPECT))]
+    if warming:
+        return warming[0], INCONCLUSIVE
     return total, total.trend.verdict
 
 
@@ -301,7 +389,29 @@ def _leak_next_step(kind: LeakKind, outcome: Outcome, attribution: Attribution |
     if named is not None:
         cancelled = "cancelled " if named.cancelled else ""
         return f"the growth follows {cancelled}`{named.scenario}` requests: see the {kind.chart} and the growth per scenario"
-    return settle_step(outcome.chosen.trend, kind.rate)
+    return _settle_step(kind, outcome.chosen)
+
+
+def _settle_step(kind: LeakKind, judged: Judged) -> str | None:
+    """How long a run would settle it: past a warm-up still under way, past wander too small to
+    tell from a leak, or long enough to rule the threshold out."""
+    result = judged.trend
+    if judged.settling:
+        return (f"run ≥ {duration_text(_longer_s(judged))} longer: {kind.quantity} was still warming up at the "
+                "end, and the warm-up must end in the first half of what is judged")
+    if judged.immaterial and result.min_slope_per_s > 0:
+        needed_s = judged.min_change / result.min_slope_per_s
+        return (f"run ≥ {duration_text(needed_s)} of judged load to tell slow wander from a leak (a leak at "
+                f"{kind.rate(result.min_slope_per_s)} grows {kind.amount(judged.min_change)} by then)")
+    return settle_step(result, kind.rate)
+
+
+def _longer_s(judged: Judged) -> float:
+    """How much longer a run must be for a warm-up still under way to end in its first half: as long
+    again as the series so far, from the configured warm-up."""
+    cut, t_s = judged.cut, judged.series.t_s
+    start_s = cut.floor_s if cut is not None else float(t_s[0])
+    return max(float(t_s[-1]) - start_s, 0.0)
 
 
 def _growth_times(run: RunData, outcome: Outcome) -> np.ndarray:
@@ -317,10 +427,19 @@ def _details(run: RunData, outcome: Outcome) -> dict:
     details = {"source": outcome.source, "points": result.n, "mk_p": result.mk_p, "gates": result.gates,
                "half_slope_per_h": _h(result.half_slope_per_s), "judged_by": chosen.series.label,
                "gpu_seen": run.gpu_seen, "step": None if chosen.step is None else chosen.step.to_dict(),
-               "headroom": outcome.headroom, "horizon_s": run.horizon_s}
+               "headroom": outcome.headroom, "horizon_s": run.horizon_s,
+               "warmup": _warmup_cuts(outcome), "min_change": chosen.min_change,
+               "net_growth": None if chosen.staircase is None else chosen.staircase.to_dict(),
+               "net_growth_threshold": chosen.net_growth}
     if chosen is not outcome.total:
         details["tree_total"] = _summary(outcome.total)
     return details
+
+
+def _warmup_cuts(outcome: Outcome) -> dict[str, dict]:
+    """Where each judged series' warm-up ended (found from the data or the configured one), by label."""
+    series = [outcome.total, *(j for j in outcome.per_process if j is not outcome.total)]
+    return {j.series.label: j.cut.to_dict() for j in series if j.cut is not None}
 
 
 def _summary(judged: Judged) -> dict:
@@ -331,7 +450,9 @@ def _summary(judged: Judged) -> dict:
             "ci": list(_per_h(result.ci_per_s)) if tested else None,
             "detection_limit": _h(result.detection_limit_per_s) if tested else None,
             "mk_p": result.mk_p, "points": result.n,
-            "step": judged.step.to_dict() if judged.step_found else None}  # only a found step is news
+            "step": judged.step.to_dict() if judged.step_found else None,  # only a found step is news
+            "net_growth": judged.staircase.to_dict() if judged.net_failed else None,
+            "warmup": None if judged.cut is None else judged.cut.to_dict()}
 
 
 def _exhaustion(kind: LeakKind, result: TrendResult, headroom: float | None) -> dict | None:
@@ -349,11 +470,18 @@ def _leak_evidence(outcome: Outcome, rate_per_s: float | None, confidence: float
     result = chosen.trend
     low, high = _per_h(result.ci_per_s)
     subject = f"{kind.quantity} of {chosen.series.label}"
+    if verdict == INCONCLUSIVE and chosen.settling:
+        return _warming_text(kind, subject, chosen)
     text = trend_sentence(result, subject, kind.rate(result.slope_per_s), f"{kind.amount_range(low, high)}/h",
                           kind.rate(result.min_slope_per_s), confidence)
     if verdict == FAIL and result.verdict != FAIL and chosen.step_found:
         text = f"{_step_text(kind, subject, chosen.step)}; as a straight line: {text}"
+    elif verdict == FAIL and result.verdict != FAIL and chosen.net_failed:
+        text = f"{_staircase_text(kind, subject, chosen)}; as a straight line: {text}"
     parts = [text]
+    if chosen.immaterial:
+        parts.append(f"it grows {kind.amount(result.projected_change)} over the {duration_text(result.span_s)} "
+                     f"judged, under the {kind.amount(chosen.min_change)} a slope must build before it can FAIL")
     if verdict in (FAIL, SUSPECT):
         if rate_per_s and result.slope_per_s > 0:
             parts.append(f"{kind.amount(result.slope_per_s / rate_per_s)}/request")
@@ -364,6 +492,25 @@ def _leak_evidence(outcome: Outcome, rate_per_s: float | None, confidence: float
     else:
         parts.append(detection_sentence(result, kind.rate))
     return "; ".join(part for part in parts if part)
+
+
+def _warming_text(kind: LeakKind, subject: str, judged: Judged) -> str:
+    """E.g. "RSS of X was still warming up at the end of the run (…); run ≥ 30m00s longer"."""
+    cut = judged.cut
+    return (f"{subject} was still warming up at the end of the run: it rose fastest early and still moves "
+            f"in the second half (the best warm-up cut, at {duration_text(cut.t_s)}, lies in the second half of "
+            f"the judged span), so this run cannot tell where it settles or whether it then leaks; "
+            f"run ≥ {duration_text(_longer_s(judged))} longer")
+
+
+def _staircase_text(kind: LeakKind, subject: str, judged: Judged) -> str:
+    """E.g. "RSS of X grew +610.0 MiB in 2 steps (12h05m, 18h02m), none returned (…)"."""
+    stairs = judged.staircase
+    times = ", ".join(duration_text(stair.t_s) for stair in stairs.stairs)
+    count = f"{len(stairs.stairs)} step{'s' if len(stairs.stairs) != 1 else ''}"
+    return (f"{subject} grew +{kind.amount(stairs.stepped)} in {count} ({times}), none returned "
+            f"({kind.amount(stairs.first)} at the first settled level, {kind.amount(stairs.last)} at the last; "
+            f"lasting steps adding up to {kind.amount(judged.net_growth)} or more count)")
 
 
 def _step_text(kind: LeakKind, subject: str, step: StepResult) -> str:

@@ -140,3 +140,93 @@ def _resolution(y: np.ndarray) -> float:
     (0 for continuous readings, where it is far below the noise anyway)."""
     distinct = np.unique(y)
     return float(np.diff(distinct).min()) if distinct.size > 1 else 0.0
+
+
+# ---- net growth: a staircase of lasting steps ------------------------------------------------------
+
+STAIR_PENALTY_LOG_N = 3.0   # PELT penalty: 3·log(n)·σ², a BIC-like price per change-point
+STAIR_MIN_SIZE = 3          # points per segment: a change in the last two points cannot show it lasts
+RAMP_SHARE = 0.5            # growth inside the segments above half the steps' sum: a ramp, not a staircase
+
+
+@dataclass(frozen=True)
+class Stair:
+    """One upward change of level that never came back: time, index and the levels either side."""
+
+    t_s: float
+    index: int
+    before: float
+    after: float
+
+    @property
+    def shift(self) -> float:
+        return self.after - self.before
+
+
+@dataclass(frozen=True)
+class Staircase:
+    """The levels of a series split where its level changed (PELT, `ruptures`), from the first settled
+    level to the last: the lasting upward steps of at least `min_step`, and how much the series grew
+    inside its segments (a ramp grows there; a staircase does not)."""
+
+    first: float
+    last: float
+    stairs: tuple[Stair, ...]
+    within: float
+    min_step: float
+
+    @property
+    def net(self) -> float:
+        return self.last - self.first
+
+    @property
+    def stepped(self) -> float:
+        return float(sum(stair.shift for stair in self.stairs))
+
+    @property
+    def is_staircase(self) -> bool:
+        """Growth by steps, not a ramp cut into pieces."""
+        return bool(self.stairs) and self.within <= RAMP_SHARE * self.stepped
+
+    def to_dict(self) -> dict:
+        return {"first": self.first, "last": self.last, "net": self.net, "stepped": self.stepped,
+                "within": self.within, "min_step": self.min_step, "is_staircase": self.is_staircase,
+                "stairs": [{"t_s": s.t_s, "before": s.before, "after": s.after, "shift": s.shift}
+                           for s in self.stairs]}
+
+
+def find_staircase(t_s: np.ndarray, y: np.ndarray, min_step: float, min_points: int = 12) -> Staircase | None:
+    """Segment y by level and keep the upward changes of at least `min_step` that never returned: every
+    later level stays at least half the change above the level before it. None with too few points."""
+    t_s, y = _finite_sorted(t_s, y)
+    if y.size < max(min_points, 2 * STAIR_MIN_SIZE):
+        return None
+    bounds = _level_changes(y)
+    segments = list(zip([0, *bounds], [*bounds, y.size]))
+    levels = [float(np.median(y[a:b])) for a, b in segments]
+    stairs = tuple(Stair(float(t_s[b]), b, levels[i], levels[i + 1]) for i, (_, b) in enumerate(segments[:-1])
+                   if levels[i + 1] - levels[i] >= min_step and min(levels[i + 1:]) >= (levels[i] + levels[i + 1]) / 2)
+    within = float(sum(_growth_inside(t_s[a:b], y[a:b]) for a, b in segments))
+    return Staircase(levels[0], levels[-1], stairs, within, min_step)
+
+
+def _level_changes(y: np.ndarray) -> list[int]:
+    """Indices where a new level starts (PELT with an l2 cost, penalty 3·log(n)·σ², σ from the first
+    differences, which a level change barely moves)."""
+    import ruptures  # slow to import; only the step gates need it
+
+    differences = np.diff(y)
+    sigma = MAD_TO_SD * float(np.median(np.abs(differences - np.median(differences)))) / math.sqrt(2)
+    sigma = sigma or float(np.std(differences)) or 1e-12
+    penalty = STAIR_PENALTY_LOG_N * math.log(y.size) * sigma ** 2
+    ends = ruptures.Pelt(model="l2", min_size=STAIR_MIN_SIZE, jump=1).fit(y).predict(pen=penalty)
+    return [int(end) for end in ends[:-1]]
+
+
+def _growth_inside(t_s: np.ndarray, y: np.ndarray) -> float:
+    """How much one segment rises along its own Theil–Sen line (0 for a segment that falls)."""
+    if y.size < 3 or np.ptp(t_s) == 0 or np.ptp(y) == 0:
+        return 0.0
+    from scipy.stats import theilslopes
+
+    return max(float(theilslopes(y, t_s).slope) * float(t_s[-1] - t_s[0]), 0.0)

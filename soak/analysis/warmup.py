@@ -13,8 +13,8 @@ step with flat sides or noise keep the configured floor, so the leak checks and 
 judge them.
 
 A series is `still_settling` when MSER's best cut over the whole series lies in its second half and
-the series is still approaching there: the first half moved ≥ 2× faster than the second, in the same
-direction, and the second half is still moving beyond its noise. Such a run is too short to tell
+the series is still approaching there: each third moves more slowly than the one before, in the same
+direction, the first ≥ 2× faster than the last, and the second half still moves beyond its noise. Such a run is too short to tell
 where the series settles, let alone whether it then grows.
 """
 
@@ -28,7 +28,7 @@ from scipy.stats import theilslopes
 BATCH = 5
 MIN_BATCHES = 4          # fewer than 20 points after the floor: nothing to find
 APPROACH_RATIO = 3.0     # the dropped part moves ≥ 3× faster than the kept part
-SETTLING_RATIO = 2.0     # still settling: the first half moves ≥ 2× faster than the second
+SETTLING_RATIO = 2.0     # still settling: the first third moves ≥ 2× faster than the last
 COVERS = 0.5             # the dropped part's own slope covers ≥ half the gap (an approach, not a step)
 NOISE_SDS = 2.0          # …and by more than twice the kept part's robust noise
 MAD_TO_SD = 1.4826
@@ -105,16 +105,18 @@ def is_approach(t_s: np.ndarray, y: np.ndarray, cut: int) -> bool:
 
 def _still_settling(t_s: np.ndarray, y: np.ndarray, batches: np.ndarray) -> bool:
     """MSER's best cut over the whole series is in its second half, and the series still
-    approaches there (first half ≥ 3× faster, same direction, second half still moving)."""
+    approaches there (each third slower than the one before, same direction, second half still moving)."""
     m = batches.size
     if mser_cut(batches, m - 2) <= m // 2:
         return False
+    thirds = np.array_split(np.arange(y.size), 3)
+    slopes = [_slope(t_s[part], y[part]) for part in thirds]
+    same_way = len({np.sign(slope) for slope in slopes}) == 1 and slopes[0] != 0
+    # Slowing third by third: a step inside the series speeds one third up and is no approach.
+    slowing = abs(slopes[0]) > abs(slopes[1]) > abs(slopes[2]) and abs(slopes[0]) >= SETTLING_RATIO * abs(slopes[2])
     half = y.size // 2
-    early_slope, late_slope = _slope(t_s[:half], y[:half]), _slope(t_s[half:], y[half:])
-    same_way = np.sign(early_slope) == np.sign(late_slope) != 0
-    decelerating = abs(early_slope) >= SETTLING_RATIO * abs(late_slope)
-    late_move = abs(late_slope) * float(t_s[-1] - t_s[half])
-    return bool(same_way and decelerating and late_move > NOISE_SDS * _noise(t_s[half:], y[half:]))
+    late_move = abs(_slope(t_s[half:], y[half:])) * float(t_s[-1] - t_s[half])
+    return bool(same_way and slowing and late_move > NOISE_SDS * _noise(t_s[half:], y[half:]))
 
 
 def _slope(t_s: np.ndarray, y: np.ndarray) -> float:

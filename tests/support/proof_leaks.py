@@ -26,7 +26,16 @@ from soak.analysis.inputs import (
 )
 
 from .proof import Case, Scenario, bare_scenario_run, judged_span_h
-from .synthetic import MIB, MemoryModel, kv_usage_series, memory_series, scaled_memory_model
+from .synthetic import (
+    MIB,
+    MemoryModel,
+    kv_usage_series,
+    memory_series,
+    scaled_memory_model,
+    slow_wander,
+    stairs,
+    warmup_tail,
+)
 
 TREE_FLOORS_BYTES = (600 * MIB, 1400 * MIB)
 HORIZON_S = 7 * 86400.0
@@ -93,6 +102,58 @@ def trial_rss_staircase(rng: np.random.Generator, scenario: Scenario, multiple: 
                             gates)
 
 
+def trial_rss_warmup_tail(rng: np.random.Generator, scenario: Scenario, multiple: float, gates: Gates) -> Finding:
+    """Caches filling past the configured warm-up: the larger process climbs a further 2–6 % of its
+    floor with a time constant of 3–25 % of the run (longer at a lower request rate, as caches fill
+    with requests), plus a straight leak of `multiple` × threshold."""
+    slope = multiple * rss_threshold_bytes_per_h(gates)
+    gain = rng.uniform(0.02, 0.06) * TREE_FLOORS_BYTES[1]
+    tau_s = min(rng.uniform(0.03, 0.25) * np.sqrt(10.0 / scenario.rate_per_s), 0.5) * scenario.run_s
+    return memory.check_rss(tree_run(rng, scenario, lambda t: warmup_tail(t, gain, tau_s) + slope * t / 3600),
+                            gates)
+
+
+def trial_rss_wander(rng: np.random.Generator, scenario: Scenario, multiple: float, gates: Gates) -> Finding:
+    """Memory that settles and then wanders slowly: a short warm-up tail (1–4 %, τ 5–20 % of the run)
+    and an AR(1) wander of 0.3–1 % of the floor whose correlation time is 10–50 % of the run — on a
+    short run, wander on a timescale the run cannot average out; plus a leak of `multiple` × threshold."""
+    slope = multiple * rss_threshold_bytes_per_h(gates)
+    floor = TREE_FLOORS_BYTES[1]
+    gain, tau_s = rng.uniform(0.01, 0.04) * floor, rng.uniform(0.05, 0.2) * scenario.run_s
+    sd, wander_tau_s = rng.uniform(0.003, 0.01) * floor, rng.uniform(0.1, 0.5) * scenario.run_s
+
+    def planted(t_s: np.ndarray) -> np.ndarray:
+        return warmup_tail(t_s, gain, tau_s) + slow_wander(rng, t_s, sd, wander_tau_s) + slope * t_s / 3600
+
+    return memory.check_rss(tree_run(rng, scenario, planted), gates)
+
+
+def trial_rss_small_step(rng: np.random.Generator, scenario: Scenario, multiple: float, gates: Gates) -> Finding:
+    """A healthy short run whose allocator steps up 1 MiB at a third of the run and stays there (the
+    step is part of the healthy run), plus a straight leak of `multiple` × threshold."""
+    slope = multiple * rss_threshold_bytes_per_h(gates)
+    at_s = scenario.run_s / 3
+    return memory.check_rss(tree_run(rng, scenario, lambda t: 1 * MIB * (t >= at_s) + slope * t / 3600), gates)
+
+
+def trial_rss_late_stairs(rng: np.random.Generator, scenario: Scenario, multiple: float, gates: Gates) -> Finding:
+    """Two or three lasting steps late in the run (between half-way and 90 %), uneven, adding up to
+    `multiple` × the net-growth threshold (128 MiB without a host series): at 2×, 256 MiB that never
+    comes back."""
+    total = multiple * gates.leak.rss.net_growth_threshold(None)
+    count = int(rng.integers(2, 4))
+    at_s = np.sort(rng.uniform(0.5, 0.9, count)) * scenario.run_s
+    shares = rng.uniform(0.7, 1.3, count)
+    return memory.check_rss(tree_run(rng, scenario, lambda t: stairs(t, at_s, total * shares / shares.sum())), gates)
+
+
+def trial_rss_plateau(rng: np.random.Generator, scenario: Scenario, multiple: float, gates: Gates) -> Finding:
+    """One allocator plateau that stops: a single step of `multiple` × 12 MiB (24 MiB at 2×) anywhere
+    after the first fifth of the run. It must not FAIL at any multiple shown."""
+    at_s = rng.uniform(0.2, 0.9) * scenario.run_s
+    return memory.check_rss(tree_run(rng, scenario, lambda t: multiple * 12 * MIB * (t >= at_s)), gates)
+
+
 def vram_run(rng: np.random.Generator, scenario: Scenario, multiple: float, gates: Gates) -> RunData:
     """A preallocated 60 GiB plateau: flat by design, with small NVML noise and a rare 2 MiB step
     (one a day, as for RSS a rate rather than a count per run)."""
@@ -149,11 +210,18 @@ def trial_kv_floor(rng: np.random.Generator, scenario: Scenario, multiple: float
 
 LONG = ("24h", "24h-noisy")
 SHORT = ("2h", "1h", "30m", "5m")
+SHORT_RATES = ("2h", "1h", "30m", "30m-2rps")
 CASES = [Case("leak.rss", "steady", trial_rss, LONG), Case("leak.vram", "steady", trial_vram, ("24h", "1h")),
          Case("leak.fds", "steady", trial_fds, LONG + ("1h",)),
          Case("leak.rss", "short", trial_rss, SHORT, power=False),
          Case("leak.rss", "late-step", trial_rss_step, LONG),
          Case("leak.rss", "staircase", trial_rss_staircase, LONG),
          Case("leak.rss", "below-threshold", trial_rss_below, LONG, power=False),
+         Case("leak.rss", "warmup-tail", trial_rss_warmup_tail, LONG),
+         Case("leak.rss", "warmup-tail-short", trial_rss_warmup_tail, SHORT_RATES, power=False),
+         Case("leak.rss", "wander", trial_rss_wander, SHORT_RATES, power=False),
+         Case("leak.rss", "small-step", trial_rss_small_step, ("30m", "5m"), power=False),
+         Case("leak.rss", "late-stairs", trial_rss_late_stairs, LONG),
+         Case("leak.rss", "plateau", trial_rss_plateau, LONG + ("2h", "1h"), power=False),
          Case("leak.fds", "at-rest", trial_fds_at_rest, ("24h",)),
          Case("leak.kv", "late-floor", trial_kv_floor, ("24h",))]

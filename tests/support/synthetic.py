@@ -78,6 +78,22 @@ def memory_series(rng: np.random.Generator, model: MemoryModel, run_s: float = 8
     return t_s, floor + warmup + sawtooth + noise + ratchet + leak
 
 
+def warmup_tail(t_s: np.ndarray, gain_bytes: float, tau_s: float) -> np.ndarray:
+    """A warm-up that outlasts the configured one (caches filling): −gain·exp(−t/τ), added to a series."""
+    return -gain_bytes * np.exp(-t_s / tau_s)
+
+
+def slow_wander(rng: np.random.Generator, t_s: np.ndarray, sd_bytes: float, tau_s: float) -> np.ndarray:
+    """Memory that wanders on a timescale τ comparable to a short run: AR(1) with correlation time τ."""
+    step_s = float(t_s[1] - t_s[0]) if t_s.size > 1 else 1.0
+    return ar1(rng, t_s.size, float(np.exp(-step_s / tau_s)), sd_bytes)
+
+
+def stairs(t_s: np.ndarray, at_s: np.ndarray, sizes_bytes: np.ndarray) -> np.ndarray:
+    """Lasting steps: `sizes_bytes[i]` from `at_s[i]` on, none ever returned."""
+    return (np.asarray(sizes_bytes)[None, :] * (t_s[:, None] >= np.asarray(at_s)[None, :])).sum(axis=1)
+
+
 # ---------------------------------------------------------------------------------------------
 # Latency
 

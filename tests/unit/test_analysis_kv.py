@@ -119,3 +119,26 @@ def test_floor_threshold_is_configurable():
     gates = Gates.model_validate({"leak": {"kv": {"floor_slope_per_h": 0.05}}})
     finding = check_kv(floor_run(leak_per_h=0.015), gates)
     assert finding.threshold == 0.05 and finding.verdict != FAIL
+
+
+def test_without_probes_the_floor_warmup_is_found_from_the_data():
+    # Prefix caching fills over the first hours: the floor settles 25 % higher with a 2-hour time constant.
+    run = floor_run()
+    t_s = run.server.t_s
+    warming = np.clip(run.server.kv_usage - 0.25 * np.exp(-t_s / 7200.0) + 0.25, 0, 1)
+    finding = check_kv(bare_run(86400.0, server=ServerSeries(t_s=t_s, running=run.server.running, kv_usage=warming)),
+                       Gates())
+    assert finding.verdict == PASS, finding.evidence
+    cut = finding.details["warmup"]
+    assert cut["method"] == "mser-5" and cut["t_s"] > run.warmup_s and not cut["still_settling"]
+
+
+def test_without_probes_a_floor_still_settling_at_the_end_is_inconclusive():
+    run = floor_run(run_s=7200.0)
+    t_s = run.server.t_s
+    warming = np.clip(run.server.kv_usage + 0.3 - 0.3 * np.exp(-t_s / 3600.0), 0, 1)
+    finding = check_kv(bare_run(7200.0, server=ServerSeries(t_s=t_s, running=run.server.running, kv_usage=warming)),
+                       Gates())
+    assert finding.verdict == INCONCLUSIVE, finding.evidence
+    assert "still warming up at the end of the run" in finding.evidence and finding.details["warmup"]["still_settling"]
+    assert finding.next_step.startswith("run ≥ ")

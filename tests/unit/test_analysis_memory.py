@@ -271,3 +271,103 @@ def test_amounts_keep_significant_digits():
     assert [count_text(v) for v in (0.002, 0.00314, 6.04, 0.0)] == ["0.002", "0.0031", "6.0", "0.0"]
     assert [small_bytes_text(v) for v in (0.31, 12.0, 500.0, 5 * MIB)] == ["0.31 B", "12 B", "500 B", "5.0 MiB"]
     assert [hours_text(v) for v in (31.4, 2.25, 0.5)] == ["31 h", "2.2 h", "30m"]
+
+
+# ---- warm-up from the data, the least change that counts, net growth in lasting steps ----------------
+
+def sawtooth_process(run_s, floor, sample_s=1.0, seed=0, extra=lambda t: 0 * t):
+    """A healthy reference-server-like process: GC sawtooth of 2 % and allocator noise, plus `extra`."""
+    rng = np.random.default_rng(seed)
+    t_s = np.arange(0.0, run_s, sample_s)
+    rss = floor + 0.02 * floor * ((t_s / 7.0) % 1.0) + rng.normal(0, 0.0005 * floor, t_s.size) + extra(t_s)
+    return ProcessSeries(1, "server", t_s, rss)
+
+
+def test_a_one_mib_step_on_a_three_minute_run_does_not_fail():
+    # 198 MiB stepping up 1.2 MiB at 1m and staying: the step gate's size has a floor (64 MiB or 2 %)
+    # that a short run does not shrink.
+    process = sawtooth_process(180.0, 198 * MIB, extra=lambda t: 1.2 * MIB * (t >= 60))
+    finding = check_rss(with_requests(180.0, 2.0, processes=(process,)), Gates())
+    assert finding.verdict != FAIL, finding.evidence
+    assert "stepped up" not in finding.evidence
+    assert finding.details["min_change"] == 64 * MIB
+
+
+def test_a_short_run_with_a_steep_but_small_rise_is_suspect_and_says_how_long_would_tell():
+    # 28.5 MiB/h for 4 minutes: about 2 MiB in all. Over the threshold, but no run this short can tell
+    # slow wander from a leak.
+    process = sawtooth_process(240.0, 60 * MIB, extra=lambda t: 28.5 * MIB * t / 3600)
+    finding = check_rss(with_requests(240.0, 1.0, processes=(process,)), Gates())
+    assert finding.verdict == SUSPECT, finding.evidence
+    assert finding.details["gates"]["material"] is False
+    assert "a slope must build before it can FAIL" in finding.evidence
+    assert finding.next_step.startswith("run ≥ 4h00m of judged load to tell slow wander from a leak")
+
+
+def test_a_gross_leak_on_a_short_run_still_fails():
+    # 1 MiB a request at 10 requests/s: 35 GiB/h; four minutes are plenty.
+    process = sawtooth_process(240.0, 500 * MIB, extra=lambda t: 10 * MIB * t)
+    finding = check_rss(with_requests(240.0, 10.0, processes=(process,)), Gates())
+    assert finding.verdict == FAIL and finding.details["gates"]["material"] is True
+
+
+def test_late_steps_that_never_return_fail_with_the_step_sentence():
+    rng = np.random.default_rng(8)
+    t_s, rss = memory_series(rng, scaled_memory_model(86400.0, floor_bytes=2 * GIB), 86400.0, 10.0)
+    rss = rss + 100 * MIB * (t_s >= 12 * 3600 + 300) + 110 * MIB * (t_s >= 18 * 3600 + 120)
+    finding = check_rss(bare_run(86400.0, processes=(ProcessSeries(1, "EngineCore", t_s, rss),)), Gates())
+    assert finding.verdict == FAIL, finding.evidence
+    net = finding.details["net_growth"]
+    assert net["is_staircase"] and len(net["stairs"]) == 2
+    assert net["stepped"] == pytest.approx(210 * MIB, rel=0.15)
+    assert [abs(s["t_s"] - at) < 3600 for s, at in zip(net["stairs"], (12 * 3600, 18 * 3600))] == [True, True]
+    assert finding.evidence.startswith("RSS of EngineCore (pid 1) grew +")
+    assert "in 2 steps (12h" in finding.evidence and ", 18h" in finding.evidence and "none returned" in finding.evidence
+    assert finding.details["net_growth_threshold"] == 128 * MIB
+
+
+def test_net_growth_threshold_is_a_share_of_a_small_headroom():
+    gate = Gates().leak.rss
+    assert gate.net_growth_threshold(None) == 128 * MIB
+    assert gate.net_growth_threshold(1 * GIB) == pytest.approx(0.05 * GIB)
+    assert gate.min_change(10 * GIB) == pytest.approx(0.02 * 10 * GIB)
+    assert Gates().leak.vram.min_change(60 * GIB) == 8 * MIB  # NVML is exact: no share of the plateau
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_single_small_plateau_that_stops_passes(seed):
+    rng = np.random.default_rng(seed)
+    t_s, rss = memory_series(rng, scaled_memory_model(86400.0, floor_bytes=2 * GIB), 86400.0, 10.0)
+    rss = rss + 40 * MIB * (t_s >= 9 * 3600)
+    finding = check_rss(bare_run(86400.0, processes=(ProcessSeries(1, "EngineCore", t_s, rss),)), Gates())
+    assert finding.verdict == PASS, finding.evidence
+
+
+def test_a_warmup_still_under_way_at_the_end_is_inconclusive_never_fail():
+    # Caches still filling: 150 MiB to go with a time constant as long as the run.
+    rng = np.random.default_rng(4)
+    t_s, rss = memory_series(rng, scaled_memory_model(7200.0, floor_bytes=1 * GIB), 7200.0, 2.0)
+    rss = rss - 150 * MIB * np.exp(-t_s / 2400.0)
+    finding = check_rss(with_requests(7200.0, processes=(ProcessSeries(1, "server", t_s, rss),)), Gates())
+    assert finding.verdict == INCONCLUSIVE, finding.evidence
+    assert "still warming up at the end of the run" in finding.evidence
+    assert finding.next_step.startswith("run ≥ ") and "longer" in finding.next_step
+    cut = finding.details["warmup"]["server (pid 1)"]
+    assert cut["still_settling"] is True and cut["t_s"] > 3600
+
+
+def test_the_warmup_cut_per_series_is_in_the_details_and_a_tail_is_cut_away():
+    # A tail that settles by a quarter of the run is cut, so the settled rest is judged and PASSes.
+    rng = np.random.default_rng(6)
+    t_s, rss = memory_series(rng, scaled_memory_model(86400.0, floor_bytes=2 * GIB), 86400.0, 10.0)
+    rss = rss - 120 * MIB * np.exp(-t_s / 9000.0)
+    run = bare_run(86400.0, processes=(ProcessSeries(1, "EngineCore", t_s, rss),
+                                       flat_process(2, "api", 500 * MIB, run_s=86400.0)))
+    finding = check_rss(run, Gates())
+    assert finding.verdict == PASS, finding.evidence
+    cuts = finding.details["warmup"]
+    assert set(cuts) == {"the server tree (2 processes)", "EngineCore (pid 1)", "api (pid 2)"}
+    assert cuts["EngineCore (pid 1)"]["method"] == "mser-5" and cuts["EngineCore (pid 1)"]["t_s"] > run.warmup_s
+    assert cuts["api (pid 2)"]["method"] == "configured" and cuts["api (pid 2)"]["t_s"] >= run.warmup_s
+    entry = next(p for p in finding.per_process if p["name"] == "EngineCore")
+    assert entry["warmup"] == cuts["EngineCore (pid 1)"]
