@@ -8,7 +8,9 @@ are SKIPPED on a run that set no SLO.
 * `goodput.decay`: the trend of the share over the judged windows (trend.py, fed the share that missed, so that
   bad is up): FAIL when the share is projected to fall by at least `decay_abs` over the judged span, or falls by that
   much in one lasting step (steps.py, the late onset a straight line under-reads); PASS only when the CI's upper end
-  rules a fall of `decay_abs` out.
+  rules a fall of `decay_abs` out. A server near its capacity misses more of its SLO at a higher load, so when the
+  offered rate varies over the judged windows (a daily cycle, a `wave`) the fall is the time coefficient of a fit
+  that takes the load out (load_model.py, as for latency creep), and the step gate runs on the share at equal load.
 * `goodput.floor`: each judged window against `floor` as a binomial proportion, with exact (Clopper–Pearson) bounds
   simultaneous over the windows (Bonferroni): FAIL when some window is under the floor beyond doubt (its upper bound
   at p_value under it); PASS only when every window's lower bound at `confidence` is at or above it; SUSPECT when a
@@ -23,13 +25,14 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.stats import beta
 
-from soak.analysis.evidence import detection_sentence, settle_step, trend_sentence
+from soak.analysis.evidence import detection_sentence, settle_step, trend_caveats, trend_sentence
 from soak.analysis.findings import FAIL, INCONCLUSIVE, PASS, SUSPECT, Finding, inconclusive, skipped
 from soak.analysis.fmt import duration_text, p_text, pct_text
 from soak.analysis.gates import Gates
 from soak.analysis.inputs import RequestWindow, RunData
+from soak.analysis.load_model import LoadFit, LoadSeries, fit_with_load, offered_load
 from soak.analysis.steps import StepResult, find_step
-from soak.analysis.trend import assess_trend
+from soak.analysis.trend import TrendResult, TrendSpec, assess_trend, trend_verdict
 
 DECAY, FLOOR = "goodput.decay", "goodput.floor"
 LABELS = {"ttft": "TTFT", "itl": "mean ITL", "tpot": "TPOT", "e2e": "E2E"}
@@ -92,22 +95,71 @@ def check_decay(run: RunData, gates: Gates) -> Finding:
                             "needed) for a goodput trend.", details={"slo_set": True, "windows_used": len(windows)})
     t_s = np.array([w.mid_s for w in windows])
     missed = np.array([1.0 - w.share for w in windows])
-    decay_abs = gates.goodput.decay_abs
-    result = assess_trend(t_s, missed, gates.trend_spec(decay_abs / max(float(t_s[-1] - t_s[0]), 1.0)))
-    step = find_step(t_s, missed, gates.step_spec(decay_abs, min_points=gates.min_windows))
-    return _decay_finding(run, windows, result, step, gates)
+    spec = gates.trend_spec(gates.goodput.decay_abs / max(float(t_s[-1] - t_s[0]), 1.0))
+    load = offered_load(run, [(w.index, w.start_s, w.end_s) for w in windows])
+    if load is not None and load.varies():
+        return _decay_at_load(run, windows, t_s, missed, load, spec, gates)
+    result = assess_trend(t_s, missed, spec)
+    subject = f"The share of requests meeting {slo_text(run.slo)}"
+    evidence = trend_sentence(result, subject, f"{100 * result.slope_per_s * result.span_s:.2f} pp over the run",
+                              _ci_text(result), f"{100 * gates.goodput.decay_abs:g} pp", gates.confidence,
+                              verbs=("falls", "rises"))
+    details = {"method": "trend over time", "mk_p": result.mk_p}
+    return _decay_finding(run, windows, result, _step(t_s, missed, gates), evidence, details, gates)
 
 
-def _decay_finding(run: RunData, windows: list[GoodputWindow], result, step: StepResult | None,
-                   gates: Gates) -> Finding:
+def _step(t_s: np.ndarray, missed: np.ndarray, gates: Gates) -> StepResult | None:
+    return find_step(t_s, missed, gates.step_spec(gates.goodput.decay_abs, min_points=gates.min_windows))
+
+
+def _ci_text(result: TrendResult) -> str:
+    low, high = (100 * s * result.span_s for s in result.ci_per_s)
+    return f"{low:+.2f} to {high:+.2f} pp"
+
+
+def _decay_at_load(run: RunData, windows: list[GoodputWindow], t_s: np.ndarray, missed: np.ndarray,
+                   load: LoadSeries, spec: TrendSpec, gates: Gates) -> Finding:
+    """Varying load: the time coefficient of the missed share on [t, log load, log load²]."""
+    fit = fit_with_load(t_s, missed, load.values, gates.confidence)
+    result = _load_result(fit, spec)
+    details = {"method": "trend at equal load", "hac_p": fit.p_value, "load_source": load.source,
+               "load_min": float(load.values.min()), "load_max": float(load.values.max()),
+               "time_load_r2": fit.collinearity}
+    load_text = f"at equal {load.source} ({load.range_text()})"
+    if not fit.separable:
+        return inconclusive(DECAY, f"The {load.source} moved with time ({load.range_text()}, R² {fit.collinearity:.2f} of "
+                            "time on load), so a fall of goodput cannot be told from goodput following load; a run "
+                            "with the load held (or moved up and down) can tell",
+                            details={"slo_set": True, "slo_ms": dict(run.slo or {}), **details},
+                            next_step="hold the load steady (or move it up and down) through a run")
+    fall = 100 * fit.slope_per_s * fit.span_s
+    verb = "falls" if fall > 0 else "rises" if fall < 0 else "is flat at"
+    caveats = trend_caveats(result, f"{100 * gates.goodput.decay_abs:g} pp")
+    evidence = (f"The share of requests meeting {slo_text(run.slo)} {load_text} {verb} {abs(fall):.2f} pp over the run "
+                f"({100 * gates.confidence:g} % CI {_ci_text(result)}), HAC {p_text(fit.p_value)}; "
+                + (caveats or f"threshold {100 * gates.goodput.decay_abs:g} pp"))
+    return _decay_finding(run, windows, result, _step(t_s, fit.adjusted, gates), evidence, details, gates)
+
+
+def _load_result(fit: LoadFit, spec: TrendSpec) -> TrendResult:
+    """The load fit judged by the gates of `assess_trend`'s line (HAC p for Mann–Kendall's), as latency creep
+    judges it."""
+    low, high = fit.ci_per_s
+    gates = {"significant": fit.p_value < spec.p_value, "ci_above_half": low > spec.min_slope_per_s / 2,
+             "practical": fit.slope_per_s >= spec.min_slope_per_s}
+    return TrendResult(verdict=trend_verdict(gates, fit.slope_per_s, high, spec.min_slope_per_s), n=fit.n,
+                       t0_s=fit.t0_s, span_s=fit.span_s, slope_per_s=fit.slope_per_s, ci_per_s=fit.ci_per_s,
+                       intercept=fit.intercept, mk_p=fit.p_value, min_slope_per_s=spec.min_slope_per_s, gates=gates)
+
+
+def _decay_finding(run: RunData, windows: list[GoodputWindow], result: TrendResult, step: StepResult | None,
+                   evidence: str, details: dict, gates: Gates) -> Finding:
+    """The finding of either path: the trend's verdict, made a FAIL by a lasting step the trend fell short of."""
     span = result.span_s
     fall, low, high = (100 * s * span for s in (result.slope_per_s, *result.ci_per_s))
     threshold = 100 * gates.goodput.decay_abs
-    evidence = trend_sentence(result, f"The share of requests meeting {slo_text(run.slo)}", f"{fall:.2f} pp over the run",
-                              f"{low:+.2f} to {high:+.2f} pp", f"{threshold:g} pp", gates.confidence,
-                              verbs=("falls", "rises"))
-    details = {"slo_set": True, "slo_ms": dict(run.slo or {}), "windows_used": result.n, "mk_p": result.mk_p,
-               "gates": result.gates, "series_unit": "fraction", "share_mean": _pooled(windows)}
+    details = {"slo_set": True, "slo_ms": dict(run.slo or {}), "windows_used": result.n, "gates": result.gates,
+               "series_unit": "fraction", "share_mean": _pooled(windows), **details}
     verdict, value, ci = result.verdict, fall, (low, high)
     if step is not None:
         details["step"] = step.to_dict()

@@ -13,7 +13,7 @@ from soak.analysis.gates import Gates, gates_from_dict
 from soak.analysis.goodput import check_decay, check_floor, clopper_pearson
 from soak.analysis.inputs import RequestWindow, RunData
 from soak.analysis.verdict import required_checks
-from support.proof import SCENARIOS, bare_scenario_run
+from support.proof import SCENARIOS, bare_scenario_run, cases
 from support.proof_goodput import SLO_MS, goodput_run
 
 SLO_TEXT = "TTFT ≤ 500 ms, E2E ≤ 20 s"
@@ -136,3 +136,18 @@ def test_the_checks_come_last_in_the_fixed_order():
     assert [f.check for f in findings] == list(CHECK_ORDER)
     by_check: dict[str, Finding] = {f.check: f for f in findings}
     assert by_check["goodput.decay"].verdict == PASS and by_check["goodput.floor"].verdict in (PASS, INCONCLUSIVE)
+
+
+def test_under_a_varying_load_goodput_is_judged_at_equal_load():
+    trial = cases()["goodput.decay/diurnal-falling"].trial  # a daily cycle that starts on its way down
+    healthy = trial(np.random.default_rng(5), SCENARIOS["24h"], 0.0, Gates())
+    assert healthy.details["method"] == "trend at equal load" and healthy.verdict == PASS, healthy.evidence
+    assert f"The share of requests meeting {SLO_TEXT} at equal offered rate" in healthy.evidence
+    planted = trial(np.random.default_rng(5), SCENARIOS["24h"], 2.0, Gates())
+    assert planted.verdict == FAIL and planted.details["method"] == "trend at equal load"
+
+
+def test_a_load_that_only_climbs_cannot_be_told_from_decay():
+    run = goodput_run(np.random.default_rng(2), SCENARIOS["1h"], load=np.linspace(1.0, 4.0, 49))
+    finding = check_decay(run, Gates())
+    assert finding.verdict == INCONCLUSIVE and "cannot be told from goodput following load" in finding.evidence
