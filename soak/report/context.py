@@ -147,9 +147,12 @@ def lag_limits(findings: list[dict[str, Any]]) -> LagLimits:
 
 def goodput_charts(rows: list[dict[str, Any]], frame: Frame, trends: list[dict], findings: list[dict[str, Any]]
                    ) -> list[dict[str, Any]]:
-    """The goodput chart, for a run that set an SLO (none otherwise), with the floor goodput.floor judged by."""
+    """The goodput chart with the floor goodput.floor judged by; for a run without an SLO, the chart's place says
+    so (as the GPU charts do without a GPU)."""
     if not any(row.get("slo_met") is not None for row in rows):
-        return []
+        return [charts.chart("chart-goodput", "Goodput per window", "Share of each window's requests that met every "
+                             "--slo target.", None, "The run set no SLO (--slo ttft=…,itl=…,e2e=…), so no request "
+                             "was judged against one.")]
     details = next((f.get("details") for f in findings if f.get("check") == "goodput.floor"), None) or {}
     slo_ms = details.get("slo_ms") or {}
     return [charts.goodput_chart(rows, frame, trends, slo_text(slo_ms) if slo_ms else "--slo", details.get("floor"))]

@@ -49,7 +49,7 @@ def check_anchor(check: str) -> str:
     family, _, name = check.partition(".")
     if family == "creep" and name.split("_")[0] in ("ttft", "itl", "e2e"):
         return f"chart-{name.split('_')[0]}"
-    return {"leak": "chart-memory", "errors": "chart-errors"}.get(family, "charts")
+    return {"leak": "chart-memory", "errors": "chart-errors", "goodput": "chart-goodput"}.get(family, "charts")
 
 
 def verdict_class(verdict: Any) -> str:

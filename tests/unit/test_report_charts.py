@@ -169,8 +169,11 @@ def test_goodput_chart_draws_each_windows_share_the_floor_and_the_decay_fit():
     assert [shape["y0"] for shape in chart["figure"]["layout"]["shapes"] if shape.get("xref") == "paper"] == [90.0]
 
 
-def test_a_run_without_an_slo_has_no_goodput_chart():
+def test_a_run_without_an_slo_says_so_where_the_goodput_chart_would_be():
     from soak.report.context import goodput_charts
 
-    assert goodput_charts(_goodput_rows([None, None]), FRAME, [], []) == []
-    assert len(goodput_charts(_goodput_rows([0.99, 0.98]), FRAME, [], [])) == 1
+    [without] = goodput_charts(_goodput_rows([None, None]), FRAME, [], [])
+    assert without["figure"] is None and "--slo" in without["empty"]
+    [with_slo] = goodput_charts(_goodput_rows([0.99, 0.98]), FRAME, [], [])
+    assert with_slo["figure"]["data"][0]["y"] == [99.0, 98.0]
+    assert check_anchor("goodput.floor") == "chart-goodput"
