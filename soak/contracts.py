@@ -372,7 +372,7 @@ def read_summary(data: dict[str, Any]) -> dict[str, Any]:
     schema = data.get("schema")
     if schema == "soak.summary/1":  # the same fields, named before soak/run/ existed, and no `context` yet
         return {**data, "schema": SUMMARY_SCHEMA, "context": data.get("context")}
-    if schema != SUMMARY_SCHEMA:
+    if schema is not None and schema != SUMMARY_SCHEMA:  # a partial document without one is taken as today's
         raise ValueError(f"summary schema {schema!r} is not one soak writes or wrote "
                          f"({', '.join(READABLE_SUMMARY_SCHEMAS)})")
     return data

@@ -6,7 +6,7 @@ cannot dominate. A window supports P99 with ≥ 1000 samples, P95 with ≥ 200, 
 and at least `min_windows` of them support — and windows below it are left out.
 
 Latency follows load, so when the offered rate varies over the judged windows (a diurnal pattern, a
-`ramp` or `wave` phase) the creep is the time coefficient of a fit that takes the load out
+`ramp` or `wave` phase) or moves with time at all, the creep is the time coefficient of a fit that takes the load out
 (load_model.py): a server is only degrading if it is slower at the same load. With flat load the
 Theil–Sen / Mann–Kendall trend of trend.py decides, as for every other trend check. Either way the
 step gate (steps.py) runs on the same series (load-adjusted when the load varies), so a lasting jump
@@ -92,7 +92,7 @@ def check_creep(run: RunData, gates: Gates, metric: str, rise_frac: float) -> Fi
         log_ms=np.log(np.maximum([v for _, v in kept], 1e-9)),
         spans=[(w.index, w.start_s, w.end_s) for w, _ in kept])
     load = offered_load(run, series.spans)
-    if load is not None and load.varies():
+    if load is not None and load.matters():
         return _creep_at_load(series, load, gates)
     return _creep_over_time(series, gates)
 

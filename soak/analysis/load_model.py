@@ -2,7 +2,9 @@
 
 Latency follows load. A healthy server under a diurnal load, or a planned `ramp` or `wave`, has a
 P99 that rises and falls with the offered rate; trending it against time alone reads that as creep.
-When the offered rate really varies over the judged windows, `fit_with_load` fits
+When the offered rate really varies over the judged windows, or moves with time at all (a slice of
+the day's rise: a queue near saturation makes a small rise of load a large one of latency),
+`fit_with_load` fits
 
     log(window percentile) = a + b·(t − t0) + c·x + d·x²,   x = log(rate) − mean log(rate)
 
@@ -26,12 +28,17 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.stats import kendalltau
 from scipy.stats import t as student_t
 
 from soak.analysis.inputs import RunData
 
 # The 5th–95th percentile spread of the rate must exceed this factor beyond counting noise.
-VARIES_RATIO = 1.2
+VARIES_RATIO = 1.05
+# A load that moves with time (Kendall's tau of log load on time below this p) is taken out even
+# when it moves less than VARIES_RATIO: a queue near saturation turns a 15 % rise of load over a
+# 2-hour slice of the day into a 40 % rise of P99, which the clock alone would read as creep.
+DRIFT_P = 0.01
 # Above this R² of time on the load terms (VIF 5), time and load are too entangled to separate: the
 # creep estimate's spread grows as 1/sqrt(1 − R²), and a healthy ramp's would reach the threshold.
 # A day-long diurnal cycle sits at 0.65–0.78.
@@ -44,12 +51,25 @@ MAD_TO_SD = 1.4826
 @dataclass(frozen=True)
 class LoadSeries:
     """Per-window load: `values` (> 0) measured as `source`, in `unit`; `counts` the arrivals
-    behind each value when they are counts (for the counting-noise allowance), else None."""
+    behind each value when they are counts (for the counting-noise allowance), else None; `t_s`
+    the windows' mid times when a drift with time can be trusted to be the load's own."""
 
     values: np.ndarray
     source: str
     unit: str
     counts: np.ndarray | None = None
+    t_s: np.ndarray | None = None
+
+    def matters(self) -> bool:
+        """Whether latency must be judged at equal load: the load varied, or it drifted with time."""
+        return self.varies() or self.drifts()
+
+    def drifts(self) -> bool:
+        """Whether the load moved with time (Kendall's tau, p < DRIFT_P), however little: only a
+        load that moves with time can pass for a creep; one that only scatters cannot."""
+        if self.t_s is None or self.values.size < 4 or np.ptp(self.values) == 0:
+            return False
+        return bool(kendalltau(self.t_s, np.log(self.values)).pvalue < DRIFT_P)
 
     def varies(self) -> bool:
         """Whether the load changed by more than VARIES_RATIO (5th to 95th percentile) beyond
@@ -77,8 +97,12 @@ def offered_load(run: RunData, spans: list[tuple[int, float, float]]) -> LoadSer
     if spans and all(s is not None and s > 0 for s in sends):
         seconds = np.array([max(b - a, 1e-9) for _, a, b in spans])
         counts = np.array(sends, dtype=float)
-        return LoadSeries(counts / seconds, "offered rate", "req/s", counts)
+        return LoadSeries(counts / seconds, "offered rate", "req/s", counts, _mid_times(spans))
     return _running_load(run, spans)
+
+
+def _mid_times(spans: list[tuple[int, float, float]]) -> np.ndarray:
+    return np.array([(a + b) / 2 for _, a, b in spans])
 
 
 def _running_load(run: RunData, spans: list[tuple[int, float, float]]) -> LoadSeries | None:
@@ -92,6 +116,8 @@ def _running_load(run: RunData, spans: list[tuple[int, float, float]]) -> LoadSe
             return None
         means.append(float(server.running[inside].mean()))
     values = np.array(means)
+    # No times: in-flight requests grow with latency (Little's law), so a creep would make this
+    # stand-in drift with time, and a drift alone must not send a creep to the load fit.
     return LoadSeries(values, "mean in-flight requests", "in flight") if (values > 0).all() else None
 
 

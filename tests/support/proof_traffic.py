@@ -14,6 +14,7 @@ from soak.analysis.inputs import LatencyWindow, RequestWindow, WindowInfo
 
 from .proof import Case, Scenario, Trial, bare_scenario_run
 from .synthetic import (
+    HOUR_S,
     ErrorModel,
     LatencyModel,
     ar1,
@@ -140,6 +141,51 @@ def trial_creep_step(rng: np.random.Generator, scenario: Scenario, multiple: flo
 
 
 # ---------------------------------------------------------------------------------------------
+# A day of load, the run starting at any hour; latency that follows a queue
+
+
+DAY_S = 86400.0
+PEAK_HOUR = 14.0    # the day's load peaks at 14:00 and bottoms out at 02:00
+START_HOURS = tuple(range(0, 24, 3))  # eight starts: 15h, 18h, 21h and 0h fall into the falling half
+
+
+def day_load(start_h: float, t_s: np.ndarray) -> np.ndarray:
+    """Offered rate relative to the day's geometric mean, ×3 trough to peak, at `t_s` seconds into a
+    run that starts at `start_h` o'clock."""
+    hours = start_h + t_s / HOUR_S
+    return 3.0 ** (0.5 * np.cos(2 * np.pi * (hours - PEAK_HOUR) / 24.0))
+
+
+def load_response(rng: np.random.Generator, relative: np.ndarray) -> np.ndarray:
+    """A healthy server's latency multiplier at `relative` load: half the runs a power law (∝ load^k,
+    k 0.2–0.8), half a queue (∝ 1/(1 − ρ), ρ 0.5–0.9 at the day's peak of √3 × the mean), whose
+    elasticity grows towards the peak beyond what the check's quadratic in log load models."""
+    if rng.random() < 0.5:
+        return relative ** rng.uniform(0.2, 0.8)
+    utilisation = np.minimum(rng.uniform(0.5, 0.9) * relative / np.sqrt(3.0), 0.95)
+    return 1.0 / (1.0 - utilisation)
+
+
+def trial_creep_daily(start_h: float | None) -> Trial:
+    """TTFT under a day's ×3 load from `start_h` o'clock (None: any hour, drawn per run), on a run of
+    any length (a 2 h run sees a slice of the day, a 72 h run three days); latency follows each
+    window's arrivals through `load_response`; a creep of `multiple` × rise_frac at equal load planted
+    over the judged span."""
+    def trial(rng: np.random.Generator, scenario: Scenario, multiple: float, gates: Gates) -> Finding:
+        run = bare_scenario_run(scenario)
+        hour = rng.uniform(0.0, 24.0) if start_h is None else start_h + rng.uniform(-0.75, 0.75)
+        mids = np.array([w.mid_s for w in run.windows])
+        counts = _counts(rng, run.windows, scenario.rate_per_s * day_load(hour, mids))
+        seconds = np.array([w.end_s - w.start_s for w in run.windows])
+        relative = np.maximum(counts, 1) / seconds / scenario.rate_per_s
+        creep = (1 + multiple * gates.creep.ttft_p99.rise_frac) ** _shares(run, run.windows)
+        multipliers = load_response(rng, relative) * creep
+        stats = latency_series_shaped(rng, LatencyModel(median_ms=150.0), run.windows, counts, multipliers)
+        return latency.check_ttft(_latency_run(run, run.windows, stats), gates)
+    return trial
+
+
+# ---------------------------------------------------------------------------------------------
 # Errors: a late ramp, a late step
 
 
@@ -211,3 +257,9 @@ CASES = [Case("creep.ttft_p99", "steady", trial_creep),
          Case("errors.rise", "late-ramp", trial_error_late_ramp, SHORT, power=False),
          Case("errors.budget", "late-step", trial_budget_late_step, SHORT),
          Case("errors.bursts", "late-ramp", trial_bursts_late_ramp, ("24h",))]
+# A day of load from every start hour: a 2 h run sees a slice of the day (the load moves with time, so
+# most are INCONCLUSIVE), a 24 h run one whole day. At equal load the creep estimate's spread doubles
+# over one cycle (see diurnal-rising), so no power is claimed; the goal is no FAIL on a healthy server.
+CASES += [Case("creep.ttft_p99", f"diurnal-from-{hour:02d}h", trial_creep_daily(hour), ("2h", "24h"), power=False)
+          for hour in START_HOURS]
+CASES += [Case("creep.ttft_p99", "diurnal-any-hour", trial_creep_daily(None), ("30m", "72h"), power=False)]

@@ -171,3 +171,44 @@ def test_every_creep_finding_has_a_detection_limit():
     assert "this run rules out rises above" in passed.evidence
     at_load = check_ttft(loaded_run(follows_load(17), diurnal_rate), Gates())
     assert at_load.detection_limit is not None and "this run rules out" in at_load.evidence
+
+
+def test_a_slice_of_the_day_under_a_queue_is_no_creep():
+    # A 2 h run on the day's rise: the offered rate grows ~15 % (under the 1.2× spread that counts as
+    # varying), a queue near saturation turns that into ~+40 % P99. Judged against the clock alone
+    # that was a FAIL; the load moved with time, so the check says it cannot tell.
+    run_s = 2 * 3600.0
+
+    def rate(w):
+        return 10.0 * (1 + 0.15 * w.mid_s / run_s)
+
+    def p99(w):
+        utilisation = 0.7 * rate(w) / 10.0
+        return 300 / (1 - utilisation) * math.exp(rng.normal(0, 0.03))
+    rng = np.random.default_rng(20)
+    finding = check_ttft(loaded_run(p99, rate, run_s=run_s), Gates())
+    assert finding.verdict == INCONCLUSIVE, finding.evidence
+    assert finding.details["method"] == "trend at equal load"
+    assert "moved with time" in finding.evidence
+
+
+def test_a_load_that_only_scatters_keeps_the_trend_over_time():
+    rng = np.random.default_rng(21)
+    rates = {}
+
+    def rate(w):
+        return rates.setdefault(w.index, rng.poisson(2.0 * (w.end_s - w.start_s)) / (w.end_s - w.start_s))
+    finding = check_ttft(loaded_run(noisy(22), rate), Gates())
+    assert finding.verdict == PASS and finding.details["method"] == "trend over time"
+
+
+def test_load_drift_is_told_from_counting_noise():
+    from soak.analysis.load_model import LoadSeries
+    rng = np.random.default_rng(23)
+    t_s = np.arange(48) * 150.0
+    flat = rng.poisson(1500, 48).astype(float)
+    rising = rng.poisson(1500 * (1 + 0.1 * t_s / t_s[-1])).astype(float)
+    assert not LoadSeries(flat / 150, "offered rate", "req/s", flat, t_s).matters()
+    drifting = LoadSeries(rising / 150, "offered rate", "req/s", rising, t_s)
+    assert drifting.drifts() and drifting.matters()
+    assert not LoadSeries(rising / 150, "mean in-flight requests", "in flight").drifts()
