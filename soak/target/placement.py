@@ -5,8 +5,9 @@ vLLM's CPU engine binds one OpenMP thread per core it is given and keeps them sp
 process the kernel places on an engine core waits behind a spinning thread, and its arrival clock stalls for
 tenths of a second. So, for a CPU build and when the user set neither variable, soak
 
-- gives the engine every usable core but the last (VLLM_CPU_OMP_THREADS_BIND=0-N-2),
-- pins itself (every thread, and so every process it starts later) to that last, reserved core, and
+- gives the engine every usable core but the last (VLLM_CPU_OMP_THREADS_BIND=0-N-2), or but the last 1 + W
+  with W local load workers (`--workers W`; the engine keeps at least one core),
+- pins itself (every thread, and so every process it starts later) to those reserved cores, and
 - sizes the KV cache (VLLM_CPU_KVCACHE_SPACE, GiB) instead of leaving vLLM to take its default.
 
 The vLLM tree itself keeps every usable core (its API server and helpers run on the reserved one, beside soak).
@@ -82,8 +83,9 @@ def parse_cpus(text: str) -> set[int] | None:
     return cpus or None
 
 
-def plan_placement(usable: set[int], environ: dict[str, str] | os._Environ) -> Placement:
-    """The placement for a CPU vLLM on these usable cores, honouring variables the user set."""
+def plan_placement(usable: set[int], environ: dict[str, str] | os._Environ, reserve: int = 1) -> Placement:
+    """The placement for a CPU vLLM on these usable cores, honouring variables the user set; `reserve`: how
+    many cores soak asks for itself (one, plus one per local load worker), the engine keeping at least one."""
     cpus = tuple(sorted(usable))
     env, chosen = {}, {}
     for name in (BIND_ENV, KV_SPACE_ENV):
@@ -97,8 +99,9 @@ def plan_placement(usable: set[int], environ: dict[str, str] | os._Environ) -> P
         engine = parse_cpus(environ[BIND_ENV])
         free = tuple(cpu for cpu in cpus if engine is not None and cpu not in engine)
         return Placement(cpus, cpus, free or None, env, chosen)
-    env[BIND_ENV], chosen[BIND_ENV] = format_cpus(cpus[:-1]), "soak"
-    return Placement(cpus, cpus, cpus[-1:], env, chosen)
+    kept = min(max(reserve, 1), len(cpus) - 1)
+    env[BIND_ENV], chosen[BIND_ENV] = format_cpus(cpus[:-kept]), "soak"
+    return Placement(cpus, cpus, cpus[-kept:], env, chosen)
 
 
 def usable_cpus() -> set[int]:

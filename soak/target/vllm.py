@@ -339,7 +339,7 @@ class VllmTarget(ManagedTarget):
             return None
         if self.soak_affinity is None:
             self.soak_affinity = usable_cpus()
-        placement = plan_placement(self.soak_affinity, os.environ)
+        placement = plan_placement(self.soak_affinity, os.environ, reserve=1 + self.config.load.workers)
         if placement.warning and not self.restarts:
             log.warning("%s", placement.warning)
         return placement

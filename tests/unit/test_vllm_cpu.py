@@ -39,6 +39,12 @@ def test_two_cores_give_the_engine_the_first_and_soak_the_reserved_one():
     assert plan.chosen_by == {"VLLM_CPU_OMP_THREADS_BIND": "soak", "VLLM_CPU_KVCACHE_SPACE": "soak"}
 
 
+def test_local_load_workers_get_a_reserved_core_each_while_the_engine_keeps_one():
+    assert placement.plan_placement(set(range(8)), {}, reserve=3).env["VLLM_CPU_OMP_THREADS_BIND"] == "0-4"
+    assert placement.plan_placement(set(range(8)), {}, reserve=3).soak_cpus == (5, 6, 7)
+    assert placement.plan_placement({0, 1}, {}, reserve=3).soak_cpus == (1,)
+
+
 def test_variables_the_user_set_are_kept_and_soak_takes_the_cores_left_free():
     plan = placement.plan_placement(set(range(8)), {"VLLM_CPU_OMP_THREADS_BIND": "0-5", "VLLM_CPU_KVCACHE_SPACE": "8"})
     assert plan.env == {} and plan.soak_cpus == (6, 7)
