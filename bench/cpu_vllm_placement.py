@@ -111,7 +111,7 @@ def sampler_bench(pairs: int) -> None:
     from soak.target.vllm import VllmTarget
 
     with tempfile.TemporaryDirectory(prefix="soak-bench-") as out:
-        target = VllmTarget(resolve_config({"model": "tiny", "out": out}, environ={}), Path(out))
+        target = VllmTarget(resolve_config({"model": "tiny", "out": out, "duration": "1m"}, environ={}), Path(out))
         try:
             target.start()
             roots = ",".join(str(pid) for pid in target.root_pids())
