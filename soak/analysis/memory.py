@@ -11,11 +11,18 @@ The threshold is an absolute rate that does not loosen on a short run: for memor
 or the rate that would use up the headroom (the lowest host memory available, or GPU memory free,
 over the judged windows) within the service horizon; for fds the gate's rate. Each series — the
 total, and each process at a Bonferroni-corrected p so a leak in one process is not hidden by another
-shrinking — gets the trend test and the step gate (a lasting step at least as large as a
-threshold-rate leak would build over the judged span). The first of these that FAILs decides, in the
-order total trend, process trend, total step, process step; the finding's figures (`value`, `ci`,
-`threshold`, `detection_limit`, `trend`, `per_request`) are then those of the deciding series, named
-in `details["judged_by"]`, with the tree total's figures in `details["tree_total"]`.
+shrinking — is judged from the end of its own warm-up (`warmup.py`: found from the data, never before
+the configured one; memory only), and gets the trend test, the step gate (a lasting step at least as
+large as a threshold-rate leak would build over the judged span) and, for memory, the net growth in
+lasting steps (`steps.find_staircase`). Memory growth must also be material: a slope's rise over the
+span and a single step must reach `min_change` (MiB, or a share of the series' level) before they
+can FAIL, so a short run's small rise ends SUSPECT, never FAIL. A series still settling at the end
+never FAILs; when the total (or a process whose own trend is over the threshold) is, the check is
+INCONCLUSIVE. The first FAIL decides, in the order net growth in two or more steps (total, process),
+total trend, process trend, total step, process step, net growth in one step; the finding's figures
+(`value`, `ci`, `threshold`, `detection_limit`, `trend`, `per_request`) are then those of the
+deciding series, named in `details["judged_by"]`, with the tree total's figures in
+`details["tree_total"]` and every series' warm-up cut in `details["warmup"]`.
 """
 
 from __future__ import annotations
@@ -341,14 +348,18 @@ def material_trend(trend: TrendResult, observed: float, min_change: float) -> Tr
 
 
 def deciding(total: Judged, per_process: list[Judged]) -> tuple[Judged, str]:
-    """The series whose result decides, and the verdict: total trend, process trend, total step,
-    process step, total net growth, process net growth — the first FAIL of a series that has settled;
+    """The series whose result decides, and the verdict: net growth in two or more lasting steps (total,
+    then process), total trend, process trend, total step, process step, net growth in one step — the
+    first FAIL of a series that has settled;
     else INCONCLUSIVE when a series is still warming up at the end (the total, or a process whose own
     trend is over the threshold); else the total's own verdict."""
     # Per-process SUSPECTs never decide: k processes would multiply the chances of a noise SUSPECT by k.
     processes = per_process if len(per_process) > 1 else []
     settled = [j for j in [total, *processes] if not j.settling]
-    candidates = [(j, j.trend.verdict == FAIL) for j in settled]
+    # Two or more lasting steps are told as a staircase first: a line through them, or one of them
+    # alone, says less about what happened.
+    candidates = [(j, j.net_failed and len(j.staircase.stairs) > 1) for j in settled]
+    candidates += [(j, j.trend.verdict == FAIL) for j in settled]
     candidates += [(j, j.step_found) for j in settled]
     candidates += [(j, j.net_failed) for j in settled]
     for judged, failed in candidates:
@@ -474,10 +485,10 @@ def _leak_evidence(outcome: Outcome, rate_per_s: float | None, confidence: float
         return _warming_text(kind, subject, chosen)
     text = trend_sentence(result, subject, kind.rate(result.slope_per_s), f"{kind.amount_range(low, high)}/h",
                           kind.rate(result.min_slope_per_s), confidence)
-    if verdict == FAIL and result.verdict != FAIL and chosen.step_found:
-        text = f"{_step_text(kind, subject, chosen.step)}; as a straight line: {text}"
-    elif verdict == FAIL and result.verdict != FAIL and chosen.net_failed:
+    if verdict == FAIL and chosen.net_failed and (len(chosen.staircase.stairs) > 1 or not chosen.step_found):
         text = f"{_staircase_text(kind, subject, chosen)}; as a straight line: {text}"
+    elif verdict == FAIL and result.verdict != FAIL and chosen.step_found:
+        text = f"{_step_text(kind, subject, chosen.step)}; as a straight line: {text}"
     parts = [text]
     if chosen.immaterial:
         parts.append(f"it grows {kind.amount(result.projected_change)} over the {duration_text(result.span_s)} "
