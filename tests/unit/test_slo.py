@@ -88,3 +88,13 @@ def test_an_answer_without_a_first_token_time_counts_its_end():
 
 def test_describe_names_each_target():
     assert SloTargets(ttft_ms=500.0, e2e_ms=20000.0).describe() == "TTFT ≤ 500 ms, E2E ≤ 20 s"
+
+
+def test_a_record_from_a_load_worker_is_judged_as_one_made_here():
+    import msgpack  # Locust's wire format between a worker and the master
+
+    slo = SloTargets(ttft_ms=200.0, itl_ms=25.0, tpot_ms=300.0, e2e_ms=2000.0)
+    for sent in (record(), record(itl_ms=(10.0, 50.0)), record(error_class="timeout")):
+        received = RequestRecord.from_wire(msgpack.unpackb(msgpack.packb(sent.to_wire())))
+        assert slo.met(received) == slo.met(sent)
+    assert [slo.met(r) for r in (record(), record(itl_ms=(10.0, 50.0)))] == [True, False]
