@@ -99,3 +99,32 @@ def test_each_scenario_has_its_own_windows_and_the_mix_stays_in_request_windows(
     assert cancel[1].errors["http_5xx"] == 1 and cancel[1].output_tokens == 80
     assert cancel[0].lag_p99_ms is None and cancel[1].lag_p99_ms == 40.0
     assert [w.requests for w in data.request_windows] == [15, 15]
+
+
+def _goodput_window(index: int, requests: int, cancelled: int, slo_met: int | None) -> RequestWindowRow:
+    return RequestWindowRow(run_id="r1", window_index=index, scenario=ALL_SCENARIOS, start_s=30.0 + 30 * index,
+                            end_s=60.0 + 30 * index, requests=requests, cancelled=cancelled, slo_met=slo_met)
+
+
+def test_the_slo_and_each_windows_good_requests_come_from_the_store_and_reach_the_summary(stored, tmp_path):
+    from soak.run.summary import goodput_of
+
+    config = {"slo": {"ttft_ms": 500.0, "itl_ms": None, "tpot_ms": None, "e2e_ms": 20000.0}}
+    run = stored(config, [_goodput_window(-1, 10, 0, 10), _goodput_window(0, 12, 2, 9),
+                          _goodput_window(1, 20, 0, 15)])
+    assert run.slo == {"ttft": 500.0, "e2e": 20000.0}
+    assert [(w.index, w.requests, w.slo_met) for w in run.request_windows] == [(-1, 10, 10), (0, 10, 9), (1, 20, 15)]
+    engine = open_database(f"sqlite:///{tmp_path / 'soak.db'}")
+    goodput = goodput_of(engine, get_run(engine, "r1"))
+    assert goodput.slo_ms == {"ttft": 500.0, "e2e": 20000.0}
+    assert (goodput.requests, goodput.good) == (30, 24) and goodput.share == pytest.approx(0.8)  # warm-up left out
+    assert [w.share for w in goodput.windows] == [pytest.approx(0.9), pytest.approx(0.75)]
+
+
+def test_a_run_without_an_slo_has_no_goodput(stored, tmp_path):
+    from soak.run.summary import goodput_of
+
+    run = stored({}, [_goodput_window(0, 12, 0, None)])
+    assert run.slo is None and run.request_windows[0].slo_met is None
+    engine = open_database(f"sqlite:///{tmp_path / 'soak.db'}")
+    assert goodput_of(engine, get_run(engine, "r1")) is None
