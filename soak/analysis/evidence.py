@@ -8,6 +8,8 @@ from soak.analysis.findings import FAIL, PASS
 from soak.analysis.fmt import duration_text, p_text
 from soak.analysis.trend import TrendResult
 
+MATERIAL_PHRASE = "grows less over the judged span than the least change that can FAIL"
+
 
 def trend_caveats(result: TrendResult, threshold_text: str) -> str:
     """Why a trend fell short of FAIL, e.g. "below the practical threshold 16.0 MiB/h"."""
@@ -17,7 +19,7 @@ def trend_caveats(result: TrendResult, threshold_text: str) -> str:
         "ci_above_half": "CI not above half the threshold",
         "practical": f"below the practical threshold {threshold_text}",
         "persistent": "does not persist in the 2nd half",
-        "material": "grows less over the judged span than the least change that can FAIL",
+        "material": MATERIAL_PHRASE,
     }
     return ", ".join(phrases[name] for name in result.failed_gates())
 

@@ -33,7 +33,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from soak.analysis.attribution import Attribution, attribute, attribution_text
-from soak.analysis.evidence import detection_sentence, settle_step, trend_sentence
+from soak.analysis.evidence import MATERIAL_PHRASE, detection_sentence, settle_step, trend_sentence
 from soak.analysis.findings import FAIL, INCONCLUSIVE, SUSPECT, Finding, inconclusive, skipped
 from soak.analysis.fmt import bytes_range_text, count_text, duration_text, hours_text, p_text, small_bytes_text
 from soak.analysis.gates import FdLeakGate, Gates, MemoryLeakGate
@@ -489,10 +489,11 @@ def _leak_evidence(outcome: Outcome, rate_per_s: float | None, confidence: float
         text = f"{_staircase_text(kind, subject, chosen)}; as a straight line: {text}"
     elif verdict == FAIL and result.verdict != FAIL and chosen.step_found:
         text = f"{_step_text(kind, subject, chosen.step)}; as a straight line: {text}"
+    if chosen.immaterial:  # the gate's general phrase, with this run's figures
+        text = text.replace(MATERIAL_PHRASE, f"it grows {kind.amount(result.projected_change)} over the "
+                            f"{duration_text(result.span_s)} judged, under the {kind.amount(chosen.min_change)} a "
+                            "slope must build before it can FAIL")
     parts = [text]
-    if chosen.immaterial:
-        parts.append(f"it grows {kind.amount(result.projected_change)} over the {duration_text(result.span_s)} "
-                     f"judged, under the {kind.amount(chosen.min_change)} a slope must build before it can FAIL")
     if verdict in (FAIL, SUSPECT):
         if rate_per_s and result.slope_per_s > 0:
             parts.append(f"{kind.amount(result.slope_per_s / rate_per_s)}/request")
@@ -508,9 +509,9 @@ def _leak_evidence(outcome: Outcome, rate_per_s: float | None, confidence: float
 def _warming_text(kind: LeakKind, subject: str, judged: Judged) -> str:
     """E.g. "RSS of X was still warming up at the end of the run (…); run ≥ 30m00s longer"."""
     cut = judged.cut
-    return (f"{subject} was still warming up at the end of the run: it rose fastest early and still moves "
-            f"in the second half (the best warm-up cut, at {duration_text(cut.t_s)}, lies in the second half of "
-            f"the judged span), so this run cannot tell where it settles or whether it then leaks; "
+    return (f"{subject} was still warming up at the end of the run: it moved fastest early and still moves "
+            f"in the second half (its warm-up had not ended by {duration_text(cut.t_s)}, half-way through the "
+            f"judged span), so this run cannot tell where it settles or whether it then leaks; "
             f"run ≥ {duration_text(_longer_s(judged))} longer")
 
 

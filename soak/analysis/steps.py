@@ -204,7 +204,10 @@ def find_staircase(t_s: np.ndarray, y: np.ndarray, min_step: float, min_points: 
     bounds = _level_changes(y)
     segments = list(zip([0, *bounds], [*bounds, y.size]))
     levels = [float(np.median(y[a:b])) for a, b in segments]
-    stairs = tuple(Stair(float(t_s[b]), b, levels[i], levels[i + 1]) for i, (_, b) in enumerate(segments[:-1])
+    # A step happened between the last point of the old level and the first of the new: its time is
+    # the midpoint (for window floors, the boundary between the two windows).
+    stairs = tuple(Stair(float(t_s[b - 1] + t_s[b]) / 2, b, levels[i], levels[i + 1])
+                   for i, (_, b) in enumerate(segments[:-1])
                    if levels[i + 1] - levels[i] >= min_step and min(levels[i + 1:]) >= (levels[i] + levels[i + 1]) / 2)
     within = float(sum(_growth_inside(t_s[a:b], y[a:b]) for a, b in segments))
     return Staircase(levels[0], levels[-1], stairs, within, min_step)
