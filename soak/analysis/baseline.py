@@ -1,8 +1,9 @@
 """`baseline.regression`: compare this run's summary.json with a baseline run's.
 
 Rows compare latency percentiles (higher is worse, relative tolerance), the error rate (higher is
-worse, absolute tolerance, since a baseline of 0 makes any relative change infinite) and output
-throughput in tokens/s (lower is worse, relative tolerance). A regression is SUSPECT, or FAIL when
+worse, absolute tolerance, since a baseline of 0 makes any relative change infinite), output
+throughput in tokens/s (lower is worse, relative tolerance) and, when both runs set the same `--slo`,
+goodput: the share of requests meeting it (lower is worse, absolute tolerance). A regression is SUSPECT, or FAIL when
 `fail_on_regression` is set.
 """
 
@@ -53,6 +54,19 @@ def _error_rate(summary: dict) -> float | None:
     return totals["errors"] / totals["requests"] if totals.get("requests") else None
 
 
+GOODPUT = "goodput"
+
+
+def _goodput(summary: dict) -> float | None:
+    share = (summary.get("goodput") or {}).get("share")
+    return float(share) if isinstance(share, (int, float)) else None
+
+
+def _same_slo(current: dict, baseline: dict) -> bool:
+    """Goodput is comparable only against the same targets: a share of other targets is another quantity."""
+    return (current.get("goodput") or {}).get("slo_ms") == (baseline.get("goodput") or {}).get("slo_ms")
+
+
 def metric_values(summary: dict) -> dict[Metric, float]:
     """The comparable numbers of one summary."""
     out = {Metric(f"latency.{k}", "ms", True, True): v for k, v in _latency_values(summary).items()}
@@ -62,6 +76,9 @@ def metric_values(summary: dict) -> dict[Metric, float]:
     tokens_per_s = _throughput(summary)
     if tokens_per_s is not None:
         out[Metric("throughput.output_tokens_per_s", "tokens/s", False, True)] = tokens_per_s
+    goodput = _goodput(summary)
+    if goodput is not None:
+        out[Metric(GOODPUT, "fraction", False, False)] = goodput
     return out
 
 
@@ -70,6 +87,8 @@ def _tolerance(metric: Metric, gates: Gates) -> float:
         return gates.baseline.latency_tolerance
     if metric.name == "error_rate":
         return gates.baseline.error_rate_tolerance
+    if metric.name == GOODPUT:
+        return gates.baseline.goodput_tolerance
     return gates.baseline.throughput_tolerance
 
 
@@ -95,7 +114,8 @@ def compare_row(metric: Metric, current: float, baseline: float, tolerance: floa
 def compare_baseline(current: dict, baseline: dict, gates: Gates) -> tuple[Finding, list[dict]]:
     """(finding, rows) comparing two summary.json dicts."""
     now, before = metric_values(current), metric_values(baseline)
-    rows = [compare_row(m, now[m], before[m], _tolerance(m, gates)) for m in now if m in before]
+    rows = [compare_row(m, now[m], before[m], _tolerance(m, gates)) for m in now
+            if m in before and (m.name != GOODPUT or _same_slo(current, baseline))]
     base_id = baseline.get("run_id", "the baseline")
     if not rows:
         return skipped(CHECK, f"No metric in common with {base_id}.", baseline_run=base_id), rows

@@ -191,6 +191,7 @@ class BaselineGate(_Strict):
     latency_tolerance: Positive = 0.10
     throughput_tolerance: Positive = 0.05
     error_rate_tolerance: Fraction = 0.001
+    goodput_tolerance: Fraction = 0.01  # the share meeting --slo, absolute (1 pp), compared under the same SLO only
     fail_on_regression: bool = False
 
 

@@ -94,20 +94,7 @@ def select_checks(summaries: list[dict[str, Any]], wanted: tuple[str, ...]) -> l
 def figures_of(summary: dict[str, Any] | None) -> dict[str, float | None]:
     """The FIGURES of one summary (None where it has none)."""
     values = {metric.name: value for metric, value in metric_values(summary).items()} if summary else {}
-    values["goodput"] = ((summary or {}).get("goodput") or {}).get("share")
     return {key: values.get(key) for key, _, _ in FIGURES}
-
-
-def goodput_delta(now: dict[str, Any], before: dict[str, Any]) -> dict[str, Any] | None:
-    """The change of the goodput share between two summaries, only when both judged the same SLO (a share
-    against other targets is another quantity); no tolerance: goodput.* say whether it matters."""
-    now_goodput, before_goodput = now.get("goodput") or {}, before.get("goodput") or {}
-    if now_goodput.get("share") is None or before_goodput.get("share") is None:
-        return None
-    if now_goodput.get("slo_ms") != before_goodput.get("slo_ms"):
-        return None
-    return {"delta": now_goodput["share"] - before_goodput["share"], "unit": "fraction", "delta_pct": None,
-            "status": None}
 
 
 def checks_of(summary: dict[str, Any] | None, checks: list[str]) -> dict[str, dict[str, Any]]:
@@ -159,9 +146,6 @@ def compare_with(row: HistoryRow, previous: HistoryRow, gates: Gates) -> None:
                                  "tolerance": item["tolerance_text"]}
                   for item in compared if item["name"] in dict.fromkeys(k for k, _, _ in FIGURES)}
     row.verdict_changes = (finding.details or {}).get("verdict_changes", [])
-    goodput = goodput_delta(row.run.summary, previous.run.summary)
-    if goodput is not None:
-        row.deltas["goodput"] = goodput
     check_deltas(row, previous)
 
 

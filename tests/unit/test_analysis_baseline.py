@@ -71,3 +71,19 @@ def test_sample_counts_are_not_compared_as_latency():
     finding, rows = compare_baseline(current, baseline, Gates())
     assert not any(r["name"].endswith(".count") for r in rows)
     assert finding.verdict == PASS and "0 improved" in finding.evidence
+
+
+def with_goodput(data, share, slo_ms=None):
+    return {**data, "goodput": {"slo_ms": slo_ms or {"ttft": 500.0}, "share": share}}
+
+
+def test_goodput_is_compared_only_under_the_same_slo():
+    finding, rows = compare_baseline(with_goodput(summary(), 0.95), with_goodput(summary(run_id="base"), 0.97), Gates())
+    row = rows_by_name(rows)["goodput"]
+    assert row["status"] == "regressed" and row["tolerance_text"] == "1 pp" and row["unit"] == "fraction"
+    assert finding.verdict == SUSPECT and "goodput" in finding.evidence
+    assert rows_by_name(compare_baseline(with_goodput(summary(), 0.965), with_goodput(summary(), 0.97),
+                                         Gates())[1])["goodput"]["status"] == "within noise"
+    other_slo = with_goodput(summary(run_id="base"), 0.99, {"ttft": 200.0})
+    assert "goodput" not in rows_by_name(compare_baseline(with_goodput(summary(), 0.95), other_slo, Gates())[1])
+    assert "goodput" not in rows_by_name(compare_baseline(summary(), with_goodput(summary(), 0.97), Gates())[1])

@@ -103,4 +103,5 @@ def test_goodput_is_a_figure_and_changes_only_between_runs_with_the_same_slo():
                          Gates())
     assert [row.figures["goodput"] for row in rows] == [0.98, 0.95, 0.90, None]
     assert rows[1].deltas["goodput"]["delta"] == pytest.approx(-0.03) and rows[1].deltas["goodput"]["unit"] == "fraction"
+    assert rows[1].deltas["goodput"]["status"] == "regressed" and rows[1].deltas["goodput"]["tolerance"] == "1 pp"
     assert "goodput" not in rows[2].deltas and "goodput" not in rows[3].deltas
