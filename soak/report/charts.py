@@ -15,7 +15,7 @@ import numpy as np
 
 from soak.report.downsample import MAX_POINTS, chart_series
 from soak.report.latency import METRIC_LABELS, window_percentile_ms
-from soak.report.markers import MARKER_AXIS_KEY, marker_axis_layout, plotly_text
+from soak.report.markers import MARKER_AXIS, MARKER_AXIS_KEY, STYLES, marker_axis_layout, plotly_text
 from soak.report.reading import Columns, group_indices
 
 MIB = 2**20
@@ -152,6 +152,26 @@ def trend_trace(finding: dict[str, Any], frame: Frame, scale: float, default_sta
         "line": {"color": "#111827", "dash": "dash", "width": 2},
         "hovertemplate": hover(name, frame),
     }
+
+
+def warmup_cut_traces(finding: dict[str, Any], frame: Frame) -> list[dict[str, Any]]:
+    """A full-height line where the data, not the configured warm-up, ended a judged series' warm-up
+    (`details.warmup`: one cut, or one per series label), named in the legend."""
+    cuts = (finding.get("details") or {}).get("warmup") or {}
+    if "method" in cuts:  # one series (the KV floor)
+        cuts = {"floor": cuts}
+    traces = []
+    for label, cut in cuts.items():
+        if not isinstance(cut, dict) or cut.get("method") != "mser-5" or not isinstance(cut.get("t_s"), (int, float)):
+            continue
+        state = "still settling" if cut.get("still_settling") else "warm-up end"
+        name = f"{state} (from the data): {label}"
+        x = round(float(cut["t_s"]) / frame.time_unit_s, 5)
+        traces.append({"type": "scatter", "mode": "lines", "name": plotly_text(name), "yaxis": MARKER_AXIS,
+                       "x": [x, x], "y": [0, 1],
+                       "hovertemplate": f"at %{{x:.3~f}} {frame.time_short}<extra>{plotly_text(name)}</extra>",
+                       "line": {"color": STYLES["warmup"]["color"], "dash": "longdash", "width": 1.5}})
+    return traces
 
 
 # ---- process memory and fds ---------------------------------------------------------------------------

@@ -109,6 +109,9 @@ def trends_by_chart(findings: list[dict[str, Any]], frame: Frame, start_s: float
         trace = charts.trend_trace(finding, frame, target[1], start_s, target[2]) if target else None
         if trace:
             by_chart.setdefault(target[0], []).append(trace)
+        chart_of = target or CHECK_TRENDS.get(str(finding.get("check")))  # a warming finding may have no fit
+        if chart_of:  # where the data ended each judged series' warm-up
+            by_chart.setdefault(chart_of[0], []).extend(charts.warmup_cut_traces(finding, frame))
     return by_chart
 
 

@@ -177,3 +177,17 @@ def test_a_run_without_an_slo_says_so_where_the_goodput_chart_would_be():
     [with_slo] = goodput_charts(_goodput_rows([0.99, 0.98]), FRAME, [], [])
     assert with_slo["figure"]["data"][0]["y"] == [99.0, 98.0]
     assert check_anchor("goodput.floor") == "chart-goodput"
+
+
+def test_a_warmup_the_data_ended_is_drawn_where_it_ended_and_the_configured_one_is_not_repeated():
+    from soak.report.context import trends_by_chart
+
+    cuts = {"server (pid 1)": {"t_s": 1800.0, "method": "mser-5", "still_settling": False},
+            "api (pid 2)": {"t_s": 180.0, "method": "configured", "still_settling": False}}
+    kv = {"t_s": 5400.0, "method": "mser-5", "still_settling": True}
+    findings = [{"check": "leak.rss", "details": {"warmup": cuts}}, {"check": "leak.kv", "details": {"warmup": kv}}]
+    by_chart = trends_by_chart(findings, FRAME, 0.0)
+    (memory,), (floor,) = by_chart["chart-memory"], by_chart["chart-kv"]
+    assert memory["x"] == [0.5, 0.5] and memory["name"] == "warm-up end (from the data): server (pid 1)"
+    assert memory["yaxis"] == "y9" and memory["y"] == [0, 1]  # full height on the markers' hidden axis
+    assert floor["x"] == [1.5, 1.5] and floor["name"] == "still settling (from the data): floor"
