@@ -13,7 +13,16 @@ from soak.config import resolve_config
 from soak.errors import ConfigError
 from soak.run.environment import capture_environment
 from soak.target import make_target
-from soak.vllm_plugin.engine_faults import FirstWorkClock, flipped, garble, leak_blocks, wrap, written_bytes
+from soak.vllm_plugin.engine_faults import (
+    FaultError,
+    FirstWorkClock,
+    flipped,
+    garble,
+    leak_blocks,
+    seam,
+    wrap,
+    written_bytes,
+)
 from soak.vllm_plugin.spec import FAULTS_ENV, PLUGIN_NAME, PLUGINS_ENV, VllmFaults, fault_environment, parse_faults
 
 
@@ -116,6 +125,14 @@ def test_the_leaked_allocation_is_written_on_every_page():
     buffer = written_bytes(3 * 4096 + 10)
     assert len(buffer) == 3 * 4096 + 10
     assert all(buffer[offset] == 0x5A for offset in range(0, len(buffer), 4096))
+
+
+def test_a_missing_seam_is_one_line_naming_it():
+    assert seam(("soak.vllm_plugin.spec", "VllmFaults"), "__init__", "rss-leak") is VllmFaults
+    with pytest.raises(FaultError, match="^--vllm-fault hang-after: this vLLM's VllmFaults has no method step;"):
+        seam(("soak.vllm_plugin.spec", "VllmFaults"), "step", "hang-after")
+    with pytest.raises(FaultError, match="^--vllm-fault rss-leak: this vLLM has no soak.nowhere.Scheduler"):
+        seam(("soak.nowhere", "Scheduler"), "_free_request", "rss-leak")
 
 
 def test_a_method_is_wrapped_once():
