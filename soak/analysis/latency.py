@@ -11,12 +11,16 @@ Latency follows load, so when the offered rate varies over the judged windows (a
 Theil–Sen / Mann–Kendall trend of trend.py decides, as for every other trend check. Either way the
 step gate (steps.py) runs on the same series (load-adjusted when the load varies), so a lasting jump
 of at least the threshold late in the run FAILs even where a straight line under-reads it.
+
+Each percentile series judges from the end of its own warm-up, found from the data (warmup.py, on the
+series at the mean load when the load varies), never before the configured one; the cut is in
+`details["warmup"]`. A series still settling at the end of the run is INCONCLUSIVE, never FAIL.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -25,9 +29,10 @@ from soak.analysis.findings import FAIL, INCONCLUSIVE, Finding, inconclusive, sk
 from soak.analysis.fmt import duration_text, ms_text, p_text
 from soak.analysis.gates import Gates
 from soak.analysis.inputs import RunData
-from soak.analysis.load_model import LoadFit, LoadSeries, fit_with_load, offered_load
+from soak.analysis.load_model import LoadFit, LoadSeries, decelerates, fit_with_load, offered_load
 from soak.analysis.steps import StepResult, find_step
 from soak.analysis.trend import TrendResult, TrendSpec, assess_trend, trend_verdict
+from soak.analysis.warmup import WarmupCut, settle_index
 
 PERCENTILE_LEVELS = (("p99", 1000), ("p95", 200), ("p90", 100))
 METRIC_LABELS = {"ttft": "TTFT", "itl": "ITL", "e2e": "E2E latency"}
@@ -67,10 +72,15 @@ class CreepSeries:
     t_s: np.ndarray
     log_ms: np.ndarray
     spans: list[tuple[int, float, float]]
+    run_span_s: float  # the judged span before any warm-up cut: a rise "over the run" is the rate over it
 
     @property
     def subject(self) -> str:
         return f"{self.level.upper()} {METRIC_LABELS[self.metric]}"
+
+    def from_index(self, first: int) -> CreepSeries:
+        """The series from its `first` point on (the warm-up found from the data dropped)."""
+        return replace(self, t_s=self.t_s[first:], log_ms=self.log_ms[first:], spans=self.spans[first:])
 
 
 def check_creep(run: RunData, gates: Gates, metric: str, rise_frac: float) -> Finding:
@@ -86,15 +96,51 @@ def check_creep(run: RunData, gates: Gates, metric: str, rise_frac: float) -> Fi
                             percentile_used=level, details={"usable_windows": usable})
     need = dict(PERCENTILE_LEVELS)[level]
     kept = [(w, s.percentile_ms(level)) for w, s in rows if s.count >= need]
+    t_s = np.array([w.end_s * 0.5 + w.start_s * 0.5 for w, _ in kept])
     series = CreepSeries(
-        check, metric, level, rise_frac, len(rows),
-        t_s=np.array([w.end_s * 0.5 + w.start_s * 0.5 for w, _ in kept]),
+        check, metric, level, rise_frac, len(rows), t_s=t_s,
         log_ms=np.log(np.maximum([v for _, v in kept], 1e-9)),
-        spans=[(w.index, w.start_s, w.end_s) for w, _ in kept])
+        spans=[(w.index, w.start_s, w.end_s) for w, _ in kept],
+        run_span_s=max(float(t_s.max() - t_s.min()), 1.0))
     load = offered_load(run, series.spans)
-    if load is not None and load.matters():
-        return _creep_at_load(series, load, gates)
-    return _creep_over_time(series, gates)
+    cut = warmup_cut(series, load, run.warmup_s, gates)
+    if cut.still_settling:
+        return _settling_finding(series, cut)
+    if cut.index > 0:
+        series = series.from_index(cut.index)
+        load = offered_load(run, series.spans)
+    finding = _creep_at_load(series, load, gates) if load is not None and load.matters() else \
+        _creep_over_time(series, gates)
+    finding.details["warmup"] = cut.to_dict()
+    return finding
+
+
+def warmup_cut(series: CreepSeries, load: LoadSeries | None, floor_s: float, gates: Gates) -> WarmupCut:
+    """Where the series' warm-up ends, from the data (warmup.py), never before the configured one.
+    Under a varying load it is found on the series at the mean load, so a run that starts at the
+    day's peak is not taken for one still settling."""
+    values = series.log_ms
+    if load is not None and load.matters() and series.t_s.size > 4:
+        values = fit_with_load(series.t_s, series.log_ms, load.values, gates.confidence).adjusted
+    cut = settle_index(series.t_s, values, floor_s)
+    if cut.still_settling and not decelerates(series.t_s, values, gates.p_value):
+        # A window percentile is noisier than memory: the thirds of a straight creep slow down by
+        # chance in about one run in ten; "still settling" needs the bend itself to be significant.
+        return WarmupCut(float(series.t_s[0]), 0, floor_s=floor_s)
+    return cut
+
+
+def _settling_finding(series: CreepSeries, cut: WarmupCut) -> Finding:
+    """A percentile still settling at the end of the run: no creep can be told from its warm-up."""
+    longer_s = max(float(series.t_s[-1]) - cut.floor_s, 0.0)
+    return inconclusive(
+        series.check, f"{series.subject} was still warming up at the end of the run: it moved fastest early and "
+        "still moves in the second half, so this run cannot tell where it settles or whether it then creeps; "
+        f"run ≥ {duration_text(longer_s)} longer.",
+        percentile_used=series.level, threshold=100 * series.rise_frac, unit="% over run",
+        next_step=f"run ≥ {duration_text(longer_s)} longer, so the {series.subject} warm-up ends in the first half "
+                  "of what is judged",
+        details={"warmup": cut.to_dict(), "windows_judged": series.judged, "series_unit": "ms"})
 
 
 def _too_few_text(metric: str, rows: list, usable: int, min_windows: int) -> str:
@@ -107,8 +153,7 @@ def _rise_pct(log_change: float) -> float:
 
 
 def _spec(series: CreepSeries, gates: Gates) -> TrendSpec:
-    span_s = max(float(series.t_s.max() - series.t_s.min()), 1.0)
-    return gates.trend_spec(math.log1p(series.rise_frac) / span_s)
+    return gates.trend_spec(math.log1p(series.rise_frac) / series.run_span_s)
 
 
 def _step(t_s: np.ndarray, log_ms: np.ndarray, series: CreepSeries, gates: Gates) -> StepResult | None:
@@ -120,7 +165,7 @@ def _step(t_s: np.ndarray, log_ms: np.ndarray, series: CreepSeries, gates: Gates
 def _creep_over_time(series: CreepSeries, gates: Gates) -> Finding:
     """Flat load: the shared Theil–Sen / Mann–Kendall trend, plus the step gate."""
     result = assess_trend(series.t_s, series.log_ms, _spec(series, gates))
-    span = result.span_s
+    span = series.run_span_s
     rise = _rise_pct(result.slope_per_s * span)
     low, high = (_rise_pct(c * span) for c in result.ci_per_s)
     evidence = trend_sentence(result, series.subject, f"{rise:+.1f} % over the run",
@@ -161,7 +206,7 @@ def _fit_result(fit: LoadFit, spec: TrendSpec) -> TrendResult:
 
 
 def _at_load_sentence(series: CreepSeries, result: TrendResult, confidence: float) -> str:
-    span = result.span_s
+    span = series.run_span_s
     rise = _rise_pct(result.slope_per_s * span)
     low, high = (_rise_pct(c * span) for c in result.ci_per_s)
     verb = "rises" if rise > 0 else ("falls" if rise < 0 else "is flat at")
@@ -176,12 +221,12 @@ def _collinear_finding(series: CreepSeries, result: TrendResult, load: LoadSerie
                        fit: LoadFit) -> Finding:
     """Time and load moved together (a pure ramp): a creep cannot be told from latency following
     load, so no fitted rise is quoted as if it were one."""
-    span = result.span_s
+    span = series.run_span_s
     low, high = (_rise_pct(c * span) for c in result.ci_per_s)
     evidence = (f"The {load.source} moved with time ({load.range_text()}, R² {fit.collinearity:.2f} of time "
                 f"on load), so a {series.subject} creep cannot be told from latency following load; "
                 "a run with the load held (or varied back and forth) can tell")
-    details.update({"windows_judged": series.judged, "span_s": span, "series_unit": "ms"})
+    details.update({"windows_judged": series.judged, "span_s": result.span_s, "series_unit": "ms"})
     return Finding(check=series.check, verdict=INCONCLUSIVE, value=_rise_pct(result.slope_per_s * span),
                    unit="% over run", ci=(low, high), threshold=100 * series.rise_frac, evidence=evidence,
                    percentile_used=series.level, detection_limit=high, details=details,
@@ -194,11 +239,11 @@ def _creep_finding(series: CreepSeries, result: TrendResult, evidence: str, deta
     """The finding of either path: the trend's verdict; a found step makes a trend short of FAIL a
     FAIL, with the step's size as the value (a steady creep also shows a "step" at its best split,
     so a trend that FAILs on its own keeps its fitted rise)."""
-    span = result.span_s
+    span = series.run_span_s
     rise = _rise_pct(result.slope_per_s * span)
     low, high = (_rise_pct(c * span) for c in result.ci_per_s)
     start_ms = math.exp(result.intercept)
-    end_ms = math.exp(result.intercept + result.slope_per_s * span)
+    end_ms = math.exp(result.intercept + result.slope_per_s * result.span_s)
     verdict, value, ci = result.verdict, rise, (low, high)
     if step is not None:
         details["step"] = step.to_dict()
@@ -212,7 +257,7 @@ def _creep_finding(series: CreepSeries, result: TrendResult, evidence: str, deta
     sentence = detection_sentence(result, lambda s: f"+{_rise_pct(s * span):.1f} %")
     if sentence and verdict != FAIL:
         evidence += f"; {sentence}"
-    details.update({"windows_judged": series.judged, "span_s": span, "series_unit": "ms",
+    details.update({"windows_judged": series.judged, "span_s": result.span_s, "series_unit": "ms",
                     "fitted_start_ms": start_ms, "fitted_end_ms": end_ms})
     return Finding(check=series.check, verdict=verdict, value=value, unit="% over run", ci=ci,
                    threshold=100 * series.rise_frac, evidence=evidence, percentile_used=series.level,

@@ -230,3 +230,15 @@ def _r_squared(target: np.ndarray, others: np.ndarray) -> float:
     residual = target - others @ coef
     total = float(((target - target.mean()) ** 2).sum())
     return 1.0 - float(residual @ residual) / total if total > 0 else 1.0
+
+
+def decelerates(t_s: np.ndarray, y: np.ndarray, p_value: float) -> bool:
+    """Whether y bends towards a level: in a robust fit of y on [1, τ, τ²] (τ the time scaled to
+    0–1) the curvature opposes the slope, significant at `p_value` with the AR(1)-widened error."""
+    tau = (t_s - t_s[0]) / max(float(t_s[-1] - t_s[0]), 1e-9)
+    design = np.column_stack([np.ones_like(y), tau, tau * tau - (tau * tau).mean()])
+    coef, psi, slope_of_psi = huber_fit(design, y)
+    se = _ar1_se(design, psi, slope_of_psi, 2)
+    df = max(y.size - design.shape[1], 1)
+    bends_back = coef[1] * coef[2] < 0
+    return bool(bends_back and se > 0 and 2 * student_t.sf(abs(coef[2]) / se, df) < p_value)

@@ -185,6 +185,20 @@ def trial_creep_daily(start_h: float | None) -> Trial:
     return trial
 
 
+def trial_creep_warmup_tail(rng: np.random.Generator, scenario: Scenario, multiple: float, gates: Gates) -> Finding:
+    """Flat load; TTFT settles from 20–100 % above or below its steady level (a cache filling, a batch
+    growing to its steady size) with a time constant of 2–12 % of the run, so the tail reaches well
+    past the configured warm-up; a creep of `multiple` × rise_frac planted over the judged span."""
+    run = bare_scenario_run(scenario)
+    mids = np.array([w.mid_s for w in run.windows])
+    direction = rng.choice([-1.0, 1.0])
+    tail = direction * rng.uniform(0.2, 0.7) * np.exp(-mids / (rng.uniform(0.02, 0.12) * scenario.run_s))
+    creep = (1 + multiple * gates.creep.ttft_p99.rise_frac) ** _shares(run, run.windows)
+    counts = _counts(rng, run.windows, np.full(len(run.windows), scenario.rate_per_s))
+    stats = latency_series_shaped(rng, LatencyModel(median_ms=150.0), run.windows, counts, np.exp(tail) * creep)
+    return latency.check_ttft(_latency_run(run, run.windows, stats), gates)
+
+
 # ---------------------------------------------------------------------------------------------
 # Errors: a late ramp, a late step
 
@@ -262,4 +276,7 @@ CASES = [Case("creep.ttft_p99", "steady", trial_creep),
 # over one cycle (see diurnal-rising), so no power is claimed; the goal is no FAIL on a healthy server.
 CASES += [Case("creep.ttft_p99", f"diurnal-from-{hour:02d}h", trial_creep_daily(hour), ("2h", "24h"), power=False)
           for hour in START_HOURS]
-CASES += [Case("creep.ttft_p99", "diurnal-any-hour", trial_creep_daily(None), ("30m", "72h"), power=False)]
+CASES += [Case("creep.ttft_p99", "diurnal-any-hour", trial_creep_daily(None), ("30m", "72h"), power=False),
+          # A tail still moving through the first third of the run and a creep on top read as a warm-up
+          # still under way (INCONCLUSIVE, "run longer") in 6–10 % of runs: power at 2× is 85–91 %, not claimed.
+          Case("creep.ttft_p99", "warmup-tail", trial_creep_warmup_tail, ("30m", "1h", "2h"), power=False)]

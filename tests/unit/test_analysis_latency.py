@@ -212,3 +212,27 @@ def test_load_drift_is_told_from_counting_noise():
     drifting = LoadSeries(rising / 150, "offered rate", "req/s", rising, t_s)
     assert drifting.drifts() and drifting.matters()
     assert not LoadSeries(rising / 150, "mean in-flight requests", "in flight").drifts()
+
+
+def test_a_percentile_still_settling_at_the_end_is_inconclusive_not_fail():
+    # P99 climbing towards its level (a batch growing to its steady size) and still climbing at the end.
+    rng = np.random.default_rng(30)
+    finding = check_ttft(windows_with(5000, lambda w: 800 * math.exp(-0.8 * math.exp(-w.mid_s / (0.3 * RUN_S))
+                                                                      + rng.normal(0, 0.02))), Gates())
+    assert finding.verdict == INCONCLUSIVE, finding.evidence
+    assert "still warming up at the end of the run" in finding.evidence and "longer" in finding.next_step
+    assert finding.details["warmup"]["still_settling"]
+
+
+def test_a_warm_up_tail_is_cut_from_the_data_and_the_cut_is_in_the_details():
+    rng = np.random.default_rng(31)
+    finding = check_ttft(windows_with(5000, lambda w: 800 * math.exp(-0.6 * math.exp(-w.mid_s / (0.06 * RUN_S))
+                                                                      + rng.normal(0, 0.02))), Gates())
+    assert finding.verdict == PASS, finding.evidence
+    cut = finding.details["warmup"]
+    assert cut["method"] == "mser-5" and not cut["still_settling"] and cut["t_s"] > 2 * 3600
+
+
+def test_a_straight_creep_is_not_taken_for_a_warm_up():
+    finding = check_e2e(windows_with(5000, noisy(32, creep_frac=1.0)), Gates())
+    assert finding.verdict == FAIL and finding.details["warmup"]["method"] == "configured"
