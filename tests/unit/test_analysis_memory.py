@@ -371,3 +371,16 @@ def test_the_warmup_cut_per_series_is_in_the_details_and_a_tail_is_cut_away():
     assert cuts["api (pid 2)"]["method"] == "configured" and cuts["api (pid 2)"]["t_s"] >= run.warmup_s
     entry = next(p for p in finding.per_process if p["name"] == "EngineCore")
     assert entry["warmup"] == cuts["EngineCore (pid 1)"]
+
+
+def test_a_warmup_cut_that_would_leave_too_few_probe_readings_is_not_taken():
+    # 24 hourly probe readings: a data-driven cut may take up to half, which would leave fewer than 20.
+    t_probe = np.arange(1.0, 25.0) * 3600
+    rss = 1 * GIB - 200 * MIB * np.exp(-t_probe / 10800.0) + np.random.default_rng(2).normal(0, MIB, t_probe.size)
+    probes = tuple(ProbeReading(t, 0.0, 0.0, 0.0, True, (ProcessReading(1, "server", float(v)),))
+                   for t, v in zip(t_probe, rss))
+    run = bare_run(86400.0, processes=(flat_process(1, "server", 1 * GIB, run_s=86400.0),), probes=probes,
+                   probes_ran=True)
+    finding = check_rss(run, Gates())
+    assert finding.details["source"] == "idle-probe readings" and finding.details["points"] >= 20
+    assert finding.details["warmup"]["server (pid 1)"]["method"] == "configured"
