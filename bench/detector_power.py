@@ -8,8 +8,11 @@ Each row is one case (a detector on one shape of run: `steady`, or a planted loa
 onset, step…) on one scenario (run length and load). FPR = share of healthy runs judged FAIL (for
 errors.bursts, which is SUSPECT unless gated: judged anything but PASS). PASS@0 = share of healthy
 runs that earned a PASS (the rest are INCONCLUSIVE or SUSPECT: the run could not rule a fault out).
-Power = the FAIL share with a fault of 1× and 2× the practical threshold planted. Goals: FPR ≤ 1 %
-everywhere, power@2x ≥ 90 % where the case claims power. See tests/support/proof.py.
+Power = the FAIL share with a fault of 1× and 2× the practical threshold planted; brackets where the
+case claims none. Beside FPR and power@2x: their 95 % Wilson interval over the trials. Goals: FPR ≤ 1 %
+everywhere, power@2x ≥ 90 % where the case claims power. The last line counts, over every trial of
+every row, the SUSPECT findings of a required check and how many of them a run whose other required
+checks all PASSed would still have called PASS (goal: 0). See tests/support/proof.py.
 
 With --early-stop it prints the early-stop rule's table instead (tests/support/proof_early_stop.py):
 false stops = share of healthy runs it would have ended early (goal ≤ 1 %, as the FPR); stop@1x and
@@ -24,6 +27,7 @@ import sys
 import time
 from pathlib import Path
 
+from soak.analysis.error_checks import wilson_interval
 from soak.analysis.findings import PASS, SUSPECT
 
 # The detectors' proof is test support (tests/support/), not part of the installed package.
@@ -52,15 +56,30 @@ def selected(names: str | None, checks: str | None = None) -> list[Case]:
     return chosen
 
 
-def row(case: Case, scenario: str, trials: int, seed: int) -> str:
+def interval(rates: Rates) -> str:
+    """The 95 % Wilson interval of the flagged share, in per cent."""
+    low, high = wilson_interval(round(flagged(rates) * rates.trials), rates.trials, 0.95)
+    return f"{100 * low:.1f}–{100 * high:.1f}"
+
+
+def row(case: Case, scenario: str, trials: int, seed: int) -> tuple[str, list[Rates]]:
     started = time.perf_counter()
     healthy = detector_rates(case.key, trials, seed, 0.0, scenario)
     at_1x = detector_rates(case.key, trials // 2, seed + 1, 1.0, scenario)
     at_2x = detector_rates(case.key, trials // 2, seed + 2, 2.0, scenario)
     suspect = healthy.rate(SUSPECT)
     power = f"{flagged(at_2x):9.1%}" if case.power else f"{'(' + format(flagged(at_2x), '.1%') + ')':>9}"
-    return (f"{case.key:34} {scenario:10} {flagged(healthy):7.2%} {healthy.rate(PASS):7.1%} {suspect:9.1%} "
-            f"{flagged(at_1x):9.1%} {power} {time.perf_counter() - started:6.1f}")
+    text = (f"{case.key:40} {scenario:9} {flagged(healthy):6.2%} {interval(healthy):>9} {healthy.rate(PASS):7.1%} "
+            f"{suspect:9.1%} {flagged(at_1x):8.1%} {power} {interval(at_2x):>10} {time.perf_counter() - started:6.1f}")
+    return text, [healthy, at_1x, at_2x]
+
+
+def suspect_line(all_rates: list[Rates]) -> str:
+    suspects = sum(r.required_suspects for r in all_rates)
+    passed = sum(r.passed_over_suspect for r in all_rates)
+    trials = sum(r.trials for r in all_rates)
+    return (f"overall PASS while a required check SUSPECT: {passed} of {suspects} "
+            f"(required-check SUSPECTs over {trials} trials)")
 
 
 def early_stop_row(case: str, scenario: str, trials: int, seed: int) -> str:
@@ -97,11 +116,16 @@ def main() -> None:
     if args.early_stop:
         early_stop_table(args.trials, args.seed, wanted)
         return
-    print(f"{'case':34} {'scenario':10} {'FPR':>7} {'PASS@0':>7} {'SUSPECT@0':>9} {'power@1x':>9} {'power@2x':>9} {'secs':>6}")
+    print(f"{'case':40} {'scenario':9} {'FPR':>6} {'FPR CI %':>9} {'PASS@0':>7} {'SUSPECT@0':>9} {'power@1x':>8} "
+          f"{'power@2x':>9} {'2x CI %':>10} {'secs':>6}")
+    all_rates: list[Rates] = []
     for case in selected(args.cases, args.checks):
         for scenario in case.scenarios:
             if wanted is None or scenario in wanted:
-                print(row(case, scenario, args.trials, args.seed), flush=True)
+                text, rates = row(case, scenario, args.trials, args.seed)
+                all_rates += rates
+                print(text, flush=True)
+    print(suspect_line(all_rates))
 
 
 if __name__ == "__main__":

@@ -15,11 +15,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from soak.analysis.findings import FAIL, Finding
+from soak.analysis.findings import FAIL, PASS, SUSPECT, Finding
 from soak.analysis.gates import Gates
 from soak.analysis.inputs import (
     RunData,
 )
+from soak.analysis.verdict import overall_verdict, required_checks
 from soak.analysis.windows import plan_windows
 from soak.config import default_warmup_s, default_window_s
 
@@ -93,11 +94,17 @@ def _all_cases() -> dict[str, Case]:
 
 @dataclass(frozen=True)
 class Rates:
+    """Verdict counts of one case on one scenario; `required_suspects` counts the SUSPECT findings of a
+    required check, and `passed_over_suspect` how many of those a run whose other required checks all
+    PASSed would still have called PASS (the earned-PASS rule says none)."""
+
     check: str
     scenario: str
     multiple: float
     trials: int
     verdicts: dict[str, int]
+    required_suspects: int = 0
+    passed_over_suspect: int = 0
 
     @property
     def fail_rate(self) -> float:
@@ -114,8 +121,23 @@ def detector_rates(check: str, trials: int, seed: int, multiple: float, scenario
     gates = gates or Gates()
     rng = np.random.default_rng(seed)
     trial = cases()[check].trial
-    verdicts = Counter(trial(rng, SCENARIOS[scenario], multiple, gates).verdict for _ in range(trials))
-    return Rates(check, scenario, multiple, trials, dict(verdicts))
+    findings = [trial(rng, SCENARIOS[scenario], multiple, gates) for _ in range(trials)]
+    suspects = [f for f in findings if f.verdict == SUSPECT and f.check in _required(f, gates)]
+    passed = sum(overall_with(f, gates) == PASS for f in suspects)
+    return Rates(check, scenario, multiple, trials, dict(Counter(f.verdict for f in findings)),
+                 len(suspects), passed)
+
+
+def _required(finding: Finding, gates: Gates) -> list[str]:
+    return required_checks([finding], gates, gpu_seen=True, probes_ran=True)
+
+
+def overall_with(finding: Finding, gates: Gates) -> str:
+    """The run's verdict when `finding` sits among PASSes of every other required check."""
+    others = [Finding(check=name, verdict=PASS, evidence="PASS") for name in _required(finding, gates)
+              if name != finding.check]
+    verdict, _ = overall_verdict([finding, *others], gates, gpu_seen=True, probes_ran=True)
+    return verdict
 
 
 def cases() -> dict[str, Case]:
