@@ -14,7 +14,8 @@ of at least the threshold late in the run FAILs even where a straight line under
 
 Each percentile series judges from the end of its own warm-up, found from the data (warmup.py, on the
 series at the mean load when the load varies), never before the configured one; the cut is in
-`details["warmup"]`. A series still settling at the end of the run is INCONCLUSIVE, never FAIL.
+`details["warmup"]` under the series' name ("P99 TTFT"), drawn on its chart. A series still settling
+at the end of the run is INCONCLUSIVE, never FAIL.
 """
 
 from __future__ import annotations
@@ -111,7 +112,7 @@ def check_creep(run: RunData, gates: Gates, metric: str, rise_frac: float) -> Fi
         load = offered_load(run, series.spans)
     finding = _creep_at_load(series, load, gates) if load is not None and load.matters() else \
         _creep_over_time(series, gates)
-    finding.details["warmup"] = cut.to_dict()
+    finding.details["warmup"] = {series.subject: cut.to_dict()}
     return finding
 
 
@@ -140,7 +141,7 @@ def _settling_finding(series: CreepSeries, cut: WarmupCut) -> Finding:
         percentile_used=series.level, threshold=100 * series.rise_frac, unit="% over run",
         next_step=f"run ≥ {duration_text(longer_s)} longer, so the {series.subject} warm-up ends in the first half "
                   "of what is judged",
-        details={"warmup": cut.to_dict(), "windows_judged": series.judged, "series_unit": "ms"})
+        details={"warmup": {series.subject: cut.to_dict()}, "windows_judged": series.judged, "series_unit": "ms"})
 
 
 def _too_few_text(metric: str, rows: list, usable: int, min_windows: int) -> str:

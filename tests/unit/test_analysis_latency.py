@@ -221,7 +221,7 @@ def test_a_percentile_still_settling_at_the_end_is_inconclusive_not_fail():
                                                                       + rng.normal(0, 0.02))), Gates())
     assert finding.verdict == INCONCLUSIVE, finding.evidence
     assert "still warming up at the end of the run" in finding.evidence and "longer" in finding.next_step
-    assert finding.details["warmup"]["still_settling"]
+    assert finding.details["warmup"]["P99 TTFT"]["still_settling"]
 
 
 def test_a_warm_up_tail_is_cut_from_the_data_and_the_cut_is_in_the_details():
@@ -229,10 +229,22 @@ def test_a_warm_up_tail_is_cut_from_the_data_and_the_cut_is_in_the_details():
     finding = check_ttft(windows_with(5000, lambda w: 800 * math.exp(-0.6 * math.exp(-w.mid_s / (0.06 * RUN_S))
                                                                       + rng.normal(0, 0.02))), Gates())
     assert finding.verdict == PASS, finding.evidence
-    cut = finding.details["warmup"]
+    cut = finding.details["warmup"]["P99 TTFT"]
     assert cut["method"] == "mser-5" and not cut["still_settling"] and cut["t_s"] > 2 * 3600
 
 
 def test_a_straight_creep_is_not_taken_for_a_warm_up():
     finding = check_e2e(windows_with(5000, noisy(32, creep_frac=1.0)), Gates())
-    assert finding.verdict == FAIL and finding.details["warmup"]["method"] == "configured"
+    assert finding.verdict == FAIL and finding.details["warmup"]["P99 E2E latency"]["method"] == "configured"
+
+
+def test_the_cut_the_data_found_is_drawn_on_the_latency_chart():
+    from soak.report.charts import Frame
+    from soak.report.context import trends_by_chart
+    rng = np.random.default_rng(31)
+    finding = check_ttft(windows_with(5000, lambda w: 800 * math.exp(-0.6 * math.exp(-w.mid_s / (0.06 * RUN_S))
+                                                                      + rng.normal(0, 0.02))), Gates())
+    frame = Frame(time_unit_s=3600.0, time_label="hours since start", end_s=RUN_S)
+    lines = trends_by_chart([finding.to_dict()], frame, 0.0)["chart-ttft"]
+    cut_h = round(finding.details["warmup"]["P99 TTFT"]["t_s"] / 3600, 5)
+    assert any(t["name"] == "warm-up end (from the data): P99 TTFT" and t["x"] == [cut_h, cut_h] for t in lines)
