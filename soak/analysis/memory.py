@@ -324,8 +324,7 @@ def judge(series: Series, gates: Gates, limits: Limits, p_value: float, floor_s:
         min_shift = max(limits.threshold_per_s * trend.span_s, limits.min_change)
         step = find_step(series.t_s, series.values, StepSpec(min_shift, p_value / 2))
         if limits.net_growth is not None:
-            # One stair may be smaller than a step that FAILs alone: it is their sum that is judged.
-            staircase = find_staircase(series.t_s, series.values, limits.min_change / 2, spec.min_points)
+            staircase = find_staircase(series.t_s, series.values, limits.min_change, spec.min_points)
     return Judged(series, trend, step, cut, staircase, limits.net_growth, limits.min_change)
 
 

@@ -147,6 +147,7 @@ def _resolution(y: np.ndarray) -> float:
 STAIR_PENALTY_LOG_N = 3.0   # PELT penalty: 3·log(n)·σ², a BIC-like price per change-point
 STAIR_MIN_SIZE = 3          # points per segment: a change in the last two points cannot show it lasts
 RAMP_SHARE = 0.5            # growth inside the segments above half the steps' sum: a ramp, not a staircase
+LINE_SHARE = 0.5            # the levels must leave at most half the squared residue a straight line leaves
 
 
 @dataclass(frozen=True)
@@ -174,6 +175,7 @@ class Staircase:
     stairs: tuple[Stair, ...]
     within: float
     min_step: float
+    levels_vs_line: float = 0.0  # squared residue around the levels ÷ around one straight line
 
     @property
     def net(self) -> float:
@@ -185,12 +187,15 @@ class Staircase:
 
     @property
     def is_staircase(self) -> bool:
-        """Growth by steps, not a ramp cut into pieces."""
-        return bool(self.stairs) and self.within <= RAMP_SHARE * self.stepped
+        """Growth by steps, not a ramp cut into pieces: little growth inside the segments, and levels
+        that fit the series far better than one straight line does."""
+        return (bool(self.stairs) and self.within <= RAMP_SHARE * self.stepped
+                and self.levels_vs_line <= LINE_SHARE)
 
     def to_dict(self) -> dict:
         return {"first": self.first, "last": self.last, "net": self.net, "stepped": self.stepped,
-                "within": self.within, "min_step": self.min_step, "is_staircase": self.is_staircase,
+                "within": self.within, "min_step": self.min_step, "levels_vs_line": self.levels_vs_line,
+                "is_staircase": self.is_staircase,
                 "stairs": [{"t_s": s.t_s, "before": s.before, "after": s.after, "shift": s.shift}
                            for s in self.stairs]}
 
@@ -210,7 +215,18 @@ def find_staircase(t_s: np.ndarray, y: np.ndarray, min_step: float, min_points: 
                    for i, (_, b) in enumerate(segments[:-1])
                    if levels[i + 1] - levels[i] >= min_step and min(levels[i + 1:]) >= (levels[i] + levels[i + 1]) / 2)
     within = float(sum(_growth_inside(t_s[a:b], y[a:b]) for a, b in segments))
-    return Staircase(levels[0], levels[-1], stairs, within, min_step)
+    return Staircase(levels[0], levels[-1], stairs, within, min_step, _levels_vs_line(t_s, y, segments, levels))
+
+
+def _levels_vs_line(t_s: np.ndarray, y: np.ndarray, segments: list[tuple[int, int]], levels: list[float]) -> float:
+    """Squared residue around the segment levels over that around the series' Theil–Sen line: near 1 for
+    a ramp cut into pieces, far under 1 for a staircase."""
+    from scipy.stats import theilslopes
+
+    fitted = np.concatenate([np.full(b - a, level) for (a, b), level in zip(segments, levels)])
+    slope, intercept = theilslopes(y, t_s)[:2] if np.ptp(y) else (0.0, float(y[0]))
+    line_residue = float(np.sum((y - (intercept + slope * t_s)) ** 2))
+    return float(np.sum((y - fitted) ** 2)) / line_residue if line_residue > 0 else 1.0
 
 
 def _level_changes(y: np.ndarray) -> list[int]:

@@ -47,3 +47,24 @@ def test_noise_alone_is_not_significant():
 def test_too_few_or_flat_points_give_none():
     assert find_step(T_S[:10], np.arange(10.0), StepSpec(min_shift=1.0)) is None
     assert find_step(T_S, np.full(48, 3.0), StepSpec(min_shift=1.0)) is None
+
+
+def test_lasting_steps_are_found_with_their_times_and_a_bump_that_returns_is_not():
+    from soak.analysis.steps import find_staircase
+
+    hours = T_S / 3600
+    stairs = find_staircase(T_S, noisy(50.0 * (hours > 12) + 60.0 * (hours > 18), sd=3.0), min_step=20.0)
+    assert stairs.is_staircase and len(stairs.stairs) == 2
+    assert [s.shift for s in stairs.stairs] == [pytest.approx(50, abs=4), pytest.approx(60, abs=4)]
+    assert [s.t_s / 3600 for s in stairs.stairs] == [12.25, 18.25]  # between the last old and first new point
+    assert stairs.net == pytest.approx(110, abs=5) and stairs.to_dict()["is_staircase"] is True
+    bump = find_staircase(T_S, noisy(50.0 * ((hours > 10) & (hours < 16)), sd=3.0), min_step=20.0)
+    assert not bump.stairs and abs(bump.net) < 5
+
+
+def test_a_ramp_cut_into_pieces_is_not_a_staircase():
+    from soak.analysis.steps import find_staircase
+
+    for seed in range(10):
+        ramp = find_staircase(T_S, noisy(np.linspace(0, 110.0, 48), sd=14.0, seed=seed), min_step=20.0)
+        assert not ramp.is_staircase, ramp.to_dict()
