@@ -340,13 +340,14 @@ def observed_rise(values: np.ndarray) -> float:
 
 
 def material_trend(trend: TrendResult, observed: float, min_change: float) -> TrendResult:
-    """The trend with a `material` gate when it would FAIL: both its fitted rise over the judged span
-    and the rise observed from the first tenth to the last must reach `min_change`. A short run whose
+    """The trend with a `material` gate when it would FAIL: both the rise over the judged span at the
+    lower end of the slope's interval and the rise observed from the first tenth to the last must
+    reach `min_change`. A short run whose
     slope is over the threshold but whose memory grew only a few MiB cannot tell slow wander or a
     long warm-up from a leak; it ends SUSPECT, never FAIL."""
     if trend.verdict != FAIL or min_change <= 0:
         return trend
-    gates = {**trend.gates, "material": min(trend.projected_change, observed) >= min_change}
+    gates = {**trend.gates, "material": min(trend.ci_per_s[0] * trend.span_s, observed) >= min_change}
     return replace(trend, gates=gates,
                    verdict=trend_verdict(gates, trend.slope_per_s, trend.ci_per_s[1], trend.min_slope_per_s))
 
