@@ -52,5 +52,10 @@ def test_reference_server_port_in_use(soak_cli):
 
 def test_unknown_run_id(soak_cli, tmp_path):
     result = soak_cli("report", "20990101T000000Z-dead", "--out", str(tmp_path))
+    assert result.returncode == 2  # no database yet: said so, and none is made
+    assert f"no database at {tmp_path / 'soak.db'}" in _one_error_line(result.stderr)
+    assert not (tmp_path / "soak.db").exists()
+    soak_cli("schedule", "add", "x", "--cron", "@daily", "--out", str(tmp_path), "--", "--minutes", "1")
+    result = soak_cli("report", "20990101T000000Z-dead", "--out", str(tmp_path))
     assert result.returncode == 2
     assert "unknown run id" in _one_error_line(result.stderr)

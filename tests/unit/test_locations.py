@@ -90,7 +90,7 @@ def _walk(group: click.Group, prefix: tuple[str, ...] = ()):
     for name, command in sorted(group.commands.items()):
         if isinstance(command, click.Group):
             yield from _walk(command, prefix + (name,))
-        elif name not in ("refserver", "worker"):  # neither touches runs: a worker never sees the database
+        elif name not in ("refserver", "worker") and prefix[:1] != ("model",):  # none of these touches runs
             yield prefix + (name,), command
 
 
