@@ -104,6 +104,9 @@ class KvGate(_Strict):
     max_kv_usage: Fraction = 0.001
     max_running: Annotated[float, Field(ge=0)] = 0.0
     floor_slope_per_h: Fraction | None = None
+    # Without probes a window's floor follows the load too (longer requests hold blocks at every moment), so a
+    # lasting step of the floor counts from this share of the cache, however long the run.
+    floor_min_step: Fraction = 0.05
 
     def floor_threshold_per_h(self, start_floor: float, horizon_s: float) -> float:
         """The user's figure, else the rate that would fill the rest of the cache (1 − starting

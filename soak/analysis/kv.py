@@ -150,7 +150,8 @@ def check_floor(run: RunData, gates: Gates) -> Finding:
     floors = np.where(np.arange(floors.size) < cut.index, np.nan, floors)
     threshold_per_s, start = floor_threshold_per_s(floors, gates.leak.kv, run.horizon_s)
     trend = assess_trend(t_s, floors, gates.trend_spec(threshold_per_s, persistence=True))
-    step = find_step(t_s, floors, gates.step_spec(threshold_per_s * trend.span_s))
+    min_step = max(threshold_per_s * trend.span_s, gates.leak.kv.floor_min_step)
+    step = find_step(t_s, floors, gates.step_spec(min_step))
     finding = _floor_finding(run, gates, trend, step, start)
     finding.details["warmup"] = cut.to_dict()
     return finding

@@ -11,11 +11,11 @@ import pytest
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(420)]
 
 # 23 windows of 5 s after a 20 s warm-up (the trend test needs 20); an hour of model time a minute, so the planted
-# creep (each engine step 200 % slower per model hour) takes E2E from inside the 4 s target (about 1.5 s at the
-# start) to far past it within the first minute.
+# creep (each engine step 200 % slower per model hour) takes E2E from well inside the 300 ms target (P95 about
+# 110 ms at the start on a quiet machine) to far past it (P50 about 700 ms) by the end.
 RUN = ["start", "--duration", "135s", "--warmup", "20s", "--window", "5s", "--sample-every", "1s", "--rate", "4",
        "--scenario", "chat_short", "--no-idle-probes", "--json", "--time-scale", "60",
-       "--reference-fault", "latency-creep=200", "--slo", "ttft=1s,e2e=4s"]
+       "--reference-fault", "latency-creep=200", "--slo", "ttft=1s,e2e=300ms"]
 
 
 def measured(finding: dict) -> str:
@@ -28,7 +28,7 @@ def test_latency_creep_under_an_slo_loses_goodput_and_every_output_says_so(tmp_p
     assert result.returncode in (1, 3), result.stderr[-3000:]
     summary = json.loads(result.stdout)
     goodput = summary["goodput"]
-    assert goodput["slo_ms"] == {"ttft": 1000.0, "e2e": 4000.0}
+    assert goodput["slo_ms"] == {"ttft": 1000.0, "e2e": 300.0}
     shares = [window["share"] for window in goodput["windows"]]
     assert len(shares) >= 12 and min(shares[:2]) >= 0.8, shares
     late = shares[-len(shares) // 3:]

@@ -100,6 +100,25 @@ def test_without_probes_a_late_lasting_step_of_the_floor_fails():
     assert "stepped up" in finding.evidence
 
 
+def test_without_probes_a_small_step_of_the_floor_on_a_short_run_does_not_fail():
+    # Under load the floor follows the load: a run whose requests grow longer lifts it a little and for good.
+    # A step under `floor_min_step` cannot FAIL, however short the run (the step it takes to count stays put).
+    finding = check_kv(short_floor_run(step=0.03), Gates())
+    assert finding.verdict != FAIL, finding.evidence
+    assert "stepped up" not in finding.evidence
+    assert check_kv(short_floor_run(step=0.03), Gates.model_validate({"leak": {"kv": {"floor_min_step": 0}}})
+                    ).verdict == FAIL  # what it was before the floor: a step that shrank with the run's length
+    assert check_kv(short_floor_run(step=0.15), Gates()).verdict == FAIL
+
+
+def short_floor_run(step: float, seed: int = 0):
+    """Three minutes at a sample a second, 5 s windows, the floor lifted by `step` for good after 90 s."""
+    t_s = np.arange(0.0, 180.0, 1.0)
+    running = np.random.default_rng(seed).poisson(2.0, t_s.size).astype(float)
+    kv_usage = np.clip(running / 64 + step * (t_s >= 90.0), 0, 1)
+    return bare_run(180.0, 20.0, 5.0, server=ServerSeries(t_s=t_s, running=running, kv_usage=kv_usage))
+
+
 def test_without_probes_a_healthy_floor_passes_with_its_detection_limit():
     finding = check_kv(floor_run(), Gates())
     assert finding.verdict == PASS
