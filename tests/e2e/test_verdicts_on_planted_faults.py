@@ -27,8 +27,10 @@ def _faults(*specs: str) -> list[str]:
 
 
 def test_planted_leaks_creep_and_error_rise_each_fail_their_check(tmp_path, soak_cli):
+    # 512 KiB a request builds well over the 64 MiB a memory slope must reach before it can FAIL (leak.rss's
+    # least change), in the two judged minutes at 4 req/s.
     result = soak_cli(*TREND_RUN, "--time-scale", "60", "--out", str(tmp_path), *_faults(
-        "rss-leak=256KiB", "fd-leak=4", "latency-creep=300", "error-rise=0:0.5"), timeout_s=400)
+        "rss-leak=512KiB", "fd-leak=4", "latency-creep=300", "error-rise=0:0.5"), timeout_s=400)
     findings = _findings(result)
     for check in ("leak.rss", "leak.fds", "errors.rise"):
         assert findings[check]["verdict"] == "FAIL", findings[check]
