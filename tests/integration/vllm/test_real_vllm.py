@@ -24,12 +24,12 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import psutil
 import pytest
+from vllm_helpers import poll_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.e2e, pytest.mark.timeout(1500),
               pytest.mark.skipif(importlib.util.find_spec("vllm") is None,
@@ -90,16 +90,6 @@ class Run:
                 self.process.kill()
 
 
-def poll_until(condition, timeout_s: float, poll_s: float = 0.5):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(poll_s)
-    pytest.fail(f"condition not met within {timeout_s}s")
-
-
 def group_members(pgid: int) -> list[psutil.Process]:
     """Live (non-zombie) processes of a process group."""
     members = []
@@ -135,9 +125,9 @@ def healthy(tmp_path_factory) -> Run:
 def crashed(healthy, tmp_path_factory) -> Run:  # after `healthy`: the two never share the machine's 2 cores
     run = Run(tmp_path_factory.mktemp("crashed"), CRASHED)
     try:
-        poll_until(lambda: run.query("select 1 from events where kind = 'warmup_end'"), START_WAIT_S)
+        poll_until(lambda: run.query("select 1 from events where kind = 'warmup_end'"), START_WAIT_S, poll_s=0.5)
         group = run.server_groups()[0]
-        engine = poll_until(lambda: engine_of(group), 30)
+        engine = poll_until(lambda: engine_of(group), 30, poll_s=0.5)
         os.kill(engine.pid, signal.SIGKILL)
         run.killed_engine = engine.pid
         yield run.finish(600)
