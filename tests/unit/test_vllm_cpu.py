@@ -35,19 +35,20 @@ def test_cpu_lists_are_written_and_read_with_ranges():
 def test_two_cores_give_the_engine_the_first_and_soak_the_reserved_one():
     plan = placement.plan_placement({0, 1}, {})
     assert plan.env == {"VLLM_CPU_OMP_THREADS_BIND": "0", "VLLM_CPU_KVCACHE_SPACE": "1"}
-    assert plan.soak_cpus == (1,) and plan.server_cpus == (0, 1) and plan.warning is None
+    assert plan.soak_cpus == (1,) and plan.server_cpus == (0,) and plan.warning is None
     assert plan.chosen_by == {"VLLM_CPU_OMP_THREADS_BIND": "soak", "VLLM_CPU_KVCACHE_SPACE": "soak"}
 
 
 def test_local_load_workers_get_a_reserved_core_each_while_the_engine_keeps_one():
     assert placement.plan_placement(set(range(8)), {}, reserve=3).env["VLLM_CPU_OMP_THREADS_BIND"] == "0-4"
     assert placement.plan_placement(set(range(8)), {}, reserve=3).soak_cpus == (5, 6, 7)
+    assert placement.plan_placement(set(range(8)), {}, reserve=3).server_cpus == (0, 1, 2, 3, 4)
     assert placement.plan_placement({0, 1}, {}, reserve=3).soak_cpus == (1,)
 
 
 def test_variables_the_user_set_are_kept_and_soak_takes_the_cores_left_free():
     plan = placement.plan_placement(set(range(8)), {"VLLM_CPU_OMP_THREADS_BIND": "0-5", "VLLM_CPU_KVCACHE_SPACE": "8"})
-    assert plan.env == {} and plan.soak_cpus == (6, 7)
+    assert plan.env == {} and plan.soak_cpus == (6, 7) and plan.server_cpus == tuple(range(8))
     assert plan.chosen_by == {"VLLM_CPU_OMP_THREADS_BIND": "user", "VLLM_CPU_KVCACHE_SPACE": "user"}
     assert placement.plan_placement({0, 1}, {"VLLM_CPU_OMP_THREADS_BIND": "auto"}).soak_cpus is None
 
