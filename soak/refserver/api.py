@@ -5,8 +5,9 @@ Every request-level problem answers with an OpenAI-style error body (400/404), i
 """
 
 import asyncio
+import uuid
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 
 from prometheus_client import CONTENT_TYPE_LATEST
@@ -29,6 +30,7 @@ from soak.refserver.protocol import (
     parse_completion,
 )
 from soak.refserver.responses import SSE_DONE, ChatFormat, CompletionFormat, sse
+from soak.refserver.structured import Emitter, Structured
 from soak.refserver.tokenizer import IncrementalDecoder
 
 VERSION = "0.1.0"
@@ -115,28 +117,52 @@ async def _token_events(events: asyncio.Queue) -> AsyncIterator[TokenEvent]:
             return
 
 
-async def _stream_chunks(events: asyncio.Queue, fmt) -> AsyncIterator[bytes]:
-    """SSE chunks for one request: role (chat), text deltas, the usage chunk if asked, [DONE]."""
+async def _pieces(events: asyncio.Queue, structured: Structured | None
+                  ) -> AsyncIterator[tuple[str, TokenEvent, str | None]]:
+    """(text, event, finish reason) per generated token: the decoded bytes, or the next piece of a structured
+    answer (all of its rest with the last token, which then finishes as `stop` or `tool_calls`)."""
     decoder = IncrementalDecoder()
-    first = fmt.first_chunk()
+    emitter = Emitter(structured) if structured is not None else None
     async for event in _token_events(events):
+        last = event.finish_reason is not None
+        if emitter is None:
+            yield decoder.feed(event.token_id) + (decoder.finish() if last else ""), event, event.finish_reason
+        else:
+            yield emitter.next_piece(last), event, structured.finish_reason if last else None
+
+
+def _tool(generation: GenerationRequest) -> tuple[str, str] | None:
+    structured = generation.structured
+    return (f"call_{uuid.uuid4().hex[:24]}", structured.tool_name) if structured and structured.tool_name else None
+
+
+async def _stream_chunks(events: asyncio.Queue, fmt, generation: GenerationRequest) -> AsyncIterator[bytes]:
+    """SSE chunks for one request: role (chat), text deltas (n choices each), the usage chunk if asked, [DONE]."""
+    first, tool, offset, tool_started = fmt.first_chunk(generation.n), _tool(generation), 0, False
+    async for text, event, reason in _pieces(events, generation.structured):
         if first is not None:
             yield sse(first)
             first = None
-        text = decoder.feed(event.token_id) + (decoder.finish() if event.finish_reason else "")
-        if text or event.finish_reason:
-            yield sse(fmt.delta_chunk(text, event.finish_reason))
+        if text or reason:
+            logprobs = None
+            if generation.logprobs is not None and text:
+                logprobs = fmt.logprobs([(text, event.token_id)], generation.logprobs, offset)
+            yield sse(fmt.delta_chunk(text, reason, n=generation.n, logprobs=logprobs, tool=tool,
+                                      first_tool_delta=not tool_started))
+            tool_started, offset = True, offset + len(text)
     if fmt.include_usage:
-        yield sse(fmt.usage_chunk(event.prompt_tokens, event.completion_tokens))
+        yield sse(fmt.usage_chunk(event.prompt_tokens, event.completion_tokens * generation.n))
     yield SSE_DONE
 
 
-async def _full_text(events: asyncio.Queue) -> tuple[str, TokenEvent]:
-    decoder = IncrementalDecoder()
-    pieces = []
-    async for event in _token_events(events):
-        pieces.append(decoder.feed(event.token_id))
-    return "".join(pieces) + decoder.finish(), event
+async def _full_text(events: asyncio.Queue, structured: Structured | None
+                     ) -> tuple[list[tuple[str, int]], TokenEvent, str]:
+    """Every (text, token id) piece of the answer, the last event and the finish reason."""
+    pieces, reason = [], None
+    async for text, event, finish in _pieces(events, structured):
+        pieces.append((text, event.token_id))
+        reason = finish
+    return pieces, event, reason
 
 
 class RefServerApi:
@@ -190,16 +216,19 @@ class RefServerApi:
         failure = self.injector.request_error()
         if failure is not None:
             return error_response(500, failure)
+        if generation.structured is not None and self.injector.invalid_output():
+            generation = replace(generation, structured=generation.structured.broken())
         fmt = format_class(self.card.model_name, generation.include_usage)
         events: asyncio.Queue = asyncio.Queue()
         self.engine.submit(generation.prompt_tokens, generation.params, events, fmt.request_id)
         abort = partial(self.engine.abort, fmt.request_id)
         if generation.stream:
-            return SSEResponse(_stream_chunks(events, fmt), on_abort=abort)
-        return await self._respond_when_done(request, events, fmt, abort)
+            return SSEResponse(_stream_chunks(events, fmt, generation), on_abort=abort)
+        return await self._respond_when_done(request, events, fmt, abort, generation)
 
-    async def _respond_when_done(self, request: Request, events: asyncio.Queue, fmt, abort):
-        collector = asyncio.ensure_future(_full_text(events))
+    async def _respond_when_done(self, request: Request, events: asyncio.Queue, fmt, abort,
+                                 generation: GenerationRequest):
+        collector = asyncio.ensure_future(_full_text(events, generation.structured))
         watcher = asyncio.ensure_future(wait_for_disconnect(request.receive))
         try:
             await asyncio.wait({collector, watcher}, return_when=asyncio.FIRST_COMPLETED)
@@ -211,8 +240,11 @@ class RefServerApi:
                 abort()
         if client_left:
             return _no_response
-        text, last = collector.result()
-        return JSONResponse(fmt.full(text, last.finish_reason, last.prompt_tokens, last.completion_tokens))
+        pieces, last, reason = collector.result()
+        logprobs = fmt.logprobs(pieces, generation.logprobs) if generation.logprobs is not None else None
+        return JSONResponse(fmt.full("".join(text for text, _ in pieces), reason, last.prompt_tokens,
+                                     last.completion_tokens, n=generation.n, logprobs=logprobs,
+                                     tool=_tool(generation)))
 
 
 def publish_to_loop(loop: asyncio.AbstractEventLoop):

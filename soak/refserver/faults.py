@@ -99,6 +99,7 @@ class FaultSet:
     vram_leak_bytes: int = 0
     corrupt_after: int | None = None
     log_engine_dead_after_s: float | None = None
+    invalid_output_after_s: float | None = None
     warmup_ratchet: MemoryShape | None = None
     gc_sawtooth: MemoryShape | None = None
     rss_steps: MemorySteps | None = None
@@ -227,6 +228,7 @@ _PARSERS: dict[str, tuple[str, Callable[[str | None], object]]] = {
     "vram-leak": ("vram_leak_bytes", _positive_bytes),
     "corrupt-after": ("corrupt_after", _count),
     "log-engine-dead-after": ("log_engine_dead_after_s", _duration),
+    "invalid-output-after": ("invalid_output_after_s", _duration),
     "warmup-ratchet": ("warmup_ratchet", _memory_shape(DEFAULT_RATCHET)),
     "gc-sawtooth": ("gc_sawtooth", _memory_shape(DEFAULT_SAWTOOTH)),
     "rss-steps": ("rss_steps", _memory_steps),

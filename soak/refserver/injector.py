@@ -121,6 +121,11 @@ class FaultInjector:
         """True once hang-after has passed."""
         return self.faults.hang_after_s is not None and self.clock.model_s() >= self.faults.hang_after_s
 
+    def invalid_output(self) -> bool:
+        """invalid-output-after: whether structured answers (JSON, tool calls) are to be broken by now."""
+        after_s = self.faults.invalid_output_after_s
+        return after_s is not None and self.clock.model_s() >= after_s
+
     def engine_hung(self) -> bool:
         """True once hang-after has passed: the engine must stop producing tokens for good."""
         hung = self.hang_reached()
@@ -191,6 +196,7 @@ class FaultInjector:
             "leaked_fds": len(self._leaked_fds),
             "finished_requests": self._finished,
             "corrupting": self.faults.corrupt_after is not None and self._finished >= self.faults.corrupt_after,
+            "invalid_output": self.invalid_output(),
             "vram_leaked_bytes": self.faults.vram_leak_bytes * len(self._vram),
             "ratchet_bytes": self._noise.ratchet_bytes,
             "sawtooth_bytes": self._noise.sawtooth_bytes,

@@ -7,15 +7,19 @@ otherwise ignored, as vLLM does.
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from soak.refserver.sampling import SamplingParams
+from soak.refserver.structured import SchemaError, Structured, json_answer, tool_answer
 from soak.refserver.tokenizer import BOS_ID, VOCAB_SIZE, encode
 
 ERROR_TYPES = {400: "BadRequestError", 404: "NotFoundError", 500: "InternalServerError"}
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # the legacy completions API's default, which vLLM keeps
 CHAT_ROLES = {"system", "developer", "user", "assistant", "tool"}
+MAX_N = 16
+MAX_TOP_LOGPROBS = 20
+TOOL_CHOICES = ("none", "auto", "required")
 
 
 class RequestError(Exception):
@@ -42,10 +46,17 @@ class Limits:
 
 @dataclass(frozen=True)
 class GenerationRequest:
+    """A validated request. `n` choices share the one generation; `logprobs` is the number of alternatives
+    each token's logprob lists (None: no logprobs asked); `structured` is the JSON or tool call decided for a
+    request with `response_format` or `tools`."""
+
     prompt_tokens: list[int]
     params: SamplingParams
     stream: bool
     include_usage: bool
+    n: int = 1
+    logprobs: int | None = None
+    structured: Structured | None = None
 
 
 def decode_json(raw: bytes) -> dict:
@@ -63,14 +74,99 @@ def parse_chat(body: dict, limits: Limits) -> GenerationRequest:
     """Validate a /v1/chat/completions body."""
     _check_model(body, limits)
     prompt = encode(_render_messages(body.get("messages")))
-    return _generation(body, prompt, "messages", limits, default_max_tokens=None)
+    request = _generation(body, prompt, "messages", limits, default_max_tokens=None)
+    return replace(request, logprobs=_chat_logprobs(body), structured=_structured(body, len(prompt)))
 
 
 def parse_completion(body: dict, limits: Limits) -> GenerationRequest:
     """Validate a /v1/completions body."""
     _check_model(body, limits)
     prompt = _prompt_tokens(body.get("prompt"))
-    return _generation(body, prompt, "prompt", limits, default_max_tokens=COMPLETIONS_DEFAULT_MAX_TOKENS)
+    request = _generation(body, prompt, "prompt", limits, default_max_tokens=COMPLETIONS_DEFAULT_MAX_TOKENS)
+    return replace(request, logprobs=_bounded(body, "logprobs", None, MAX_TOP_LOGPROBS))
+
+
+def _bounded(body: dict, name: str, default: int | None, most: int) -> int | None:
+    value = _optional(body, name, int, default)
+    if value is not None and not 0 <= value <= most:
+        raise RequestError(400, f"'{name}' must be between 0 and {most}, got {value}", name)
+    return value
+
+
+def _chat_logprobs(body: dict) -> int | None:
+    """The alternatives per token for chat's `logprobs` + `top_logprobs` (None without logprobs)."""
+    top = _bounded(body, "top_logprobs", None, MAX_TOP_LOGPROBS)
+    if not _optional(body, "logprobs", bool, False):
+        if top:
+            raise RequestError(400, "'top_logprobs' needs 'logprobs' to be true", "top_logprobs")
+        return None
+    return top or 0
+
+
+def _structured(body: dict, prompt_length: int) -> Structured | None:
+    """The answer decided for `tools` (unless tool_choice is none) or a JSON `response_format`, else None."""
+    tools = _tools(body.get("tools"))
+    choice = body.get("tool_choice", "auto" if tools else "none")
+    name = _tool_choice(choice, tools, prompt_length)
+    try:
+        if name is not None:
+            return tool_answer(name, tools[name])
+        return _response_format(body.get("response_format"))
+    except SchemaError as exc:
+        raise RequestError(400, f"unsupported schema: {exc}", "response_format") from None
+
+
+def _tools(tools: Any) -> dict[str, dict | None]:
+    """Function name → its parameters schema, from a `tools` list."""
+    if tools is None:
+        return {}
+    if not isinstance(tools, list) or not all(_is_function(tool) for tool in tools):
+        raise RequestError(400, "'tools' must be a list of {type: function, function: {name, parameters}}",
+                           "tools")
+    return {tool["function"]["name"]: tool["function"].get("parameters") for tool in tools}
+
+
+def _is_function(tool: Any) -> bool:
+    function = tool.get("function") if isinstance(tool, dict) else None
+    return (tool.get("type") == "function" and isinstance(function, dict)
+            and isinstance(function.get("name"), str) and isinstance(function.get("parameters", {}), dict))
+
+
+def _tool_choice(choice: Any, tools: dict[str, dict | None], prompt_length: int) -> str | None:
+    """The tool to call: the named one; for auto and required one picked by the prompt's length (so a mix of
+    prompts calls every tool); None for none."""
+    if isinstance(choice, dict):
+        function = choice.get("function") if choice.get("type") == "function" else None
+        name = function.get("name") if isinstance(function, dict) else None
+        if name not in tools:
+            raise RequestError(400, f"tool_choice names a tool not in 'tools': {name!r}", "tool_choice")
+        return name
+    if choice not in TOOL_CHOICES:
+        raise RequestError(400, f"'tool_choice' must be one of {', '.join(TOOL_CHOICES)} or a named function",
+                           "tool_choice")
+    if choice == "none" or not tools:
+        if choice == "required":
+            raise RequestError(400, "tool_choice 'required' needs 'tools'", "tool_choice")
+        return None
+    names = sorted(tools)
+    return names[prompt_length % len(names)]
+
+
+def _response_format(value: Any) -> Structured | None:
+    if value is None:
+        return None
+    kind = value.get("type") if isinstance(value, dict) else None
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return json_answer(None)
+    if kind == "json_schema":
+        spec = value.get("json_schema")
+        schema = spec.get("schema") if isinstance(spec, dict) else None
+        if not isinstance(schema, dict):
+            raise RequestError(400, "'response_format.json_schema.schema' must be an object", "response_format")
+        return json_answer(schema)
+    raise RequestError(400, "'response_format.type' must be text, json_object or json_schema", "response_format")
 
 
 def _check_model(body: dict, limits: Limits) -> None:
@@ -137,7 +233,10 @@ def _generation(body: dict, prompt: list[int], prompt_param: str, limits: Limits
                                 f"the {prompt_param}, {max_tokens} in the completion).", "max_tokens")
     _check_unsupported(body)
     stream = _optional(body, "stream", bool, False)
-    return GenerationRequest(prompt, _sampling(body, max_tokens), stream, _include_usage(body, stream))
+    n = _optional(body, "n", int, 1)
+    if not 1 <= n <= MAX_N:
+        raise RequestError(400, f"'n' must be between 1 and {MAX_N}, got {n}", "n")
+    return GenerationRequest(prompt, _sampling(body, max_tokens), stream, _include_usage(body, stream), n)
 
 
 def _max_tokens(body: dict, default: int) -> int:
@@ -179,8 +278,6 @@ def _include_usage(body: dict, stream: bool) -> bool:
 
 
 def _check_unsupported(body: dict) -> None:
-    if _optional(body, "n", int, 1) != 1:
-        raise RequestError(400, "only n=1 is supported", "n")
     stop = body.get("stop")
     if stop is not None and not isinstance(stop, str) and not (
             isinstance(stop, list) and all(isinstance(s, str) for s in stop)):
