@@ -216,6 +216,9 @@ class LoadSettings(_Model):
     no_idle_probes: bool = False
     seed: int = 0
     dataset: Path | None = None
+    trace: Path | None = None  # replay this request trace (soak/load/trace.py) instead of planned arrivals
+    trace_format: Literal["mooncake", "azure", "burstgpt"] | None = None  # None: detected from the file
+    trace_speed: float = Field(default=1.0, gt=0)
     workers: int = Field(default=0, ge=0)
     expect_workers: int = Field(default=0, ge=0)  # `soak worker` processes, usually on other hosts
     master_bind: str = DEFAULT_MASTER_BIND
@@ -234,6 +237,20 @@ class LoadSettings(_Model):
     def _check_master_bind(cls, value: str) -> str:
         split_address(value, MASTER_PORT)  # a bad address fails here, naming the setting
         return value
+
+    @model_validator(mode="after")
+    def _check_trace(self) -> LoadSettings:
+        """A trace sets the arrivals and the requests itself: what else would shape them is refused."""
+        if self.trace is None:
+            return self
+        clashes = [(self.phases, "--phase"), (self.burstiness is not None, "--burstiness"),
+                   (self.dataset is not None, "--dataset"), (self.worker_count > 0, "load workers"),
+                   (self.scenarios != (ScenarioSpec(name="mixed"),), "--scenario")]
+        clash = next((name for given, name in clashes if given), None)
+        if clash:
+            raise ValueError(f"--trace replays the trace's own arrivals and requests; it cannot be combined with "
+                             f"{clash}")
+        return self
 
     @property
     def worker_count(self) -> int:

@@ -120,6 +120,12 @@ SETTINGS: tuple[Setting, ...] = (
     _s("phase", "load.phases", LOAD, 'Load phase "KIND FIELD=VALUE…", e.g. "ramp to_rate_rps=8 duration_s=30m" '
        "(repeatable; [[phase]] tables in TOML; see docs/load.md).", metavar="SPEC", multiple=True),
     _s("dataset", "load.dataset", LOAD, "ShareGPT JSON/JSONL prompts.", kind="file", metavar="FILE"),
+    _s("trace", "load.trace", LOAD, "Replay a request trace's arrival times and token counts (Mooncake JSONL, "
+       "Azure LLM inference CSV or BurstGPT CSV; docs/load.md, Trace replay).", kind="file", metavar="FILE"),
+    _s("trace_format", "load.trace_format", LOAD, "The --trace file's format (default: detected from it).",
+       kind="choice", choices=("mooncake", "azure", "burstgpt")),
+    _s("trace_speed", "load.trace_speed", LOAD, "Replay the trace this many times faster (2 = twice as fast; "
+       "default 1); it loops to fill the run.", kind="float", metavar="X"),
     _s("seed", "load.seed", LOAD, "Seed of prompts, arrivals and the reference server (default 0).", kind="int",
        metavar="N"),
     _s("max_context", "load.max_context", LOAD, "Context length (prompt + output tokens) every request must fit "

@@ -29,6 +29,7 @@ from soak.load.plan import ArrivalClock, DealtClock, GapSampler, RatePlan, Segme
 from soak.load.records import CANCELLED, RequestRecord
 from soak.load.scenarios import LoadedScenario, weighted_tasks
 from soak.load.settings import ClientSettings
+from soak.load.trace import TraceClock, TraceSchedule
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +84,7 @@ class DispatchSettings:
     burstiness: float | None = None
     max_concurrency: int | None = None
     dealt: bool = False  # take intended times from the master instead of running a clock
+    trace: TraceSchedule | None = None  # replay a trace's arrivals instead of the rate plan
     client: ClientSettings = ClientSettings()  # handed to every scenario instance
 
 
@@ -97,6 +99,8 @@ class Dispatcher:
         self.client_settings = settings.client
         gaps = GapSampler(arrival_rng(settings.seed, settings.worker_index, 0), settings.burstiness)
         self.clock = board.dealt if settings.dealt else ArrivalClock(board.plan, gaps)
+        if settings.trace is not None:
+            self.clock = TraceClock(settings.trace)
         self._choice_rng = random.Random(int(arrival_rng(settings.seed, settings.worker_index, 1).integers(2**63)))
         self.group = Group()
         self.semaphore = BoundedSemaphore(settings.max_concurrency) if settings.max_concurrency else None
@@ -168,7 +172,7 @@ class Dispatcher:
         index = bisect.bisect_right(self._cumulative, self._choice_rng.random() * self._cumulative[-1])
         scenario, instance, task, _ = self._tasks[min(index, len(self._tasks) - 1)]
         arrival = Arrival(scenario, intended_t, random.Random(self._choice_rng.getrandbits(64)),
-                          on_first_send=self.health.record_lag)
+                          on_first_send=self.health.record_lag, item=getattr(self.clock, "row", None))
         self.health.sends += 1
         self.in_flight += 1
         self.group.spawn(self._run_task, instance, task, arrival)

@@ -7,6 +7,7 @@ local processes, `load.expect_workers` on other hosts) a master runs here and th
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from dataclasses import dataclass
@@ -36,6 +37,7 @@ from soak.load.pool import WorkerPool
 from soak.load.scenarios import LoadedScenario, check_dataset, effective_specs, load_scenarios
 from soak.load.settings import ClientSettings
 from soak.load.shape import LoadController, PhasePlan, SoakShape, build_phases
+from soak.load.trace import TraceSchedule, load_trace
 
 log = logging.getLogger(__name__)
 
@@ -147,6 +149,8 @@ def start_load(config: RunConfig, base_url: str, model: str, t0: float, hooks: L
     specs = effective_specs(config.load)
     scenarios = load_scenarios(specs)
     check_dataset(specs, config.load.dataset)
+    if config.load.trace is not None:
+        load_trace(config.load.trace, config.load.trace_format)  # a bad trace is a ConfigError before any request
     build_phases(config, t0)  # a bad phase is a ConfigError before anything starts
     callers = HookCaller(hooks)
     settings = client_settings(config, base_url, model, callers)
@@ -164,10 +168,11 @@ def _start_local(config: RunConfig, base_url: str, t0: float, settings: ClientSe
     holder: dict[str, Dispatcher] = {}
     environment = Environment(user_classes=[dispatcher_user_class(lambda _env: holder["dispatcher"])],
                               host=base_url, stop_timeout=config.load.request_timeout_s)
-    dispatcher = holder["dispatcher"] = Dispatcher(environment, scenarios, board, dispatch_settings(config, settings),
-                                                   sink.put)
+    begin_t = time.time() + START_DELAY_S
+    dispatch = dataclasses.replace(dispatch_settings(config, settings), trace=trace_schedule(config, t0, begin_t, callers))
+    dispatcher = holder["dispatcher"] = Dispatcher(environment, scenarios, board, dispatch, sink.put)
     controller = LoadController(
-        config, t0, time.time() + START_DELAY_S, callers,
+        config, t0, begin_t, callers,
         send=lambda message: environment.runner.send_message(PLAN_MESSAGE, message),
         drain_state=lambda: (dispatcher.in_flight, dispatcher.schedule_t))
     environment.shape_class = SoakShape(controller, users=1)
@@ -177,3 +182,18 @@ def _start_local(config: RunConfig, base_url: str, t0: float, settings: ClientSe
     runner.start_shape()
     controller.start()
     return LocalBackend(environment, controller, dispatcher, sink, keep_stats_bounded(environment))
+
+
+def trace_schedule(config: RunConfig, t0: float, begin_t: float, callers: HookCaller) -> TraceSchedule | None:
+    """The `--trace` laid on the clock from the load's first possible arrival to the run's end (recorded as a
+    `trace` event), or None without one."""
+    load = config.load
+    if load.trace is None:
+        return None
+    schedule = TraceSchedule(load_trace(load.trace, load.trace_format), begin_t, t0 + config.duration_s,
+                             load.trace_speed)
+    data = {**schedule.trace.describe(load.trace_speed), "loops": schedule.loops}
+    callers.event(EventKind.TRACE, f"replaying trace {data['name']} ({data['format']}, {data['rows']} requests, "
+                  f"{data['trace_rate_rps']:.3g} req/s) at {load.trace_speed:g}× speed: {data['sent_rate_rps']:.3g} "
+                  f"req/s, {schedule.loops:.2f} loops", data)
+    return schedule

@@ -23,6 +23,7 @@ from soak.errors import ConfigError
 
 DEFAULT_SCENARIOS = (ScenarioSpec(name="mixed"),)
 DATASET_SCENARIO = "dataset"
+TRACE_SCENARIO = "trace"  # --trace replays through it (soak/load/trace.py)
 
 
 @dataclass(frozen=True)
@@ -66,7 +67,10 @@ def scenario_name(name: str) -> str:
 
 
 def effective_specs(load: LoadSettings) -> tuple[ScenarioSpec, ...]:
-    """The scenario mix to run: `--dataset` with the default mix replays the dataset instead."""
+    """The scenario mix to run: `--trace` replays the trace alone; `--dataset` with the default mix replays the
+    dataset instead."""
+    if load.trace is not None:
+        return (ScenarioSpec(name=TRACE_SCENARIO),)
     if load.dataset is not None and tuple(load.scenarios) == DEFAULT_SCENARIOS:
         return (ScenarioSpec(name=DATASET_SCENARIO),)
     return tuple(load.scenarios)

@@ -23,6 +23,7 @@ from soak.config import PhaseSpec, RunConfig
 from soak.errors import ConfigError
 from soak.load.hooks import HookCaller
 from soak.load.plan import Segment
+from soak.load.trace import load_trace
 
 log = logging.getLogger(__name__)
 
@@ -127,6 +128,14 @@ def _phase_from_spec(index: int, spec: PhaseSpec, start_t: float, end_t: float, 
                  period_s=spec.period_s or 0.0, amplitude=spec.amplitude, factor=spec.factor, burst_s=spec.burst_s)
 
 
+def _default_rate(config: RunConfig) -> float:
+    """--rate; with --trace, the rate the trace is replayed at (its arrivals come from the trace itself)."""
+    load = config.load
+    if load.trace is None:
+        return load.rate_rps
+    return load_trace(load.trace, load.trace_format).mean_rate_rps * load.trace_speed
+
+
 def build_phases(config: RunConfig, t0: float) -> list[Phase]:
     """Warm-up plus the configured phases, in absolute time; the last phase runs to the end of the run."""
     load = config.load
@@ -141,7 +150,7 @@ def build_phases(config: RunConfig, t0: float) -> list[Phase]:
                               "only the last phase may run to the end")
         end_t = run_end_t if last else min(start_t + spec.duration_s, run_end_t)
         if start_t < run_end_t:
-            phases.append(_phase_from_spec(index, spec, start_t, end_t, load.rate_rps))
+            phases.append(_phase_from_spec(index, spec, start_t, end_t, _default_rate(config)))
         start_t = end_t
     if config.warmup_s > 0:
         first = phases[0]

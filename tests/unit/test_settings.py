@@ -71,6 +71,8 @@ EXAMPLES: dict[str, Example] = {
     "scenario": repeated(["cancel:2", "mixed"], (ScenarioSpec(name="cancel", weight=2), ScenarioSpec(name="mixed"))),
     "phase": Example(("steady rate_rps=3",), "steady rate_rps=3", '[{kind = "steady", rate_rps = 3}]', None),
     "dataset": ex("/data/prompts.jsonl", Path("/data/prompts.jsonl")), "seed": ex("3", 3, toml="3"),
+    "trace": ex("/data/trace.jsonl", Path("/data/trace.jsonl")), "trace_format": ex("azure", "azure"),
+    "trace_speed": ex("2.5", 2.5, toml="2.5"),
     "workers": ex("2", 2, toml="2"), "request_timeout": ex("1m", 60.0), "idle_probe_every": ex("10m", 600.0),
     "expect_workers": ex("3", 3, toml="3"), "master_bind": ex("0.0.0.0:6000", "0.0.0.0:6000"),
     "worker_wait": ex("90s", 90.0),
