@@ -194,6 +194,6 @@ def trace_schedule(config: RunConfig, t0: float, begin_t: float, callers: HookCa
                              load.trace_speed)
     data = {**schedule.trace.describe(load.trace_speed), "loops": schedule.loops}
     callers.event(EventKind.TRACE, f"replaying trace {data['name']} ({data['format']}, {data['rows']} requests, "
-                  f"{data['trace_rate_rps']:.3g} req/s) at {load.trace_speed:g}× speed: {data['sent_rate_rps']:.3g} "
+                  f"{data['trace_rate_rps']:.3g} req/s) at {load.trace_speed:g}× speed: {data['planned_rate_rps']:.3g} "
                   f"req/s, {schedule.loops:.2f} loops", data)
     return schedule

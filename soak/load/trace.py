@@ -80,7 +80,7 @@ class Trace:
         """The figures a run records about the trace it replays."""
         return {"name": self.path.name, "format": self.format, "rows": len(self.rows), "span_s": self.span_s,
                 "period_s": self.period_s, "speed": speed, "trace_rate_rps": self.mean_rate_rps,
-                "sent_rate_rps": self.mean_rate_rps * speed, "sorted_from_line": self.sorted_from_line,
+                "planned_rate_rps": self.mean_rate_rps * speed, "sorted_from_line": self.sorted_from_line,
                 "mean_input_tokens": _mean(r.input_tokens for r in self.rows),
                 "mean_output_tokens": _mean(r.output_tokens for r in self.rows)}
 
