@@ -153,6 +153,12 @@ class ErrorsByClass(BaseModel):
     http_4xx: int
     http_5xx: int
     bad_stream: int
+    invalid_output: int | None = Field(None, description="answers that failed their scenario's validation; "
+                                                         "absent from summaries written before soak counted it")
+
+    @model_serializer(mode="wrap")
+    def _drop_absent(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return {key: value for key, value in handler(self).items() if value is not None}
 
 
 class Totals(BaseModel):

@@ -37,6 +37,7 @@ CHECKS: dict[str, Check] = {
     "errors.rise": error_checks.check_rise,
     "errors.budget": error_checks.check_budget,
     "errors.bursts": error_checks.check_bursts,
+    "errors.invalid_output": error_checks.check_invalid_output,
     "hang": liveness.check_hang,
     "crashes": liveness.check_crashes,
     "throughput.decay": throughput.check_decay,

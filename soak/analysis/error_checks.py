@@ -391,3 +391,62 @@ def _burst_dict(window: RequestWindow, p: float) -> dict:
     return {"index": window.index, "start_s": window.start_s, "end_s": window.end_s,
             "errors": window.error_count, "requests": window.requests, "tail_p": p,
             "by_class": dict(window.errors)}
+
+
+# -- errors.invalid_output -----------------------------------------------------------------------------------
+INVALID_OUTPUT = "invalid_output"
+# The built-in scenarios that validate every answer: a clean run of one of them earns a PASS.
+VALIDATING_SCENARIOS = ("structured", "tools")
+
+
+def _invalid_count(rows: tuple[RequestWindow, ...] | list[RequestWindow]) -> int:
+    return sum(int(w.errors.get(INVALID_OUTPUT, 0)) for w in rows)
+
+
+def first_invalid_answer(run: RunData) -> tuple[float, str] | None:
+    """(time, message) of the first answer that failed validation, from the outcome ledger's events."""
+    hits = [e for e in run.events if e.kind == "error_message" and e.data.get("error_class") == INVALID_OUTPUT]
+    if not hits:
+        return None
+    first = min(hits, key=lambda e: e.t_s)
+    return first.t_s, str(first.data.get("message") or first.message)
+
+
+def check_invalid_output(run: RunData, gates: Gates) -> Finding:
+    """FAIL on any answer that failed its scenario's validation (JSON that does not parse or match its schema, a
+    tool call naming no tool offered): guided decoding promises valid output, so one broken answer is a broken
+    server. The first bad answer is quoted. PASS when a validating scenario ran clean; SKIPPED when none ran."""
+    # Without per-scenario counts (an older run), all scenarios together under "*".
+    by_scenario = {name: rows for name, rows in run.scenario_windows.items() if name != "*"} \
+        or {"*": run.request_windows}
+    invalid = {name: n for name, n in ((name, _invalid_count(rows)) for name, rows in by_scenario.items()) if n}
+    if invalid:
+        return _invalid_finding(run, invalid, by_scenario)
+    checked = {name: sum(w.requests for w in rows) for name, rows in by_scenario.items()
+               if name in VALIDATING_SCENARIOS}
+    checked = {name: n for name, n in checked.items() if n}
+    if not checked:
+        return skipped("errors.invalid_output", "No scenario of this run validates its answers (the structured and "
+                       "tools scenarios do).")
+    names = ", ".join(sorted(checked))
+    return Finding(check="errors.invalid_output", verdict=PASS, value=0, unit="answers", threshold=0,
+                   evidence=f"Every answer of {names} was valid ({sum(checked.values())} requests).",
+                   details={"validated_requests": checked})
+
+
+def _invalid_finding(run: RunData, invalid: dict[str, int], by_scenario: dict) -> Finding:
+    total = sum(invalid.values())
+    requests = sum(w.requests for name in invalid for w in by_scenario[name])
+    windows = [w for w in run.request_windows if w.errors.get(INVALID_OUTPUT)]
+    since = min((w.start_s for w in windows), default=None)
+    first = first_invalid_answer(run)
+    where = ", ".join(f"{name} {n}" for name, n in sorted(invalid.items(), key=lambda kv: -kv[1]))
+    evidence = f"{total} invalid answer(s) in {requests} requests ({where})"
+    if since is not None:
+        evidence += f", from the window at {duration_text(max(since, 0.0))}"
+    evidence += f"; first: {first[1]}" if first else "."
+    details = {"invalid": total, "requests": requests, "by_scenario": invalid, "first_window_s": since}
+    if first:
+        details["first_answer"] = {"t_s": first[0], "message": first[1]}
+    return Finding(check="errors.invalid_output", verdict=FAIL, value=total, unit="answers", threshold=0,
+                   evidence=evidence, details=details)

@@ -16,7 +16,7 @@ VERDICTS = tuple(Verdict)
 CHECK_ORDER = (
     "leak.rss", "leak.vram", "leak.kv", "leak.fds",
     "creep.ttft_p99", "creep.itl_p99", "creep.e2e_p99",
-    "errors.rise", "errors.budget", "errors.bursts",
+    "errors.rise", "errors.budget", "errors.bursts", "errors.invalid_output",
     "hang", "crashes", "throughput.decay", "client.saturation",
     "server.log_errors", "canary", "goodput.decay", "goodput.floor",
 )

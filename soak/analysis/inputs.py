@@ -24,7 +24,7 @@ import numpy as np
 
 EXCLUDED_REASONS = ("warmup", "probe", "outage", "worker_lost")
 LATENCY_METRICS = ("ttft", "itl", "e2e")
-ERROR_CLASSES = ("connect", "timeout", "http_4xx", "http_5xx", "bad_stream")
+ERROR_CLASSES = ("connect", "timeout", "http_4xx", "http_5xx", "bad_stream", "invalid_output")
 
 
 def _array(values: Any) -> np.ndarray:
@@ -202,7 +202,7 @@ class RequestWindow:
 
     `requests` counts requests that finished in the window, successes and errors, not `cancelled`
     ones (a deliberate client cancel is not an error and not a completion). `errors` maps an error
-    class (connect, timeout, http_4xx, http_5xx, bad_stream) to its count. `sends` counts planned
+    class (connect, timeout, http_4xx, http_5xx, bad_stream, invalid_output) to its count. `sends` counts planned
     arrivals whose intended send time fell in the window (the offered load), `late_sends_1s` those
     sent more than 1 s after their intended time, `lag_p99_ms` the window's P99 schedule lag
     (None when not measured). `output_tokens` counts content tokens received. `slo_met` counts the requests that

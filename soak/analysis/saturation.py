@@ -49,6 +49,7 @@ CLIENT_REACH: dict[str, Reach] = {
     "errors.rise": Reach(False, "errors are what the server answered (status codes, broken streams)"),
     "errors.budget": Reach(False, "errors are what the server answered (status codes, broken streams)"),
     "errors.bursts": Reach(False, "errors are what the server answered (status codes, broken streams)"),
+    "errors.invalid_output": Reach(False, "an answer's validity is what the server said, not when"),
     "hang": Reach(True, "idle-probe drains are timed by the client; a stall on the server's own gauges "
                         "(requests running, no new tokens) keeps its FAIL"),
     "crashes": Reach(False, "a server exit is seen by the OS"),

@@ -30,8 +30,9 @@ from geventhttpclient.response import HTTPConnectionClosed
 from geventhttpclient.url import URL
 
 from soak.load.prompts import TokenRatio, utf8_len
-from soak.load.records import CANCELLED, RequestRecord
+from soak.load.records import CANCELLED, INVALID_OUTPUT, RequestRecord
 from soak.load.settings import ClientSettings
+from soak.load.validate import Answer, ToolCall, Validator, invalid_message
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +86,7 @@ class Arrival:
     queue_ms: float = 0.0
     on_first_send: Callable[[float], None] | None = None
     used: bool = False
+    item: Any = None  # what the arrival replays, if anything (a trace row: soak/load/trace.py)
 
 
 _local = gevent.local.local()
@@ -135,6 +137,7 @@ class Reply:
     text: str
     record: RequestRecord
     finish_reason: str | None = None
+    tool_calls: tuple[ToolCall, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -165,6 +168,24 @@ class _Exchange:
     error_class: str | None = None
     error_message: str | None = None
     expected_error: bool = False
+    # Tool calls by index: [name, arguments so far]; `tool_delta` marks a chunk that carried a fragment of one.
+    tool_parts: dict[int, list[str]] = field(default_factory=dict)
+    tool_delta: bool = False
+
+    def tool_fragment(self, calls: list[Any]) -> None:
+        """Add a chunk's `tool_calls` deltas (or a whole message's calls) to the calls being assembled."""
+        for position, call in enumerate(calls):
+            if not isinstance(call, dict):
+                raise StreamError("malformed tool call")
+            index = call.get("index", position)
+            function = call.get("function") if isinstance(call.get("function"), dict) else {}
+            part = self.tool_parts.setdefault(index if isinstance(index, int) else position, ["", ""])
+            part[0] += str(function.get("name") or "")
+            part[1] += str(function.get("arguments") or "")
+        self.tool_delta = True
+
+    def tool_calls(self) -> tuple[ToolCall, ...]:
+        return tuple(ToolCall(name or None, arguments) for _, (name, arguments) in sorted(self.tool_parts.items()))
 
     def content(self, text: str, now: float) -> None:
         """A content chunk that arrived at `now` (the time its socket read returned)."""
@@ -386,13 +407,14 @@ class OpenAIClient:
     # -- public API for scenario authors -----------------------------------------------------------
     def chat(self, messages: list[dict[str, Any]], max_tokens: int | None = None, stream: bool = True, *,
              model: str | None = None, name: str | None = None, cancel_after_tokens: int | None = None,
-             expect_error: bool | Expect = False, **params: Any) -> Reply:
-        """POST /v1/chat/completions. `cancel_after_tokens` disconnects after that many content chunks."""
+             expect_error: bool | Expect = False, validate: Validator | None = None, **params: Any) -> Reply:
+        """POST /v1/chat/completions. `cancel_after_tokens` disconnects after that many content chunks;
+        `validate` (soak.load.validate) judges a successful answer, and one it rejects is `invalid_output`."""
         body = {"model": model or self.context.model(), "messages": messages, **_generation(max_tokens, stream), **params}
         prompt_bytes = sum(utf8_len(m["content"]) for m in messages
                            if isinstance(m, dict) and isinstance(m.get("content"), str))
         return self._send("chat", "/v1/chat/completions", body, stream, name, cancel_after_tokens, expect_error,
-                          prompt_bytes)
+                          prompt_bytes, validate)
 
     def completion(self, prompt: str, max_tokens: int | None = None, stream: bool = True, *,
                    model: str | None = None, name: str | None = None, cancel_after_tokens: int | None = None,
@@ -412,7 +434,8 @@ class OpenAIClient:
 
     # -- one request --------------------------------------------------------------------------------
     def _send(self, kind: str, path: str, body: Any, stream: bool, name: str | None,
-              cancel_after: int | None, expect_error: bool | Expect, prompt_bytes: int | None = None) -> Reply:
+              cancel_after: int | None, expect_error: bool | Expect, prompt_bytes: int | None = None,
+              validate: Validator | None = None) -> Reply:
         payload = _encode(body)
         exchange, arrival = self._begin(kind)
         response = None
@@ -439,7 +462,7 @@ class OpenAIClient:
             self._classify(exchange, exc)
         finally:
             deadline.close()
-        return self._finish(exchange, response, payload, name, expect_error, prompt_bytes)
+        return self._finish(exchange, response, payload, name, expect_error, prompt_bytes, validate)
 
     def _begin(self, kind: str) -> tuple[_Exchange, Arrival | None]:
         """Intended time and queue wait from the arrival for its first request; later ones start now."""
@@ -507,6 +530,8 @@ class OpenAIClient:
         for choice in data.get("choices") or []:
             message = choice.get("message") or {}
             exchange.parts.append(str(message.get("content") or choice.get("text") or ""))
+            if isinstance(message, dict) and isinstance(message.get("tool_calls"), list):
+                exchange.tool_fragment(message["tool_calls"])
             exchange.finish_reason = choice.get("finish_reason")
 
     # -- outcome --------------------------------------------------------------------------------------
@@ -533,16 +558,19 @@ class OpenAIClient:
             exchange.fail("bad_stream", f"{type(exc).__name__}: {exc}")
 
     def _finish(self, exchange: _Exchange, response: Any, payload: bytes, name: str | None,
-                expect_error: bool | Expect, prompt_bytes: int | None) -> Reply:
+                expect_error: bool | Expect, prompt_bytes: int | None, validate: Validator | None = None) -> Reply:
         if response is not None and not getattr(response, "message_complete", True):
             discard_connection(response)  # a half-read response cannot go back to the pool
         if exchange.finish_t is None:
             exchange.finish_t = time.time()
         record = _judged(exchange, expectation_of(expect_error))
+        text, calls = "".join(exchange.parts), exchange.tool_calls()
+        if validate is not None and record.error_class is None:
+            record = _validated(record, validate, Answer(text, calls, exchange.finish_reason))
         if prompt_bytes is not None:
             self.context.token_ratio.observe(prompt_bytes, record.prompt_tokens)
         self._report(record, len(payload), name)
-        return Reply("".join(exchange.parts), record, exchange.finish_reason)
+        return Reply(text, record, exchange.finish_reason, calls)
 
     def _report(self, record: RequestRecord, payload_bytes: int, name: str | None) -> None:
         fire_request_event(self.events, record, payload_bytes, name)
@@ -556,6 +584,19 @@ def _judged(exchange: _Exchange, expect: Expect | None) -> RequestRecord:
     if expect is not None and record.error_class is None and not expect.accepts_success(record):
         record = dataclasses.replace(record, validation_gap=expect.name)
     return record
+
+
+def _validated(record: RequestRecord, validate: Validator, answer: Answer) -> RequestRecord:
+    """The record, an `invalid_output` error when the validator rejects the answer (quoted in the message)."""
+    try:
+        problem = validate(answer)
+    except Exception as exc:  # a scenario's validator that breaks must not cost the request its record
+        log.debug("validator failed", exc_info=exc)
+        problem = f"the validator failed: {type(exc).__name__}: {exc}"
+    if problem is None:
+        return record
+    return dataclasses.replace(record, error_class=INVALID_OUTPUT,
+                               error_message=invalid_message(problem, answer)[:MAX_MESSAGE_CHARS])
 
 
 def fire_request_event(events: Any, record: RequestRecord, payload_bytes: int, name: str | None) -> None:
@@ -615,7 +656,8 @@ def _apply_events(exchange: _Exchange, events: list[bytes], received_t: float, c
             exchange.finish_t = received_t
             return True
         text = _chunk_text(exchange, _parse_chunk(data))
-        if text:
+        if text or exchange.tool_delta:  # a tool call's fragment is output too: it times like content
+            exchange.tool_delta = False
             exchange.content(text, received_t)
         if cancel_after is not None and exchange.chunks >= cancel_after:
             raise _Cancel()
@@ -646,6 +688,9 @@ def _chunk_text(exchange: _Exchange, chunk: dict[str, Any]) -> str:
                 value = delta.get(key)
                 if value:
                     text += str(value)
+            calls = delta.get("tool_calls")
+            if calls:
+                exchange.tool_fragment(calls if isinstance(calls, list) else [calls])
         value = choice.get("text")
         if value:
             text += str(value)

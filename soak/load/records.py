@@ -9,7 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
 
-ERROR_CLASSES = ("connect", "timeout", "http_4xx", "http_5xx", "bad_stream")
+# invalid_output: a 200 whose answer failed the scenario's validation (soak.load.validate).
+INVALID_OUTPUT = "invalid_output"
+ERROR_CLASSES = ("connect", "timeout", "http_4xx", "http_5xx", "bad_stream", INVALID_OUTPUT)
 CANCELLED = "cancelled"
 KINDS = ("chat", "completion")
 
@@ -21,7 +23,8 @@ class RequestRecord:
     ttft_ms: intended send → first content token (None without one, e.g. non-streaming or failed).
     itl_ms: every gap between consecutive content chunks. e2e_ms: intended send → last byte.
     queue_ms: time waiting on the concurrency cap. lag_ms: (sent − intended) − queue_ms, the client's own delay.
-    error_class: None | connect | timeout | http_4xx | http_5xx | bad_stream | cancelled; `cancelled` is a
+    error_class: None | connect | timeout | http_4xx | http_5xx | bad_stream | invalid_output | cancelled;
+    `invalid_output` is a 200 whose structured answer failed validation; `cancelled` is a
     deliberate client disconnect (or a request cut at stop), not an error. expected_error marks a failure the
     scenario asked for (bad_input's 4xx), which counts as success. validation_gap names the expectation a
     success broke: the scenario expected a refusal (`Expect`) and the server answered 200 instead.

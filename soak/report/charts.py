@@ -24,7 +24,7 @@ MAX_PROCESS_TRACES = 12  # more lines than this is unreadable; the rest are name
 PALETTE = ("#2563eb", "#dc2626", "#059669", "#d97706", "#7c3aed", "#0891b2", "#be185d", "#4d7c0f",
            "#9333ea", "#0f766e", "#b45309", "#1d4ed8")
 ERROR_COLOURS = {"connect": "#7c3aed", "timeout": "#d97706", "http_4xx": "#0891b2", "http_5xx": "#dc2626",
-                 "bad_stream": "#be185d"}
+                 "bad_stream": "#be185d", "invalid_output": "#4d7c0f"}
 
 
 @dataclass(frozen=True)

@@ -214,6 +214,7 @@ class RequestWindowRow(Base):
     err_http_4xx: Mapped[int] = mapped_column(Integer, default=0)
     err_http_5xx: Mapped[int] = mapped_column(Integer, default=0)
     err_bad_stream: Mapped[int] = mapped_column(Integer, default=0)
+    err_invalid_output: Mapped[int] = mapped_column(Integer, default=0)
     output_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
     prompt_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
     late_sends_1s: Mapped[int] = mapped_column(Integer, default=0)
@@ -240,6 +241,6 @@ class RequestRow(Base):
     error_class: Mapped[str | None] = mapped_column(String(16))
 
 
-ERROR_CLASSES = ("connect", "timeout", "http_4xx", "http_5xx", "bad_stream")
+ERROR_CLASSES = ("connect", "timeout", "http_4xx", "http_5xx", "bad_stream", "invalid_output")
 LATENCY_METRICS = ("ttft", "itl", "e2e", "lag", "queue")
 ALL_SCENARIOS = "*"
