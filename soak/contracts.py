@@ -74,6 +74,7 @@ class EventKind(StrEnum):
     LOAD_PAUSED = "load_paused"
     LOAD_RESUMED = "load_resumed"
     CONTEXT_LENGTH = "context_length"
+    TRACE = "trace"  # the --trace replayed: its name, format, rows, speed, loops, its own rate and the sent one
     WORKERS_JOINED = "workers_joined"  # the load workers (local and `soak worker`) the run started with
     WORKER_LOST = "worker_lost"  # a load worker's process or heartbeat went away; its share moved to the rest
     # the conductor's outcome ledger (soak/run/ledger.py)
@@ -197,6 +198,36 @@ class SummaryContext(BaseModel):
     stated: int | None = Field(description="what the server states, when it states one")
 
 
+class SummaryTrace(BaseModel):
+    """The request trace the run replayed (`--trace`; docs/load.md, "Trace replay"), and what was sent of it."""
+
+    name: str = Field(description="the trace file's name")
+    format: str = Field(description="`mooncake`, `azure` or `burstgpt`")
+    rows: int = Field(description="requests in one loop of the trace")
+    speed: float = Field(description="`--trace-speed`")
+    loops: float = Field(description="times the trace plays in the run at that speed")
+    trace_rate_rps: float = Field(description="the trace's own mean arrival rate")
+    planned_rate_rps: float = Field(description="trace_rate_rps × speed")
+    sent_rate_rps: float | None = Field(description="requests sent ÷ the run's duration; null before it ends")
+    trace_prompt_tokens: float = Field(description="the trace's mean prompt tokens per row")
+    sent_prompt_tokens: float | None = Field(description="mean prompt tokens per answered request, as the server "
+                                             "counted them; null without any")
+    trace_output_tokens: float = Field(description="the trace's mean output tokens per row")
+    sent_output_tokens: float | None = Field(description="mean output tokens per answered request; null without any")
+
+
+def trace_summary(trace: dict[str, Any], windows: list[dict[str, Any]], duration_s: float | None) -> SummaryTrace:
+    """A `trace` event's figures beside what the run's request windows (all scenarios, `*`) say was sent."""
+    requests, answered = sum(row["requests"] for row in windows), sum(row["ok"] for row in windows)
+    return SummaryTrace(
+        name=trace["name"], format=trace["format"], rows=trace["rows"], speed=trace["speed"], loops=trace["loops"],
+        trace_rate_rps=trace["trace_rate_rps"], planned_rate_rps=trace["planned_rate_rps"],
+        sent_rate_rps=requests / duration_s if duration_s else None,
+        trace_prompt_tokens=trace["mean_input_tokens"], trace_output_tokens=trace["mean_output_tokens"],
+        sent_prompt_tokens=sum(row["prompt_tokens"] for row in windows) / answered if answered else None,
+        sent_output_tokens=sum(row["output_tokens"] for row in windows) / answered if answered else None)
+
+
 class ErrorMessage(BaseModel):
     """Failed requests with one exact (truncated, scrubbed) message."""
 
@@ -287,6 +318,7 @@ class Summary(BaseModel):
     validation_gaps: list[ValidationGap] = Field(default_factory=list)
     workers: SummaryWorkers | None = Field(None, description="the load workers, for a run that had some")
     goodput: SummaryGoodput | None = Field(None, description="with `--slo`: the share of requests meeting it")
+    trace: SummaryTrace | None = Field(None, description="with `--trace`: the trace replayed, and what was sent")
     report_html: str | None
     stop_reason: str | None = Field(None, description="why the run ended: `completed`, `stopped by SIGINT`, "
                                     "`server exited with code N`, `stopped early: …` (--stop-on-fail)")
@@ -307,6 +339,8 @@ class Summary(BaseModel):
             data.pop("workers", None)
         if data.get("goodput") is None:  # and `goodput`, for a run without --slo
             data.pop("goodput", None)
+        if data.get("trace") is None:  # and `trace`, for a run without --trace
+            data.pop("trace", None)
         return data
 
     def finding(self, check: str) -> SummaryFinding | None:

@@ -10,6 +10,7 @@ import json
 import shlex
 from typing import Any
 
+from soak.contracts import EventKind, trace_summary
 from soak.report import timeline
 from soak.report.formatting import (
     MISSING,
@@ -24,7 +25,7 @@ from soak.report.formatting import (
     parse_utc,
     quantity_texts,
 )
-from soak.store.models import ERROR_CLASSES
+from soak.store.models import ALL_SCENARIOS, ERROR_CLASSES
 
 VERDICT_ORDER = ("FAIL", "INVALID", "SUSPECT", "INCONCLUSIVE", "SKIPPED", "PASS")  # the run verdict's order
 UNSETTLED = ("INVALID", "FAIL", "INCONCLUSIVE", "SUSPECT")  # the verdicts a reader must act on
@@ -247,7 +248,17 @@ def run_facts(run: dict[str, Any], events: list[dict[str, Any]], windows: list[d
         "phases": timeline.phases(events, duration_s),
         "totals": request_totals(windows),
         "error_classes": ERROR_CLASSES,
+        "trace": trace_facts(events, windows, duration_s),
     }
+
+
+def trace_facts(events: list[dict[str, Any]], windows: list[dict[str, Any]],
+                duration_s: float | None) -> dict[str, Any] | None:
+    """The trace a `--trace` run replayed beside what it sent (summary.json's `trace`); None without one."""
+    found = [event["data"] for event in events if event["kind"] == EventKind.TRACE and event.get("data")]
+    if not found:
+        return None
+    return trace_summary(found[-1], [row for row in windows if row["scenario"] == ALL_SCENARIOS], duration_s).model_dump()
 
 
 # ---- events, environment, baseline ---------------------------------------------------------------------
