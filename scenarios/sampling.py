@@ -5,16 +5,19 @@ sampled answer has no single right text), only the request's outcome and timing.
 """
 
 from soak.load import OpenAIUser, task
-from soak.load.prompts import question
-
-PROMPT_TOKENS = 64  # room kept for the question and the chat template
+from soak.load.prompts import question, utf8_len
+from soak.load.user import TEMPLATE_MARGIN_TOKENS
 
 
 class Sampling(OpenAIUser):
-    def ask(self, max_tokens: int, **params) -> None:
-        _, max_tokens = self.fit(PROMPT_TOKENS, max_tokens)
-        messages = [{"role": "user", "content": question(self.rng)}]
-        self.client.chat(messages, max_tokens=max_tokens, stream=self.rng.random() < 0.5, **params)
+    def ask(self, max_tokens: int | None, **params) -> None:
+        """One chat of a short question; `max_tokens` None asks for all the context the question leaves (its
+        bytes counted as tokens: no tokenizer makes more tokens than bytes of it)."""
+        text = question(self.rng)
+        room = self.max_model_len - TEMPLATE_MARGIN_TOKENS - utf8_len(text)
+        max_tokens = max(1, room if max_tokens is None else min(max_tokens, room))
+        self.client.chat([{"role": "user", "content": text}], max_tokens=max_tokens,
+                         stream=self.rng.random() < 0.5, **params)
 
     @task(2)
     def n_choices(self):
@@ -49,4 +52,4 @@ class Sampling(OpenAIUser):
 
     @task(1)
     def max_tokens_max(self):
-        self.ask(self.max_model_len)
+        self.ask(None)
