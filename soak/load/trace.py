@@ -12,15 +12,17 @@ from __future__ import annotations
 
 import csv
 import functools
-import json
 import logging
 import math
 import random
-from collections.abc import Iterator
+from array import array
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
+
+import numpy as np
+import orjson
 
 from soak.errors import ConfigError
 from soak.load.prompts import text_of_bytes
@@ -48,25 +50,37 @@ class TraceRow:
     line: int = 0  # the row's line in the file
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Trace:
-    """A whole trace in arrival order; `sorted_from_line` names the first out-of-order line (None if in order)."""
+    """A whole trace in arrival order, kept as columns (a million-row trace is tens of MB, not hundreds);
+    `sorted_from_line` names the first line whose time went backwards (None if the file was in order)."""
 
     path: Path
     format: str
-    rows: tuple[TraceRow, ...]
+    times_s: np.ndarray  # seconds after the first arrival, ascending
+    input_tokens: np.ndarray
+    output_tokens: np.ndarray
+    lines: np.ndarray  # each row's line in the file
+    hash_ids: tuple[tuple[int, ...], ...] | None = None  # Mooncake's, row by row
     sorted_from_line: int | None = None
+
+    def __len__(self) -> int:
+        return len(self.times_s)
+
+    def row(self, index: int) -> TraceRow:
+        return TraceRow(float(self.times_s[index]), int(self.input_tokens[index]), int(self.output_tokens[index]),
+                        self.hash_ids[index] if self.hash_ids else (), int(self.lines[index]))
 
     @property
     def span_s(self) -> float:
         """From the first arrival to the last, at the trace's own speed."""
-        return self.rows[-1].t_s
+        return float(self.times_s[-1])
 
     @property
     def period_s(self) -> float:
         """One loop at the trace's own speed: its span plus one mean gap, so the seam looks like the rest
         (1 s for a trace whose requests all arrive at once)."""
-        count = len(self.rows)
+        count = len(self)
         if count < 2 or self.span_s <= 0:
             return max(self.span_s, 1.0)
         return self.span_s * count / (count - 1)
@@ -74,20 +88,47 @@ class Trace:
     @property
     def mean_rate_rps(self) -> float:
         """Requests per second at the trace's own speed, over one loop."""
-        return len(self.rows) / self.period_s
+        return len(self) / self.period_s
 
     def describe(self, speed: float = 1.0) -> dict[str, Any]:
         """The figures a run records about the trace it replays."""
-        return {"name": self.path.name, "format": self.format, "rows": len(self.rows), "span_s": self.span_s,
+        return {"name": self.path.name, "format": self.format, "rows": len(self), "span_s": self.span_s,
                 "period_s": self.period_s, "speed": speed, "trace_rate_rps": self.mean_rate_rps,
                 "planned_rate_rps": self.mean_rate_rps * speed, "sorted_from_line": self.sorted_from_line,
-                "mean_input_tokens": _mean(r.input_tokens for r in self.rows),
-                "mean_output_tokens": _mean(r.output_tokens for r in self.rows)}
+                "mean_input_tokens": float(self.input_tokens.mean()),
+                "mean_output_tokens": float(self.output_tokens.mean())}
 
 
-def _mean(values: Iterator[int]) -> float:
-    items = list(values)
-    return sum(items) / len(items) if items else 0.0
+class _Columns:
+    """Rows as they are read, in compact arrays."""
+
+    def __init__(self, with_hash_ids: bool) -> None:
+        self.times, self.lines = array("d"), array("q")
+        self.inputs, self.outputs = array("q"), array("q")
+        self.hash_ids: list[tuple[int, ...]] | None = [] if with_hash_ids else None
+
+    def add(self, t_s: float, input_tokens: int, output_tokens: int, line: int, hash_ids: tuple[int, ...] = ()) -> None:
+        self.times.append(t_s)
+        self.inputs.append(input_tokens)
+        self.outputs.append(output_tokens)
+        self.lines.append(line)
+        if self.hash_ids is not None:
+            self.hash_ids.append(hash_ids)
+
+    def trace(self, path: Path, format: str) -> Trace:
+        """The rows in time order (sorted, and said so, when the file was not), timed from the first."""
+        times, lines = np.array(self.times), np.array(self.lines)
+        inputs, outputs = np.array(self.inputs), np.array(self.outputs)
+        hash_ids = self.hash_ids
+        backwards = np.flatnonzero(np.diff(times) < 0)
+        late = int(lines[backwards[0] + 1]) if len(backwards) else None
+        if late is not None:
+            log.warning("trace %s line %d: timestamps go backwards; the rows are replayed sorted by time", path, late)
+            order = np.argsort(times, kind="stable")  # equal times keep the file's order
+            times, lines, inputs, outputs = times[order], lines[order], inputs[order], outputs[order]
+            hash_ids = [hash_ids[i] for i in order] if hash_ids is not None else None
+        return Trace(path, format, times - times[0], inputs, outputs, lines,
+                     tuple(hash_ids) if hash_ids is not None else None, late)
 
 
 # -- reading ----------------------------------------------------------------------------------------------
@@ -110,16 +151,24 @@ def detect_format(path: Path, first_line: str) -> str:
 
 def _tokens(path: Path, line: int, column: str, value: Any) -> int:
     try:
+        return _count(int(value), path, line, column, value)
+    except (TypeError, ValueError):
+        pass
+    try:
         number = float(value)
     except (TypeError, ValueError):
         raise _bad(path, line, f"{column} {value!r} is not a number") from None
-    if not math.isfinite(number) or number < 0:
+    return _count(int(number) if math.isfinite(number) else -1, path, line, column, value)
+
+
+def _count(number: int, path: Path, line: int, column: str, value: Any) -> int:
+    if number < 0:
         raise _bad(path, line, f"{column} {value!r} is not a token count")
-    return int(number)
+    return number
 
 
 def _seconds(path: Path, line: int, column: str, value: Any, scale: float) -> float:
-    """A timestamp in seconds: a number (× scale), or for Azure an ISO date and time."""
+    """A timestamp in seconds: a number (× scale), or for Azure an ISO date and time (UTC unless it says)."""
     try:
         number = float(value)
         if math.isfinite(number):
@@ -133,13 +182,13 @@ def _seconds(path: Path, line: int, column: str, value: Any, scale: float) -> fl
     return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
 
 
-def _mooncake_rows(path: Path, lines: list[str]) -> Iterator[TraceRow]:
+def _mooncake_rows(path: Path, handle: TextIO, columns: _Columns) -> None:
     time_col, input_col, output_col = COLUMNS["mooncake"]
-    for number, text in enumerate(lines, start=1):
+    for number, text in enumerate(handle, start=1):
         if not text.strip():
             continue
         try:
-            record = json.loads(text)
+            record = orjson.loads(text)
         except ValueError:
             raise _bad(path, number, "not a JSON object") from None
         if not isinstance(record, dict):
@@ -148,10 +197,10 @@ def _mooncake_rows(path: Path, lines: list[str]) -> Iterator[TraceRow]:
         if missing:
             raise _bad(path, number, f"no {missing[0]!r} (a Mooncake row has timestamp, input_length, "
                        "output_length, hash_ids)")
-        yield TraceRow(_seconds(path, number, time_col, record[time_col], 0.001),
-                       _tokens(path, number, input_col, record[input_col]),
-                       _tokens(path, number, output_col, record[output_col]),
-                       _hash_ids(path, number, record.get("hash_ids", [])), number)
+        columns.add(_seconds(path, number, time_col, record[time_col], 0.001),
+                    _tokens(path, number, input_col, record[input_col]),
+                    _tokens(path, number, output_col, record[output_col]), number,
+                    _hash_ids(path, number, record.get("hash_ids", [])))
 
 
 def _hash_ids(path: Path, line: int, value: Any) -> tuple[int, ...]:
@@ -160,33 +209,29 @@ def _hash_ids(path: Path, line: int, value: Any) -> tuple[int, ...]:
     return tuple(value)
 
 
-def _csv_rows(path: Path, lines: list[str], format: str) -> Iterator[TraceRow]:
-    time_col, input_col, output_col = COLUMNS[format]
-    reader = csv.DictReader(lines, skipinitialspace=True)
-    header = [name.strip() for name in reader.fieldnames or ()]
-    reader.fieldnames = header
-    missing = [name for name in COLUMNS[format] if name not in header]
+def _csv_rows(path: Path, handle: TextIO, format: str, columns: _Columns) -> None:
+    names = COLUMNS[format]
+    reader = csv.reader(handle, skipinitialspace=True)
+    header = [name.strip() for name in next((row for row in reader if row), [])]
+    missing = [name for name in names if name not in header]
     if missing:
-        raise _bad(path, 1, f"the header has no {missing[0]!r} column (a {format} trace has "
-                   f"{', '.join(COLUMNS[format])})")
+        raise _bad(path, reader.line_num, f"the header has no {missing[0]!r} column (a {format} trace has "
+                   f"{', '.join(names)})")
+    where = [header.index(name) for name in names]
     for record in reader:
+        if not record:
+            continue
         number = reader.line_num
-        absent = [name for name in COLUMNS[format] if record.get(name) in (None, "")]
+        absent = [name for name, i in zip(names, where) if i >= len(record) or not record[i].strip()]
         if absent:
             raise _bad(path, number, f"no {absent[0]!r} value")
-        yield TraceRow(_seconds(path, number, time_col, record[time_col], 1.0),
-                       _tokens(path, number, input_col, record[input_col]),
-                       _tokens(path, number, output_col, record[output_col]), (), number)
+        columns.add(_seconds(path, number, names[0], record[where[0]], 1.0),
+                    _tokens(path, number, names[1], record[where[1]]),
+                    _tokens(path, number, names[2], record[where[2]]), number)
 
 
-def _in_order(path: Path, rows: list[TraceRow]) -> tuple[tuple[TraceRow, ...], int | None]:
-    """Rows from the first arrival on (times relative to it), sorted when the file is not; where it was not."""
-    late = next((b.line for a, b in zip(rows, rows[1:]) if b.t_s < a.t_s), None)
-    if late is not None:
-        log.warning("trace %s line %d: timestamps go backwards; the rows are replayed sorted by time", path, late)
-        rows = sorted(rows, key=lambda row: row.t_s)  # stable: equal times keep the file's order
-    first_t = rows[0].t_s
-    return tuple(TraceRow(r.t_s - first_t, r.input_tokens, r.output_tokens, r.hash_ids, r.line) for r in rows), late
+def _first_line(handle: TextIO) -> str | None:
+    return next((text for text in handle if text.strip()), None)
 
 
 @functools.lru_cache(maxsize=4)
@@ -196,20 +241,29 @@ def load_trace(path: Path, format: str | None = None) -> Trace:
     if format is not None and format not in TRACE_FORMATS:
         raise ConfigError(f"trace {path}: unknown trace format {format!r} (known: {', '.join(TRACE_FORMATS)})")
     try:
-        lines = path.read_text(encoding="utf-8-sig").splitlines()
+        with path.open(encoding="utf-8-sig", newline="") as handle:
+            first = _first_line(handle)
+            if first is None:
+                raise ConfigError(f"trace {path} line 1: the file is empty")
+            format = format or detect_format(path, first)
+            columns = _Columns(with_hash_ids=format == "mooncake")
+            handle.seek(0)
+            if format == "mooncake":
+                _mooncake_rows(path, handle, columns)
+            else:
+                _csv_rows(path, handle, format, columns)
     except OSError as exc:
         raise ConfigError(f"trace {path} cannot be read: {exc.strerror or exc}") from None
     except UnicodeDecodeError:
         raise ConfigError(f"trace {path} is not UTF-8 text") from None
-    first = next((text for text in lines if text.strip()), None)
-    if first is None:
-        raise ConfigError(f"trace {path} line 1: the file is empty")
-    format = format or detect_format(path, first)
-    rows = list(_mooncake_rows(path, lines) if format == "mooncake" else _csv_rows(path, lines, format))
-    if not rows:
-        raise _bad(path, len(lines) + 1, "the trace holds no requests")
-    ordered, late = _in_order(path, rows)
-    return Trace(path, format, ordered, late)
+    if not columns.times:
+        raise ConfigError(f"trace {path} line {_line_count(path) + 1}: the trace holds no requests")
+    return columns.trace(path, format)
+
+
+def _line_count(path: Path) -> int:
+    with path.open(encoding="utf-8-sig", newline="") as handle:
+        return sum(1 for _ in handle)
 
 
 # -- planning ---------------------------------------------------------------------------------------------
@@ -224,8 +278,8 @@ class TraceSchedule:
 
     def arrival(self, k: int) -> tuple[float, TraceRow]:
         """The k-th arrival (counting from 0 over every loop): its intended wall time and its row."""
-        loop, index = divmod(k, len(self.trace.rows))
-        row = self.trace.rows[index]
+        loop, index = divmod(k, len(self.trace))
+        row = self.trace.row(index)
         return self.begin_t + (loop * self.trace.period_s + row.t_s) / self.speed, row
 
     @property

@@ -30,8 +30,8 @@ def written(tmp_path: Path, name: str, text: str) -> Path:
 
 def test_mooncake_rows_keep_times_tokens_and_hash_ids():
     trace = load_trace(TRACES / "mooncake.jsonl")
-    assert trace.format == "mooncake" and len(trace.rows) == 8 and trace.sorted_from_line is None
-    first, second = trace.rows[:2]
+    assert trace.format == "mooncake" and len(trace) == 8 and trace.sorted_from_line is None
+    first, second = trace.row(0), trace.row(1)
     assert (first.t_s, first.input_tokens, first.output_tokens, first.hash_ids) == (0.0, 1100, 8, (0, 1, 2))
     assert (second.t_s, second.input_tokens, second.output_tokens, second.hash_ids) == (0.4, 700, 4, (0, 1))
     assert trace.span_s == 3.5
@@ -41,18 +41,18 @@ def test_mooncake_rows_keep_times_tokens_and_hash_ids():
 
 def test_azure_times_are_dates_read_to_the_microsecond():
     trace = load_trace(TRACES / "azure.csv")
-    assert trace.format == "azure" and len(trace.rows) == 6
-    assert [r.input_tokens for r in trace.rows] == [374, 396, 879, 91, 1528, 204]
-    assert [r.output_tokens for r in trace.rows] == [44, 109, 12, 7, 240, 31]
-    assert trace.rows[1].t_s == pytest.approx(50.995169 - 46.68059, abs=1e-5)
+    assert trace.format == "azure" and len(trace) == 6
+    assert trace.input_tokens.tolist() == [374, 396, 879, 91, 1528, 204]
+    assert trace.output_tokens.tolist() == [44, 109, 12, 7, 240, 31]
+    assert trace.row(1).t_s == pytest.approx(50.995169 - 46.68059, abs=1e-5)
     assert trace.span_s == pytest.approx(56.25 - 46.68059, abs=1e-5)
-    assert all(r.hash_ids == () for r in trace.rows) and trace.rows[0].line == 2
+    assert trace.hash_ids is None and trace.row(0).hash_ids == () and trace.row(0).line == 2
 
 
 def test_burstgpt_reads_its_token_columns_and_seconds():
     trace = load_trace(TRACES / "burstgpt.csv")
     assert trace.format == "burstgpt"
-    assert [(r.t_s, r.input_tokens, r.output_tokens) for r in trace.rows] == [
+    assert [(r.t_s, r.input_tokens, r.output_tokens) for r in map(trace.row, range(len(trace)))] == [
         (0.0, 472, 18), (40.0, 1087, 0), (113.0, 417, 276), (125.0, 165, 97), (126.0, 60, 8)]
 
 
@@ -100,8 +100,8 @@ def test_timestamps_out_of_order_are_sorted_and_the_first_such_line_named(tmp_pa
     path = written(tmp_path, "shuffled.csv", "Timestamp,Request tokens,Response tokens\n"
                    "10,1,1\n30,3,3\n20,2,2\n20,4,4\n")
     trace = load_trace(path)
-    assert [r.input_tokens for r in trace.rows] == [1, 2, 4, 3]  # equal times keep the file's order
-    assert [r.t_s for r in trace.rows] == [0.0, 10.0, 10.0, 20.0]
+    assert trace.input_tokens.tolist() == [1, 2, 4, 3]  # equal times keep the file's order
+    assert trace.times_s.tolist() == [0.0, 10.0, 10.0, 20.0] and trace.lines.tolist() == [2, 4, 5, 3]
     assert trace.sorted_from_line == 4
     assert "shuffled.csv line 4: timestamps go backwards" in caplog.text
 
@@ -112,10 +112,10 @@ def test_arrivals_follow_the_trace_scaled_by_speed_and_loop_to_the_end():
     planned = plan_trace_arrivals(schedule)
     assert schedule.loops == pytest.approx(5.0)  # 10 s at twice the speed of a 4 s loop
     assert len(planned) == 40
-    offsets = [r.t_s for r in trace.rows]
+    offsets = trace.times_s.tolist()
     for k, (intended_t, row) in enumerate(planned):
         loop, index = divmod(k, 8)
-        assert row is trace.rows[index]
+        assert row == trace.row(index)
         assert intended_t == pytest.approx(1000.0 + (loop * 4.0 + offsets[index]) / 2.0)
     assert all(b >= a for (a, _), (b, _) in zip(planned, planned[1:]))
     # The run's end cuts the last loop short: at speed 1 the third loop starts at 8 s, and its fourth row (9.5 s)

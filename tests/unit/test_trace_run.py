@@ -17,7 +17,7 @@ TRACE = Path(__file__).resolve().parents[1] / "data" / "traces" / "mooncake.json
 def replayed(tmp_path_factory, soak_cli):
     out = tmp_path_factory.mktemp("trace-run")
     result = soak_cli("start", "--trace", str(TRACE), "--duration", "10s", "--warmup", "2s", "--window", "5s",
-                      "--sample-every", "1s", "--canary-every", "0", "--keep-requests", "--out", str(out),
+                      "--sample-every", "1s", "--canary-every", "0", "--keep-requests", "--json", "--out", str(out),
                       timeout_s=120)
     assert result.returncode in (0, 1, 3), result.stderr[-3000:]
     db = sqlite3.connect(out / "soak.db")
@@ -28,12 +28,13 @@ def replayed(tmp_path_factory, soak_cli):
         [event] = db.execute("select data_json from events where kind = 'trace'").fetchall()
     finally:
         db.close()
-    return requests, prompt_tokens, json.loads(event[0])
+    return requests, prompt_tokens, json.loads(event[0]), json.loads(result.stdout)
 
 
 def test_each_request_follows_its_rows_time_and_token_counts(replayed):
-    requests, prompt_tokens, _ = replayed
-    rows = load_trace(TRACE).rows
+    requests, prompt_tokens, _, _ = replayed
+    trace = load_trace(TRACE)
+    rows = [trace.row(index) for index in range(len(trace))]
     assert len(requests) >= 16  # about 2.4 loops of 8 rows fit the 10 s
     assert all(error is None for _, _, error in requests)
     expected = [rows[k % len(rows)] for k in range(len(requests))]
@@ -47,7 +48,16 @@ def test_each_request_follows_its_rows_time_and_token_counts(replayed):
     assert prompt_tokens == pytest.approx(wanted, rel=0.005)
 
 
-def test_the_run_records_what_it_replayed(replayed):
-    _, _, trace = replayed
-    assert (trace["name"], trace["format"], trace["rows"], trace["speed"]) == ("mooncake.jsonl", "mooncake", 8, 1.0)
-    assert trace["trace_rate_rps"] == pytest.approx(2.0) and 2.0 < trace["loops"] < 2.6
+def test_the_run_records_what_it_replayed_beside_what_it_sent(replayed):
+    requests, _, event, summary = replayed
+    assert (event["name"], event["format"], event["rows"], event["speed"]) == ("mooncake.jsonl", "mooncake", 8, 1.0)
+    assert event["trace_rate_rps"] == pytest.approx(2.0) and 2.0 < event["loops"] < 2.6
+    trace = summary["trace"]
+    assert (trace["name"], trace["rows"], trace["planned_rate_rps"]) == ("mooncake.jsonl", 8, pytest.approx(2.0))
+    assert trace["sent_rate_rps"] == pytest.approx(len(requests) / summary["duration_s"])
+    # The trace's pace, less the moment before the load starts and the last loop's cut: 2.4 loops of 8 in 10 s.
+    assert 1.4 < trace["sent_rate_rps"] <= 2.0
+    # The rows' means over whole loops, beside what the server counted over 2 and a bit loops.
+    assert trace["trace_output_tokens"] == pytest.approx(70 / 8)
+    assert trace["sent_output_tokens"] == pytest.approx(trace["trace_output_tokens"], rel=0.15)
+    assert trace["sent_prompt_tokens"] == pytest.approx(trace["trace_prompt_tokens"], rel=0.15)
