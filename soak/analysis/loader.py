@@ -9,7 +9,6 @@ from collections import defaultdict
 from typing import Any
 
 import numpy as np
-from sqlalchemy import Engine
 
 from soak.analysis.inputs import (
     ClientSeries,
@@ -41,7 +40,7 @@ from soak.store.models import (
     RequestWindowRow,
     ServerSample,
 )
-from soak.store.queries import read_events, read_rows
+from soak.store.store import Store
 
 INTERVAL_KINDS = {"probe": ("probe_start", "probe_end"), "outage": ("outage_start", "outage_end")}
 
@@ -89,10 +88,10 @@ def _column(rows: list[dict[str, Any]], name: str) -> np.ndarray | None:
     return np.array([np.nan if value is None else float(value) for value in values])
 
 
-def load_processes(engine: Engine, run_id: str) -> tuple[ProcessSeries, ...]:
+def load_processes(store: Store, run_id: str) -> tuple[ProcessSeries, ...]:
     """One series per server PID, its swap beside its RSS (`leak.rss` judges the two together)."""
     by_pid: dict[int, list[dict[str, Any]]] = defaultdict(list)
-    for row in read_rows(engine, ProcessSample, run_id, role="server"):
+    for row in store.read_rows(ProcessSample, run_id, role="server"):
         by_pid[row["pid"]].append(row)
     return tuple(
         ProcessSeries(pid=pid, name=rows[-1]["name"], t_s=_column(rows, "t_s"), rss_bytes=_column(rows, "rss_bytes"),
@@ -101,10 +100,10 @@ def load_processes(engine: Engine, run_id: str) -> tuple[ProcessSeries, ...]:
         for pid, rows in sorted(by_pid.items()))
 
 
-def load_gpu_processes(engine: Engine, run_id: str) -> tuple[GpuProcessSeries, ...]:
+def load_gpu_processes(store: Store, run_id: str) -> tuple[GpuProcessSeries, ...]:
     """One series per (PID, GPU)."""
     by_key: dict[tuple[int, int], list[dict[str, Any]]] = defaultdict(list)
-    for row in read_rows(engine, GpuProcessSample, run_id):
+    for row in store.read_rows(GpuProcessSample, run_id):
         by_key[(row["pid"], row["gpu_index"])].append(row)
     return tuple(GpuProcessSeries(pid=pid, gpu_index=gpu, t_s=_column(rows, "t_s"),
                                   used_bytes=_column(rows, "used_bytes"))
@@ -123,9 +122,9 @@ def gauge_source(rows: list[dict[str, Any]]) -> str:
     return next((source for source in sources if carries(source)), sources[0])
 
 
-def load_server(engine: Engine, run_id: str) -> ServerSeries | None:
+def load_server(store: Store, run_id: str) -> ServerSeries | None:
     """The gauges and counters of the source that carries them (`gauge_source`)."""
-    rows = read_rows(engine, ServerSample, run_id)
+    rows = store.read_rows(ServerSample, run_id)
     if not rows:
         return None
     source = gauge_source(rows)
@@ -148,10 +147,10 @@ def _stats(row: dict[str, Any] | None) -> LatencyStats | None:
                         p99_ms=row["p99_ms"])
 
 
-def load_latency(engine: Engine, run_id: str) -> tuple[tuple[LatencyWindow, ...], dict[int, float]]:
+def load_latency(store: Store, run_id: str) -> tuple[tuple[LatencyWindow, ...], dict[int, float]]:
     """Per-window latency of all scenarios, and each window's schedule-lag P99."""
     by_index: dict[int, dict[str, dict[str, Any]]] = defaultdict(dict)
-    for row in read_rows(engine, LatencyWindowRow, run_id, scenario=ALL_SCENARIOS):
+    for row in store.read_rows(LatencyWindowRow, run_id, scenario=ALL_SCENARIOS):
         by_index[row["window_index"]][row["metric"]] = row
     windows, lag_p99 = [], {}
     for index, metrics in sorted(by_index.items()):
@@ -173,49 +172,49 @@ def _request_window(row: dict[str, Any], lag_p99: dict[int, float]) -> RequestWi
                          lag_p99_ms=lag_p99.get(row["window_index"]), slo_met=row.get("slo_met"))
 
 
-def load_request_windows(engine: Engine, run_id: str, lag_p99: dict[int, float]) -> tuple[RequestWindow, ...]:
+def load_request_windows(store: Store, run_id: str, lag_p99: dict[int, float]) -> tuple[RequestWindow, ...]:
     """Per-window counts of all scenarios."""
     return tuple(_request_window(row, lag_p99)
-                 for row in read_rows(engine, RequestWindowRow, run_id, scenario=ALL_SCENARIOS))
+                 for row in store.read_rows(RequestWindowRow, run_id, scenario=ALL_SCENARIOS))
 
 
-def load_scenario_windows(engine: Engine, run_id: str) -> dict[str, tuple[RequestWindow, ...]]:
+def load_scenario_windows(store: Store, run_id: str) -> dict[str, tuple[RequestWindow, ...]]:
     """Per-window counts of each scenario on its own, with that scenario's schedule-lag P99."""
     lag_p99: dict[str, dict[int, float]] = defaultdict(dict)
-    for row in read_rows(engine, LatencyWindowRow, run_id, metric="lag"):
+    for row in store.read_rows(LatencyWindowRow, run_id, metric="lag"):
         if row["scenario"] != ALL_SCENARIOS and row["count"]:
             lag_p99[row["scenario"]][row["window_index"]] = row["p99_ms"]
     by_scenario: dict[str, list[RequestWindow]] = defaultdict(list)
-    for row in read_rows(engine, RequestWindowRow, run_id):  # in window order, so each list is too
+    for row in store.read_rows(RequestWindowRow, run_id):  # in window order, so each list is too
         if row["scenario"] != ALL_SCENARIOS:
             by_scenario[row["scenario"]].append(_request_window(row, lag_p99[row["scenario"]]))
     return {name: tuple(windows) for name, windows in sorted(by_scenario.items())}
 
 
-def load_host(engine: Engine, run_id: str) -> HostSeries | None:
+def load_host(store: Store, run_id: str) -> HostSeries | None:
     """The headroom series: host memory available per sample and, with GPUs, their free memory summed per sample.
 
     None when the host was not sampled (a run stored before it was, or a server soak could not see). GPU free memory
     is aligned to the host samples by sample time, which telemetry takes together (nan where one is missing).
     """
-    rows = read_rows(engine, MetricSample, run_id, name=HOST_AVAILABLE_METRIC)
+    rows = store.read_rows(MetricSample, run_id, name=HOST_AVAILABLE_METRIC)
     if not rows:
         return None
     t_s = [row["t_s"] for row in rows]
-    gpu_free = _gpu_free_by_time(engine, run_id)
+    gpu_free = _gpu_free_by_time(store, run_id)
     return HostSeries(t_s=t_s, available_bytes=[row["value"] for row in rows],
                       gpu_free_bytes=[gpu_free.get(t, np.nan) for t in t_s] if gpu_free else None)
 
 
-def _gpu_free_by_time(engine: Engine, run_id: str) -> dict[float, float]:
+def _gpu_free_by_time(store: Store, run_id: str) -> dict[float, float]:
     """Total minus used memory of the GPUs serving the tree, summed per sample time.
 
     The serving GPUs are those on which a server process held memory; when NVML named none, every GPU counts. A GPU
     missing either reading is skipped.
     """
-    serving = {row["gpu_index"] for row in read_rows(engine, GpuProcessSample, run_id) if row["used_bytes"]}
+    serving = {row["gpu_index"] for row in store.read_rows(GpuProcessSample, run_id) if row["used_bytes"]}
     free: dict[float, float] = defaultdict(float)
-    for row in read_rows(engine, GpuSample, run_id):
+    for row in store.read_rows(GpuSample, run_id):
         if serving and row["gpu_index"] not in serving:
             continue
         if row["mem_total_bytes"] is not None and row["mem_used_bytes"] is not None:
@@ -239,17 +238,17 @@ def stored_slo(run: dict[str, Any]) -> dict[str, Any]:
     return {"slo": targets} if targets else {}
 
 
-def load_client(engine: Engine, run_id: str, outage_indices: set[int]) -> ClientSeries | None:
+def load_client(store: Store, run_id: str, outage_indices: set[int]) -> ClientSeries | None:
     """soak's own CPU and RSS, and the run's schedule-lag figures from the merged lag histograms.
 
     Outage windows are left out: there soak itself was restarting the server, not keeping to its schedule.
     """
     from soak.store.histograms import merged_percentiles
 
-    rows = read_rows(engine, ProcessSample, run_id, role="client")
-    lag_rows = [r for r in read_rows(engine, LatencyWindowRow, run_id, scenario=ALL_SCENARIOS, metric="lag")
+    rows = store.read_rows(ProcessSample, run_id, role="client")
+    lag_rows = [r for r in store.read_rows(LatencyWindowRow, run_id, scenario=ALL_SCENARIOS, metric="lag")
                 if r["window_index"] not in outage_indices]
-    requests = [r for r in read_rows(engine, RequestWindowRow, run_id, scenario=ALL_SCENARIOS)
+    requests = [r for r in store.read_rows(RequestWindowRow, run_id, scenario=ALL_SCENARIOS)
                 if r["window_index"] not in outage_indices]
     if not rows and not lag_rows:
         return None
@@ -258,13 +257,13 @@ def load_client(engine: Engine, run_id: str, outage_indices: set[int]) -> Client
                         cpu_percent=_column(rows, "cpu_percent"), rss_bytes=_column(rows, "rss_bytes"),
                         sends=sum(r["requests"] for r in requests) or None,
                         late_sends_1s=sum(r["late_sends_1s"] for r in requests), lag_p99_ms=lag["p99"],
-                        loop_lag_p99_ms=_last_metric(engine, run_id, CLIENT_LOOP_LAG_P99_METRIC),
-                        loop_lag_max_ms=_last_metric(engine, run_id, CLIENT_LOOP_LAG_MAX_METRIC))
+                        loop_lag_p99_ms=_last_metric(store, run_id, CLIENT_LOOP_LAG_P99_METRIC),
+                        loop_lag_max_ms=_last_metric(store, run_id, CLIENT_LOOP_LAG_MAX_METRIC))
 
 
-def _last_metric(engine: Engine, run_id: str, name: str) -> float | None:
+def _last_metric(store: Store, run_id: str, name: str) -> float | None:
     """The latest stored value of one of soak's own running figures (None when never stored)."""
-    rows = read_rows(engine, MetricSample, run_id, name=name)
+    rows = store.read_rows(MetricSample, run_id, name=name)
     return float(max(rows, key=lambda row: row["t_s"])["value"]) if rows else None
 
 
@@ -284,25 +283,25 @@ def load_probes(events: list[dict[str, Any]]) -> tuple[ProbeReading, ...]:
     return tuple(readings)
 
 
-def load_run_data(engine: Engine, run: dict[str, Any], stopped_early: bool) -> RunData:
+def load_run_data(store: Store, run: dict[str, Any], stopped_early: bool) -> RunData:
     """Everything the checks need about one stored run."""
     run_id = run["id"]
-    events = read_events(engine, run_id)
+    events = store.read_events(run_id)
     actual_s = run["duration_s"] or (events[-1]["t_s"] if events else 0.0)
-    latency, lag_p99 = load_latency(engine, run_id)
-    request_windows = load_request_windows(engine, run_id, lag_p99)
+    latency, lag_p99 = load_latency(store, run_id)
+    request_windows = load_request_windows(store, run_id, lag_p99)
     probes = load_probes(events)
     windows = build_windows(run, actual_s, events)
     outage_indices = {w.index for w in windows if w.excluded == "outage"}
     return RunData(
         planned_duration_s=run["planned_duration_s"], actual_duration_s=actual_s, warmup_s=run["warmup_s"],
         window_s=run["window_s"], windows=windows, stopped_early=stopped_early,
-        gpu_seen=bool(read_rows(engine, GpuSample, run_id)), probes_ran=bool(probes),
-        server_managed=run["target_kind"] != "external", processes=load_processes(engine, run_id),
-        gpu_processes=load_gpu_processes(engine, run_id), probes=probes, latency_windows=latency,
-        request_windows=request_windows, server=load_server(engine, run_id), client=load_client(engine, run_id, outage_indices),
+        gpu_seen=bool(store.read_rows(GpuSample, run_id)), probes_ran=bool(probes),
+        server_managed=run["target_kind"] != "external", processes=load_processes(store, run_id),
+        gpu_processes=load_gpu_processes(store, run_id), probes=probes, latency_windows=latency,
+        request_windows=request_windows, server=load_server(store, run_id), client=load_client(store, run_id, outage_indices),
         events=tuple(Event(t_s=e["t_s"], kind=e["kind"], message=e["message"] or "", data=e["data"]) for e in events),
         total_requests=sum(w.requests for w in request_windows),
-        scenario_windows=load_scenario_windows(engine, run_id), host=load_host(engine, run_id), **stored_horizon(run),
+        scenario_windows=load_scenario_windows(store, run_id), host=load_host(store, run_id), **stored_horizon(run),
         **stored_slo(run),
     )

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from soak.cli.common import location_options, open_store, open_store_or_none, print_json
+from soak.cli.common import location_options, print_json
 from soak.cli.runs import label_option, labels_text
 
 if TYPE_CHECKING:
@@ -25,12 +25,12 @@ if TYPE_CHECKING:
 def export(run_id: str, locations: Locations, fmt: str, export_dir: str | None) -> None:
     """Write a run's windows, samples, events and findings as one CSV or Parquet file per table
     (columns: docs/export.md)."""
+    from soak.store import Store
     from soak.store.export import export_run
-    from soak.store.queries import get_run
 
-    engine = open_store(locations)
-    folder = Path(export_dir) if export_dir else Path(get_run(engine, run_id)["out_dir"]) / "export"
-    exported = export_run(engine, run_id, folder, fmt,
+    store = Store.open(locations, read_only=True)
+    folder = Path(export_dir) if export_dir else Path(store.get_run(run_id)["out_dir"]) / "export"
+    exported = export_run(store, run_id, folder, fmt,
                           on_table=lambda name: click.echo(f"exporting {name}…", err=True))
     for path, rows in exported.files:
         click.echo(f"{rows:>9,} rows  {path}")
@@ -49,16 +49,19 @@ def prune(locations: Locations, older_than: str, labels: dict[str, str], dry_run
 
     A run still running is never touched, however old.
     """
+    from soak.errors import MissingDatabaseError
+    from soak.store import Store
     from soak.store.prune import plan_prune
     from soak.store.prune import prune as prune_runs
     from soak.units import parse_duration
 
-    engine = open_store_or_none(locations)
-    if engine is None:
+    try:
+        store = Store.open(locations, create=False, read_only=dry_run)
+    except MissingDatabaseError:
         click.echo(f"nothing to prune: there is no database at {locations.db_url}", err=True)
         return
-    plan = plan_prune(engine, parse_duration(older_than), labels)
-    result = None if dry_run else prune_runs(engine, plan, say=lambda text: click.echo(text, err=True))
+    plan = plan_prune(store, parse_duration(older_than), labels)
+    result = None if dry_run else prune_runs(store, plan, say=lambda text: click.echo(text, err=True))
     if json_output:
         print_json(_prune_json(plan, result))
     else:

@@ -12,9 +12,8 @@ import click
 from soak.settings import CONFIG_ENV, SETTINGS_BY_KEY, Setting
 
 if TYPE_CHECKING:
-    from sqlalchemy import Engine
-
     from soak.locations import Locations
+    from soak.store import Store
 
 VERDICT_EXIT = {"PASS": 0, "FAIL": 1, "SUSPECT": 3, "INCONCLUSIVE": 3, "INVALID": 3}  # 3: not signed off
 CLICK_TYPES: dict[str, Any] = {"int": int, "float": float, "file": click.Path(dir_okay=False),
@@ -69,20 +68,14 @@ def location_options(command: Callable) -> Callable:
     return location_flags(with_locations)
 
 
-def open_store(locations: Locations, *, create: bool = False) -> Engine:
-    """Open the database of `locations`, migrating it if need be; only writing commands pass `create=True`,
-    so a reading command pointed at an empty folder says so instead of leaving an empty database there."""
-    from soak.store import open_database
-
-    return open_database(locations.db_url, create=create)
-
-
-def open_store_or_none(locations: Locations) -> Engine | None:
-    """The database of `locations`, or None where there is none yet (listing commands then list nothing)."""
+def open_store_or_none(locations: Locations) -> Store | None:
+    """The store of `locations` opened read-only, or None where there is no database yet (listing commands
+    then list nothing, and leave no empty database behind)."""
     from soak.errors import MissingDatabaseError
+    from soak.store import Store
 
     try:
-        return open_store(locations)
+        return Store.open(locations, read_only=True)
     except MissingDatabaseError:
         return None
 

@@ -34,10 +34,9 @@ def history(locations: Locations, labels: dict[str, str], checks: tuple[str, ...
     from the run before, and what changed in the environment (vLLM, torch, driver, model, serve args)."""
     from soak.analysis import load_gates
     from soak.analysis.history import build_history, from_stored
-    from soak.store.queries import list_runs
 
-    engine = open_store_or_none(locations)
-    stored = list_runs(engine, limit=limit, labels=labels)[::-1] if engine else []
+    store = open_store_or_none(locations)
+    stored = store.list_runs(limit=limit, labels=labels)[::-1] if store else []
     try:
         rows = build_history([from_stored(run) for run in stored], load_gates(Path(gates) if gates else None), checks)
     except ValueError as exc:

@@ -10,13 +10,14 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from soak.cli.common import VERDICT_EXIT, location_options, open_store, open_store_or_none, print_json
+from soak.cli.common import VERDICT_EXIT, location_options, open_store_or_none, print_json
 from soak.errors import ConfigError, UnknownRunError
 from soak.units import format_duration
 
 if TYPE_CHECKING:
     from soak.contracts import Summary
     from soak.locations import Locations
+    from soak.store import Store
 
 
 def _table(title: str, columns: list[str], rows: list[list[Any]]) -> None:
@@ -57,11 +58,9 @@ def labels_text(labels: dict[str, str]) -> str:
 @click.option("--json", "json_output", is_flag=True, help="Print the runs as JSON.")
 def runs(locations: Locations, limit: int, labels: dict[str, str], json_output: bool) -> None:
     """List runs, newest first, with status, verdict and labels."""
-    from soak.store.queries import list_runs
-
-    engine = open_store_or_none(locations)
-    found = list_runs(engine, limit=limit, labels=labels) if engine else []
-    if engine is None and not json_output:
+    store = open_store_or_none(locations)
+    found = store.list_runs(limit=limit, labels=labels) if store else []
+    if store is None and not json_output:
         click.echo(f"no runs yet: there is no database at {locations.db_url}", err=True)
     if json_output:
         print_json([{k: r[k] for k in ("id", "status", "verdict", "started_at", "ended_at", "duration_s",
@@ -82,10 +81,8 @@ def _duration_text(run: dict) -> str:
     return format_duration(run["duration_s"])
 
 
-def _resolve_run_id(engine, run_id: str | None) -> str:  # engine: a SQLAlchemy Engine
-    from soak.store.queries import latest_run_id
-
-    run_id = run_id or latest_run_id(engine)
+def _resolve_run_id(store: Store, run_id: str | None) -> str:
+    run_id = run_id or store.latest_run_id()
     if run_id is None:
         raise UnknownRunError("there are no runs in this database yet")
     return run_id
@@ -98,9 +95,10 @@ def _resolve_run_id(engine, run_id: str | None) -> str:  # engine: a SQLAlchemy 
 def status(run_id: str | None, locations: Locations, json_output: bool) -> None:
     """Show a run's progress from the database (default: the newest run)."""
     from soak.run.progress import read_progress, status_lines
+    from soak.store import Store
 
-    engine = open_store(locations)
-    progress = read_progress(engine, _resolve_run_id(engine, run_id))
+    store = Store.open(locations, read_only=True)
+    progress = read_progress(store, _resolve_run_id(store, run_id))
     if json_output:
         print_json(progress.model_dump(mode="json"))
         return
@@ -166,14 +164,14 @@ def close(run_id: str, locations: Locations, gates: str | None, json_output: boo
 def _finalise(run_id: str, locations: Locations, baseline: str | None, gates: str | None,
               close: bool, report_dir: Path | None = None) -> Summary:
     from soak.run.finalise import finalise_run
-    from soak.store.queries import get_run
+    from soak.store import Store
 
-    engine = open_store(locations)
-    run = get_run(engine, run_id)
+    store = Store.open(locations, create=False)  # it stores the verdict, in a database that must exist
+    run = store.get_run(run_id)
     if close:
         from soak.run.close import close_run
 
-        return close_run(engine, run, Path(gates) if gates else None)
+        return close_run(store, run, Path(gates) if gates else None)
     stopped_early = run["status"] != "completed"
     if baseline and report_dir is None:
         report_dir = Path(run["out_dir"]) / f"vs-{baseline}"
@@ -182,8 +180,8 @@ def _finalise(run_id: str, locations: Locations, baseline: str | None, gates: st
 
         click.echo(f"run {run_id} is still running: an in-progress report of what is stored so far (the run "
                    "writes its own report when it ends)", err=True)
-        return write_in_progress_report(engine, run_id, Path(gates) if gates else None, baseline, report_dir)
-    return finalise_run(engine, run_id, stopped_early=stopped_early, gates_file=Path(gates) if gates else None,
+        return write_in_progress_report(store, run_id, Path(gates) if gates else None, baseline, report_dir)
+    return finalise_run(store, run_id, stopped_early=stopped_early, gates_file=Path(gates) if gates else None,
                         baseline=baseline, report_dir=report_dir)
 
 
@@ -210,12 +208,12 @@ def compare(run_a: str, run_b: str, locations: Locations, gates: str | None, jso
     """Compare run B against baseline run A: each key metric's delta, marked regressed/improved/within noise."""
     from soak.analysis import compare_baseline, load_gates
     from soak.contracts import loads_summary
-    from soak.store.queries import get_run
+    from soak.store import Store
 
-    engine = open_store(locations)
+    store = Store.open(locations, read_only=True)
     summaries = []
     for run_id in (run_a, run_b):
-        run = get_run(engine, run_id)
+        run = store.get_run(run_id)
         if not run.get("summary_json"):
             raise UnknownRunError(f"run {run_id} has no summary yet: finalise it with `soak close {run_id}`")
         summaries.append(loads_summary(run["summary_json"]))

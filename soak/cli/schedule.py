@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from soak.cli.common import location_options, open_store, open_store_or_none, print_json
+from soak.cli.common import location_options, open_store_or_none, print_json
 from soak.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -85,10 +85,11 @@ def add(name: str, cron: str, timezone: str | None, notify_env: str | None, misf
       soak schedule add weekend --cron "0 20 * * FRI" -- --hours 48 --model my/model
     """
     from soak.schedule import ScheduleSpec, add_schedule, first_fire_at, host_timezone_name
+    from soak.store import Store
 
     spec = ScheduleSpec(name=name, cron=cron, timezone=timezone or host_timezone_name(),
                         start_args=tuple(start_args), notify_env=notify_env, workdir=os.getcwd())
-    added = add_schedule(open_store(locations, create=True), spec, check_start_args=validate_start_args,
+    added = add_schedule(Store.open(locations), spec, check_start_args=validate_start_args,
                          misfire_grace_s=_duration_s(misfire_grace),
                          first_fire_at=first_fire_at(_duration_s(first_fire_in)))
     _echo_schedule(added, "added")
@@ -123,8 +124,8 @@ def list_(locations: Locations, json_output: bool) -> None:
     """List schedules: cron, next fire time, last run and its verdict, last daemon event."""
     from soak.schedule import list_schedules
 
-    engine = open_store_or_none(locations)
-    found = list_schedules(engine) if engine else []
+    store = open_store_or_none(locations)
+    found = list_schedules(store) if store else []
     if json_output:
         print_json(found)
         return
@@ -140,8 +141,9 @@ def list_(locations: Locations, json_output: bool) -> None:
 def remove(name: str, locations: Locations) -> None:
     """Remove schedule NAME (a run in progress continues; its history stays)."""
     from soak.schedule import remove_schedule
+    from soak.store import Store
 
-    remove_schedule(open_store(locations, create=True), name)
+    remove_schedule(Store.open(locations), name)
     click.echo(f"removed schedule {name}", err=True)
 
 
@@ -151,8 +153,9 @@ def remove(name: str, locations: Locations) -> None:
 def pause(name: str, locations: Locations) -> None:
     """Stop firing schedule NAME until resumed."""
     from soak.schedule import pause_schedule
+    from soak.store import Store
 
-    _echo_schedule(pause_schedule(open_store(locations, create=True), name), "paused")
+    _echo_schedule(pause_schedule(Store.open(locations), name), "paused")
 
 
 @schedule.command()
@@ -161,8 +164,9 @@ def pause(name: str, locations: Locations) -> None:
 def resume(name: str, locations: Locations) -> None:
     """Fire schedule NAME again from its next cron time."""
     from soak.schedule import resume_schedule
+    from soak.store import Store
 
-    _echo_schedule(resume_schedule(open_store(locations, create=True), name), "resumed")
+    _echo_schedule(resume_schedule(Store.open(locations), name), "resumed")
 
 
 @schedule.command(name="run-now")
@@ -171,9 +175,10 @@ def resume(name: str, locations: Locations) -> None:
 def run_now(name: str, locations: Locations) -> None:
     """Ask the daemon to fire schedule NAME now (same rules: one run at a time, lock respected)."""
     from soak.schedule import request_run_now
+    from soak.store import Store
 
     out_dir = locations.out_dir
-    request = request_run_now(open_store(locations, create=True), name, out_dir)
+    request = request_run_now(Store.open(locations), name, out_dir)
     if request["daemon_pid"] is None:
         click.echo(f"queued run of {name}; no soak daemon is running for {out_dir}: it starts when one does "
                    "(within the misfire grace time)", err=True)
@@ -190,8 +195,8 @@ def events(name: str | None, locations: Locations, limit: int, json_output: bool
     """What the daemon did with each fire (started, finished, skipped, missed, notified), newest first."""
     from soak.schedule import list_events
 
-    engine = open_store_or_none(locations)
-    found = list_events(engine, name, limit=limit) if engine else []
+    store = open_store_or_none(locations)
+    found = list_events(store, name, limit=limit) if store else []
     if json_output:
         print_json(found)
         return
@@ -211,6 +216,7 @@ def events(name: str | None, locations: Locations, limit: int, json_output: bool
 def daemon(locations: Locations, on_stop: str, stop_timeout: str, poll_every: str) -> None:
     """Fire the schedules of this database until SIGTERM (run it under systemd: docs/deploy/)."""
     from soak.schedule import DaemonSettings, run_daemon
+    from soak.store import Store
 
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s soak daemon: %(message)s", datefmt="%Y-%m-%dT%H:%M:%S%z")
@@ -218,4 +224,4 @@ def daemon(locations: Locations, on_stop: str, stop_timeout: str, poll_every: st
         logging.getLogger(noisy).setLevel(logging.WARNING)
     settings = DaemonSettings(out_dir=locations.out_dir, db_url=locations.db_url, config_file=locations.config_file,
                               on_stop=on_stop, stop_timeout_s=_duration_s(stop_timeout), poll_s=_duration_s(poll_every))
-    run_daemon(open_store(locations, create=True), settings)
+    run_daemon(Store.open(locations), settings)

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from soak.cli.common import location_options, open_store
+from soak.cli.common import location_options
 from soak.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -35,11 +35,12 @@ def web(locations: Locations, bind: str, port: int, refresh: float, fd: int | No
     """
     from soak.address import join_host_port, split_host_port
     from soak.run.live_view import bind_listening_socket, exposure_note, socket_url
+    from soak.store import Store
     from soak.web.app import serve
 
-    engine = open_store(locations)  # never creates one: the live view only reads
+    store = Store.open(locations, read_only=True)  # the live view only reads, and never creates a database
     if fd is not None:
-        serve(engine, socket.socket(fileno=fd), refresh, parent_pid)
+        serve(store, socket.socket(fileno=fd), refresh, parent_pid)
         return
     try:
         host, port = split_host_port(bind, default_port=port)
@@ -49,7 +50,7 @@ def web(locations: Locations, bind: str, port: int, refresh: float, fd: int | No
     note = exposure_note(join_host_port(host, port))
     if note:
         click.echo(f"warning: {note}", err=True)
-    click.echo(f"soak web: the runs of {engine.url.render_as_string(hide_password=True)}, read-only; Ctrl-C stops",
+    click.echo(f"soak web: the runs of {store.url}, read-only; Ctrl-C stops",
                err=True)
     click.echo(f"{socket_url(sock, host)}/")  # stdout: the URL alone, for scripts
-    serve(engine, sock, refresh)
+    serve(store, sock, refresh)

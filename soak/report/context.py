@@ -9,7 +9,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
-from sqlalchemy import Engine
 
 from soak.analysis.gates import ClientGate
 from soak.analysis.goodput import slo_text
@@ -30,7 +29,7 @@ from soak.store.models import (
     RequestWindowRow,
     ServerSample,
 )
-from soak.store.queries import get_run, read_events
+from soak.store.store import Store
 
 LATENCY_CHART_METRICS = ("ttft", "itl", "e2e")
 
@@ -60,20 +59,20 @@ def split_rows(columns: Columns, mask: np.ndarray) -> Columns:
     return {name: values[mask] for name, values in columns.items()}
 
 
-def read_data(engine: Engine, run_id: str) -> dict[str, Any]:
+def read_data(store: Store, run_id: str) -> dict[str, Any]:
     """The run's samples (as column arrays) and windows (as rows)."""
-    processes = read_columns(engine, ProcessSample, run_id,
+    processes = read_columns(store, ProcessSample, run_id,
                              ("t_s", "pid", "rss_bytes", "pss_bytes", "swap_bytes", "fds", "cpu_percent", "name"),
                              flags={"is_server": ProcessSample.role == "server"})
     is_server = processes.pop("is_server") > 0  # one scan of the biggest table serves both roles
     return {
         "server_procs": split_rows(processes, is_server),
         "client_procs": split_rows(processes, ~is_server),
-        "gpus": read_columns(engine, GpuSample, run_id, ("t_s", "gpu_index", "mem_used_bytes", "mem_total_bytes")),
-        "gpu_procs": read_columns(engine, GpuProcessSample, run_id, ("t_s", "gpu_index", "pid", "used_bytes")),
-        "server": read_columns(engine, ServerSample, run_id, ("t_s", "source", "kv_usage", "running", "waiting")),
-        "latency_windows": read_dicts(engine, LatencyWindowRow, run_id),
-        "request_windows": read_dicts(engine, RequestWindowRow, run_id),
+        "gpus": read_columns(store, GpuSample, run_id, ("t_s", "gpu_index", "mem_used_bytes", "mem_total_bytes")),
+        "gpu_procs": read_columns(store, GpuProcessSample, run_id, ("t_s", "gpu_index", "pid", "used_bytes")),
+        "server": read_columns(store, ServerSample, run_id, ("t_s", "source", "kv_usage", "running", "waiting")),
+        "latency_windows": read_dicts(store, LatencyWindowRow, run_id),
+        "request_windows": read_dicts(store, RequestWindowRow, run_id),
     }
 
 
@@ -191,13 +190,13 @@ def make_frame(end_s: float, markers: list[dict[str, Any]]) -> Frame:
                  shapes=marker_shapes(markers, unit_s), marker_trace=marker_trace(markers, unit_s))
 
 
-def build_context(engine: Engine, run_id: str, summary: dict[str, Any] | None,
+def build_context(store: Store, run_id: str, summary: dict[str, Any] | None,
                   baseline: dict[str, Any] | None = None) -> dict[str, Any]:
     """The whole report as a plain dict; with no summary, the one stored with the run is used."""
-    run = get_run(engine, run_id)
+    run = store.get_run(run_id)
     if summary is None:
         summary = loads_summary(run.get("summary_json")) or {}
-    events, data = read_events(engine, run_id), read_data(engine, run_id)
+    events, data = store.read_events(run_id), read_data(store, run_id)
     last_s = last_sample_s(data)
     duration_s = sections.run_duration_s(run, last_s)
     end_s = max(duration_s or 0.0, last_s, 1.0)

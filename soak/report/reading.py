@@ -1,6 +1,6 @@
 """Column-wise reads of the big sample tables straight into numpy arrays.
 
-`soak.store.queries.read_rows` builds one ORM object per row; a 72 h run at 1 Hz has about a million process
+`Store.read_rows` builds one ORM object per row; a 72 h run at 1 Hz has about a million process
 samples, which would take longer than the whole report may. Here a Core select is fetched as the DB-API's plain
 tuples and turned into one float array per numeric column (NULL as NaN) and one object array per text column.
 """
@@ -10,29 +10,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-from sqlalchemy import ColumnElement, Engine, String, Text, case, select
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy import ColumnElement, String, Text, case, select
 
-from soak.errors import StorageError
 from soak.store.models import Base
+from soak.store.store import Store
 
 Columns = dict[str, np.ndarray]
 
 
 def _is_text(column) -> bool:  # column: a SQLAlchemy Column
     return isinstance(column.type, (String, Text))
-
-
-def _fetch(engine: Engine, query) -> list[tuple]:  # query: a SQLAlchemy select
-    """All rows of `query` as the driver's tuples (no SQLAlchemy Row objects: they cost ~2 µs each)."""
-    try:
-        with engine.connect() as connection:
-            result = connection.execute(query)
-            rows = result.cursor.fetchall() if result.cursor is not None else []
-            result.close()
-            return rows
-    except SQLAlchemyError as exc:
-        raise StorageError(f"cannot read the database: {getattr(exc, 'orig', None) or exc}") from None
 
 
 def _to_columns(rows: list[tuple], numeric: list[str], text: list[str]) -> Columns:
@@ -47,7 +34,7 @@ def _to_columns(rows: list[tuple], numeric: list[str], text: list[str]) -> Colum
     return columns
 
 
-def read_columns(engine: Engine, model: type[Base], run_id: str, columns: Sequence[str],
+def read_columns(store: Store, model: type[Base], run_id: str, columns: Sequence[str],
                  flags: dict[str, ColumnElement[bool]] | None = None, **equals: object) -> Columns:
     """The given columns of a run's rows of `model` (filtered by column equality), in time order, as arrays.
 
@@ -65,7 +52,7 @@ def read_columns(engine: Engine, model: type[Base], run_id: str, columns: Sequen
         query = query.where(table.c[name] == value)
     if "t_s" in table.c:
         query = query.order_by(table.c.t_s)
-    return _to_columns(_fetch(engine, query), numeric, text)
+    return _to_columns(store.fetch(query), numeric, text)
 
 
 FEW_DISTINCT = 64  # up to this many distinct texts, vectorised comparisons beat a per-row dict
@@ -107,7 +94,7 @@ def group_indices(*keys: np.ndarray) -> list[tuple[tuple, np.ndarray]]:
     return [(tuple(key[index[0]] for key in keys), index) for index in splits]
 
 
-def read_dicts(engine: Engine, model: type[Base], run_id: str) -> list[dict[str, object]]:
+def read_dicts(store: Store, model: type[Base], run_id: str) -> list[dict[str, object]]:
     """All of a run's rows of a small table (the windows) as plain dicts, without ORM objects."""
     table = model.__table__
     order = table.c.t_s if "t_s" in table.c else table.c.get("window_index")
@@ -115,4 +102,4 @@ def read_dicts(engine: Engine, model: type[Base], run_id: str) -> list[dict[str,
     if order is not None:
         query = query.order_by(order)
     names = [column.name for column in table.columns]
-    return [dict(zip(names, row)) for row in _fetch(engine, query)]
+    return [dict(zip(names, row)) for row in store.fetch(query)]

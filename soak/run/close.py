@@ -11,12 +11,13 @@ from pathlib import Path
 from typing import Any
 
 import psutil
-from sqlalchemy import Engine, update
+from sqlalchemy import update
 
 from soak.contracts import Summary
 from soak.errors import ConfigError
 from soak.run.finalise import finalise_run
 from soak.store.models import Run
+from soak.store.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -38,15 +39,15 @@ def end_left_server(run: dict[str, Any]) -> str | None:
     return f"sent SIGTERM to the left-behind server group {pgid}"
 
 
-def mark_ended_at_last_heartbeat(engine: Engine, run: dict[str, Any]) -> None:
+def mark_ended_at_last_heartbeat(store: Store, run: dict[str, Any]) -> None:
     """A killed soak never wrote its end: take its last heartbeat as the end of what was collected."""
     ended_at = run.get("heartbeat_at") or run["started_at"]
     duration_s = (datetime.fromisoformat(ended_at) - datetime.fromisoformat(run["started_at"])).total_seconds()
-    with engine.begin() as connection:
-        connection.execute(update(Run).where(Run.id == run["id"]).values(ended_at=ended_at, duration_s=duration_s))
+    with store.writing() as session:
+        session.execute(update(Run).where(Run.id == run["id"]).values(ended_at=ended_at, duration_s=duration_s))
 
 
-def close_run(engine: Engine, run: dict[str, Any], gates_file: Path | None) -> Summary:
+def close_run(store: Store, run: dict[str, Any], gates_file: Path | None) -> Summary:
     """Finalise an aborted (or already finished) run; a run whose soak is alive is refused."""
     if run["status"] == "running":
         raise ConfigError(f"run {run['id']} is still running (soak pid {run['soak_pid']}): stop it first")
@@ -55,5 +56,5 @@ def close_run(engine: Engine, run: dict[str, Any], gates_file: Path | None) -> S
         log.warning(note)
     status = "aborted" if run["status"] in ("running", "aborted") else run["status"]
     if not run.get("ended_at"):
-        mark_ended_at_last_heartbeat(engine, run)
-    return finalise_run(engine, run["id"], stopped_early=status != "completed", gates_file=gates_file, status=status)
+        mark_ended_at_last_heartbeat(store, run)
+    return finalise_run(store, run["id"], stopped_early=status != "completed", gates_file=gates_file, status=status)

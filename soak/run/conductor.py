@@ -30,7 +30,7 @@ from soak.run.ledger import OutcomeLedger
 from soak.run.locking import hold_run_lock
 from soak.run.notify import failed_run_payload, notify_from_env
 from soak.run.server_watch import DrainWatch, drain_timeout_hook, record_server_processes
-from soak.store import StoreWriter, open_database
+from soak.store import Store, StoreWriter
 from soak.store.models import CLIENT_LOOP_LAG_MAX_METRIC, CLIENT_LOOP_LAG_P99_METRIC, MetricSample, RequestRow, Run, RunLabel
 from soak.store.recorder import Recorder, utc_now_iso
 from soak.target import ServerInfo, Target, auth_headers, make_target
@@ -137,7 +137,7 @@ class Conductor:
         run_id = new_run_id()
         run_dir = config.out_dir / run_id
         self.state = RunState(config, run_id, run_dir, make_target(config, run_dir))
-        self.engine = None
+        self.store: Store | None = None
         self.summary: Summary | None = None  # once finalised: what a failure after it still notifies
 
     # -- phases of a run --------------------------------------------------------------------------
@@ -148,7 +148,7 @@ class Conductor:
             state.run_dir.mkdir(parents=True, exist_ok=True)
             handler = setup_run_logging(state.run_dir)
             try:
-                self.engine = open_database(self.config.db_url)
+                self.store = Store.open(self.config.db_url)
                 install_signal_handlers(self.stop)
                 self._bind_web()
                 self._start_target()
@@ -185,7 +185,7 @@ class Conductor:
     def _open_run(self) -> None:
         """Insert the run row (status running) once the server is up: a failed start leaves no run behind."""
         state = self.state
-        state.writer = StoreWriter(self.engine, on_failure=self._storage_failed).start()
+        state.writer = self.store.writer(on_failure=self._storage_failed)
         state.t0 = time.time()
         state.recorder = Recorder(state.writer, state.run_id, state.t0)
         state.writer.insert(Run, self._run_row())
@@ -455,7 +455,7 @@ class Conductor:
         state.recorder.event(EventKind.RUN_END, state.end_reason or state.status)
         state.recorder.update_run(status=state.status, ended_at=utc_now_iso(), duration_s=time.time() - state.t0)
         self._flush_or_give_up()
-        summary = finalise_run(self.engine, state.run_id, stopped_early=stopped_early,
+        summary = finalise_run(self.store, state.run_id, stopped_early=stopped_early,
                                gates_file=self.config.gates_file, baseline=self.config.baseline)
         self.summary = summary
         if state.end_reason == "storage failure":
@@ -494,7 +494,8 @@ class Conductor:
                 if getattr(state.target, "vram_released", None) is False and state.recorder is not None:
                     state.recorder.event(EventKind.VRAM_NOT_RELEASED, "NVML still showed the server's VRAM held after "
                                          "the stop")
-                state.writer.close()
+            if self.store is not None:
+                self.store.close()  # commits what the writer holds, then releases the connections
 
     # -- failures ---------------------------------------------------------------------------------
     def _storage_failed(self, message: str) -> None:

@@ -185,7 +185,7 @@ def _read_only_engine(db_url: str, sqlite_path: Path | None) -> Engine:
     """An engine that reads without writing; for SQLite without a -wal file, not even -shm/-wal files."""
     from sqlalchemy import create_engine
 
-    from soak.store import create_db_engine
+    from soak.store.db import create_db_engine
 
     if sqlite_path is None:
         return create_db_engine(db_url)

@@ -21,11 +21,10 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine
-
 from soak.analysis.early_stop import Look, SequentialStop, StopDecision, judge_look, look_gates, planned_window_count
 from soak.analysis.gates import Gates
 from soak.config import RunConfig
+from soak.store.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -104,14 +103,13 @@ def read_look(child: subprocess.Popen) -> Look | None:
     return Look(**answer)
 
 
-def look_at(engine: Engine, run_id: str, gates: Gates, windows: int) -> Look:
+def look_at(store: Store, run_id: str, gates: Gates, windows: int) -> Look:
     """Read the stored run as it stood at the end of window `windows` and judge it."""
     from soak.analysis.loader import load_run_data
-    from soak.store.queries import get_run
 
-    run = get_run(engine, run_id)
+    run = store.get_run(run_id)
     run["duration_s"] = run["warmup_s"] + windows * run["window_s"]
-    data = load_run_data(engine, run, stopped_early=True)
+    data = load_run_data(store, run, stopped_early=True)
     return judge_look(data, gates, windows)
 
 
@@ -132,8 +130,9 @@ def main(argv: list[str] | None = None) -> int:
         from soak.analysis import load_gates
         from soak.store.db import create_db_engine
 
-        engine = create_db_engine(os.environ[DB_URL_ENV])
-        look = look_at(engine, args.run_id, look_gates(load_gates(args.gates), args.looks), args.windows)
+        # the run's own process has migrated the database; a look only reads it
+        store = Store(create_db_engine(os.environ[DB_URL_ENV]), read_only=True)
+        look = look_at(store, args.run_id, look_gates(load_gates(args.gates), args.looks), args.windows)
         answer: dict[str, Any] = asdict(look)
     except Exception as exc:  # the parent logs it and goes on without this look
         answer = {"error": f"{type(exc).__name__}: {exc}"}

@@ -10,38 +10,36 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine
-
 from soak.contracts import Summary, SummaryFinding, Verdict, loads_summary
 from soak.run.environment import dumps
 from soak.run.summary import build_summary
 from soak.store.models import Run
-from soak.store.queries import get_run
+from soak.store.store import Store
 
 log = logging.getLogger(__name__)
 
 
-def analyse_stored_run(engine: Engine, run: dict[str, Any], stopped_early: bool, gates_file: Path | None
+def analyse_stored_run(store: Store, run: dict[str, Any], stopped_early: bool, gates_file: Path | None
                        ) -> tuple[list[SummaryFinding], Verdict, str]:
     """(findings, overall verdict, reason) for a stored run."""
     from soak.analysis import analyse, load_gates, overall_verdict
     from soak.analysis.loader import load_run_data
 
     gates = load_gates(gates_file)
-    data = load_run_data(engine, run, stopped_early=stopped_early)
+    data = load_run_data(store, run, stopped_early=stopped_early)
     findings = analyse(data, gates)
     verdict, reason = overall_verdict(findings, gates, stopped_early=stopped_early)
     return [SummaryFinding.model_validate(finding.to_dict()) for finding in findings], verdict, reason
 
 
-def baseline_comparison(engine: Engine, summary: Summary, baseline_id: str | None, gates_file: Path | None
+def baseline_comparison(store: Store, summary: Summary, baseline_id: str | None, gates_file: Path | None
                         ) -> dict[str, Any] | None:
     """Compare with a baseline run's stored summary; adds the `baseline.regression` finding."""
     if not baseline_id:
         return None
     from soak.analysis import compare_baseline, load_gates
 
-    baseline_run = get_run(engine, baseline_id)
+    baseline_run = store.get_run(baseline_id)
     if not baseline_run.get("summary_json"):
         return {"run_id": baseline_id, "rows": [], "note": "the baseline run has no summary yet"}
     finding, rows = compare_baseline(summary.to_json_dict(), loads_summary(baseline_run["summary_json"]),
@@ -66,7 +64,7 @@ def apply_baseline_verdict(summary: Summary, gates_file: Path | None = None, sto
     summary.verdict, summary.verdict_reason = overall_verdict(findings, load_gates(gates_file), stopped_early)
 
 
-def write_outputs(engine: Engine, run: dict[str, Any], summary: Summary, baseline: dict[str, Any] | None,
+def write_outputs(store: Store, run: dict[str, Any], summary: Summary, baseline: dict[str, Any] | None,
                   report_dir: Path | None = None) -> None:
     """report.html and summary.json in `report_dir`, by default the run's folder (the summary records
     where the report is)."""
@@ -77,11 +75,11 @@ def write_outputs(engine: Engine, run: dict[str, Any], summary: Summary, baselin
     report_path = run_dir / "report.html"
     summary.report_html = str(report_path)
     document = summary.to_json_dict()
-    render_report(engine, run["id"], document, report_path, baseline=baseline)
+    render_report(store, run["id"], document, report_path, baseline=baseline)
     (run_dir / "summary.json").write_text(json.dumps(document, indent=2, default=str) + "\n", encoding="utf-8")
 
 
-def store_verdict(engine: Engine, run_id: str, summary: Summary, status: str | None = None) -> None:
+def store_verdict(store: Store, run_id: str, summary: Summary, status: str | None = None) -> None:
     """Save the verdict and summary in the run's row (directly: finalising happens after the writer closed)."""
     from sqlalchemy import update
 
@@ -89,25 +87,25 @@ def store_verdict(engine: Engine, run_id: str, summary: Summary, status: str | N
                               "summary_json": dumps(summary.to_json_dict())}
     if status:
         fields["status"] = status
-    with engine.begin() as connection:
-        connection.execute(update(Run).where(Run.id == run_id).values(**fields))
+    with store.writing() as session:
+        session.execute(update(Run).where(Run.id == run_id).values(**fields))
 
 
-def finalise_run(engine: Engine, run_id: str, stopped_early: bool, gates_file: Path | None = None,
+def finalise_run(store: Store, run_id: str, stopped_early: bool, gates_file: Path | None = None,
                  baseline: str | None = None, status: str | None = None, report_dir: Path | None = None) -> Summary:
     """Analyse a stored run, write its summary and report, store the verdict; returns the summary.
 
     With `report_dir` the report and summary go there and the run's own record — its folder's
     summary.json and the verdict in the database — is left as it was.
     """
-    run = get_run(engine, run_id)
+    run = store.get_run(run_id)
     if status:
         run["status"] = status
-    findings, verdict, reason = analyse_stored_run(engine, run, stopped_early, gates_file)
-    summary = build_summary(run, engine, findings, verdict, reason, report_html=None)
-    comparison = baseline_comparison(engine, summary, baseline, gates_file)
+    findings, verdict, reason = analyse_stored_run(store, run, stopped_early, gates_file)
+    summary = build_summary(run, store, findings, verdict, reason, report_html=None)
+    comparison = baseline_comparison(store, summary, baseline, gates_file)
     apply_baseline_verdict(summary, gates_file, stopped_early)
-    write_outputs(engine, run, summary, comparison, report_dir)
+    write_outputs(store, run, summary, comparison, report_dir)
     if report_dir is None:
-        store_verdict(engine, run_id, summary, status)
+        store_verdict(store, run_id, summary, status)
     return summary

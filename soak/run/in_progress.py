@@ -12,12 +12,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine
-
 from soak.contracts import Summary
 from soak.run.finalise import analyse_stored_run, apply_baseline_verdict, baseline_comparison
 from soak.run.summary import build_summary
-from soak.store.queries import get_run
+from soak.store.store import Store
 from soak.units import format_duration
 
 IN_PROGRESS_HTML = "report-in-progress.html"
@@ -35,14 +33,14 @@ def elapsed_s(run: dict[str, Any], now: datetime | None = None) -> float:
     return max((end - started).total_seconds(), 0.0)
 
 
-def in_progress_summary(engine: Engine, run: dict[str, Any], gates_file: Path | None = None) -> Summary:
+def in_progress_summary(store: Store, run: dict[str, Any], gates_file: Path | None = None) -> Summary:
     """The summary of what a running run has stored so far, marked `in_progress`; its verdict is provisional.
 
     The checks judge the data as it stands (not as a run stopped early: the run has not stopped), and the
     reason says how far the run has got.
     """
-    findings, verdict, reason = analyse_stored_run(engine, run, stopped_early=False, gates_file=gates_file)
-    summary = build_summary(run, engine, findings, verdict, reason, report_html=None)
+    findings, verdict, reason = analyse_stored_run(store, run, stopped_early=False, gates_file=gates_file)
+    summary = build_summary(run, store, findings, verdict, reason, report_html=None)
     summary.in_progress = True
     return summary
 
@@ -53,21 +51,21 @@ def mark_provisional(summary: Summary, run: dict[str, Any]) -> None:
     summary.verdict_reason = f"provisional, the run is in progress ({so_far}): {summary.verdict_reason}"
 
 
-def write_in_progress_report(engine: Engine, run_id: str, gates_file: Path | None = None,
+def write_in_progress_report(store: Store, run_id: str, gates_file: Path | None = None,
                              baseline: str | None = None, report_dir: Path | None = None) -> Summary:
     """Write report-in-progress.html and summary-in-progress.json of a running run (to `report_dir`, else the
     run's folder) and return the summary; the run's row and its own files are left as they are."""
     from soak.report import render_report
     from soak.report.render import write_atomically
 
-    run = get_run(engine, run_id)
-    summary = in_progress_summary(engine, run, gates_file)
-    comparison = baseline_comparison(engine, summary, baseline, gates_file)
+    run = store.get_run(run_id)
+    summary = in_progress_summary(store, run, gates_file)
+    comparison = baseline_comparison(store, summary, baseline, gates_file)
     apply_baseline_verdict(summary, gates_file)
     mark_provisional(summary, run)
     folder = Path(report_dir or run["out_dir"])
     summary.report_html = str(folder / IN_PROGRESS_HTML)
     document = summary.to_json_dict()
-    render_report(engine, run_id, document, folder / IN_PROGRESS_HTML, baseline=comparison)
+    render_report(store, run_id, document, folder / IN_PROGRESS_HTML, baseline=comparison)
     write_atomically(json.dumps(document, indent=2, default=str) + "\n", folder / IN_PROGRESS_JSON)
     return summary

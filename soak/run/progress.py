@@ -9,58 +9,57 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Engine, func, select
+from sqlalchemy import func, select
 
 from soak.contracts import P99Ms, Progress, measured_rate_rps, stage_at
 from soak.store.histograms import merged_percentiles
 from soak.store.models import ALL_SCENARIOS, ERROR_CLASSES, LatencyWindowRow, ProcessSample, RequestWindowRow
-from soak.store.queries import get_run, read_rows, reading
+from soak.store.store import Store
 from soak.units import format_duration
 
 PROGRESS_METRICS = tuple(P99Ms.model_fields)  # ttft, e2e
 
 
-def _latest_server_rss_bytes(engine: Engine, run_id: str) -> int | None:
+def _latest_server_rss_bytes(store: Store, run_id: str) -> int | None:
     latest = select(func.max(ProcessSample.t_s)).where(ProcessSample.run_id == run_id,
                                                        ProcessSample.role == "server").scalar_subquery()
     query = select(ProcessSample).where(ProcessSample.run_id == run_id, ProcessSample.role == "server",
                                         ProcessSample.t_s == latest)
-    with reading(engine) as rows:
-        samples = rows(query)
+    samples = store.scalars(query)
     return sum(s.rss_bytes or 0 for s in samples) if samples else None
 
 
-def _measured_counts(engine: Engine, run_id: str) -> tuple[int, int]:
+def _measured_counts(store: Store, run_id: str) -> tuple[int, int]:
     """(requests, errors) of the windows after the warm-up."""
-    windows = [row for row in read_rows(engine, RequestWindowRow, run_id, scenario=ALL_SCENARIOS)
+    windows = [row for row in store.read_rows(RequestWindowRow, run_id, scenario=ALL_SCENARIOS)
                if row["window_index"] >= 0]
     requests = sum(row["requests"] for row in windows)
     errors = sum(row["err_" + name] for row in windows for name in ERROR_CLASSES)
     return requests, errors
 
 
-def _measured_p99_ms(engine: Engine, run_id: str) -> P99Ms:
+def _measured_p99_ms(store: Store, run_id: str) -> P99Ms:
     """P99s of the merged histograms after the warm-up; 0.0 before the first sample, as the live line shows."""
     p99 = {}
     for metric in PROGRESS_METRICS:
-        rows = read_rows(engine, LatencyWindowRow, run_id, scenario=ALL_SCENARIOS, metric=metric)
+        rows = store.read_rows(LatencyWindowRow, run_id, scenario=ALL_SCENARIOS, metric=metric)
         p99[metric] = merged_percentiles([row for row in rows if row["window_index"] >= 0])["p99"] or 0.0
     return P99Ms(**p99)
 
 
-def read_progress(engine: Engine, run_id: str) -> Progress:
+def read_progress(store: Store, run_id: str) -> Progress:
     """Elapsed and remaining time, requests, errors, P99s and server memory of a run."""
-    run = get_run(engine, run_id)
+    run = store.get_run(run_id)
     started = datetime.fromisoformat(run["started_at"])
     end = datetime.fromisoformat(run["ended_at"]) if run["ended_at"] else datetime.now(UTC)
     elapsed_s = (end - started).total_seconds()
-    requests, errors = _measured_counts(engine, run_id)
+    requests, errors = _measured_counts(store, run_id)
     return Progress(
         stage=stage_at(elapsed_s, run["warmup_s"]) if run["status"] == "running" else None,
         run_id=run_id, status=run["status"], verdict=run["verdict"], elapsed_s=elapsed_s,
         duration_s=run["planned_duration_s"], remaining_s=max(run["planned_duration_s"] - elapsed_s, 0.0),
         requests=requests, errors=errors, rate_rps=measured_rate_rps(requests, elapsed_s, run["warmup_s"]),
-        p99_ms=_measured_p99_ms(engine, run_id), server_rss_bytes=_latest_server_rss_bytes(engine, run_id),
+        p99_ms=_measured_p99_ms(store, run_id), server_rss_bytes=_latest_server_rss_bytes(store, run_id),
         heartbeat_at=run["heartbeat_at"], out_dir=run["out_dir"],
     )
 

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Engine
-
 from soak.analysis.inputs import Event
 from soak.analysis.server_kind import not_measured
 from soak.contracts import (
@@ -21,22 +19,24 @@ from soak.contracts import (
     SummaryFinding,
     SummaryGoodput,
     SummaryTarget,
+    SummaryTrace,
     SummaryWorkers,
     Totals,
     ValidationGap,
     Verdict,
+    trace_summary,
 )
 from soak.slo import stored_slo_ms
 from soak.store.histograms import merged_percentiles
 from soak.store.models import ALL_SCENARIOS, ERROR_CLASSES, LatencyWindowRow, RequestWindowRow
-from soak.store.queries import read_events, read_rows
+from soak.store.store import Store
 
 SUMMARY_METRICS = tuple(LatencyMs.model_fields)  # ttft, itl, e2e
 
 
-def request_totals(engine: Engine, run_id: str) -> Totals:
+def request_totals(store: Store, run_id: str) -> Totals:
     """Requests, errors (cancelled and expected 4xx are not errors), error rate and output tokens."""
-    rows = read_rows(engine, RequestWindowRow, run_id, scenario=ALL_SCENARIOS)
+    rows = store.read_rows(RequestWindowRow, run_id, scenario=ALL_SCENARIOS)
     requests = sum(row["requests"] for row in rows)
     errors = sum(row["err_" + name] for row in rows for name in ERROR_CLASSES)
     cancelled = sum(row["cancelled"] for row in rows)
@@ -48,18 +48,18 @@ def request_totals(engine: Engine, run_id: str) -> Totals:
     )
 
 
-def latency_summary(engine: Engine, run_id: str) -> LatencyMs:
+def latency_summary(store: Store, run_id: str) -> LatencyMs:
     """Run-wide percentiles after warm-up, per metric."""
     result = {}
     for metric in SUMMARY_METRICS:
-        rows = read_rows(engine, LatencyWindowRow, run_id, scenario=ALL_SCENARIOS, metric=metric)
+        rows = store.read_rows(LatencyWindowRow, run_id, scenario=ALL_SCENARIOS, metric=metric)
         result[metric] = Percentiles(**merged_percentiles([row for row in rows if row["window_index"] >= 0]))
     return LatencyMs(**result)
 
 
-def goodput_of(engine: Engine, run: dict[str, Any]) -> SummaryGoodput | None:
+def goodput_of(store: Store, run: dict[str, Any]) -> SummaryGoodput | None:
     """The share of requests meeting the run's `--slo` after warm-up, overall and per window; None without one."""
-    rows = [row for row in read_rows(engine, RequestWindowRow, run["id"], scenario=ALL_SCENARIOS)
+    rows = [row for row in store.read_rows(RequestWindowRow, run["id"], scenario=ALL_SCENARIOS)
             if row["window_index"] >= 0 and row.get("slo_met") is not None]
     if not rows:
         return None
@@ -101,6 +101,15 @@ def context_of(events: list[dict[str, Any]]) -> SummaryContext | None:
     return SummaryContext.model_validate(found[-1]) if found else None
 
 
+def trace_of(store: Store, run: dict[str, Any], events: list[dict[str, Any]]) -> SummaryTrace | None:
+    """The trace the run replayed (its `trace` event) beside what was sent of it; None without --trace."""
+    found = [event["data"] for event in events if event["kind"] == EventKind.TRACE and event.get("data")]
+    if not found:
+        return None
+    windows = store.read_rows(RequestWindowRow, run["id"], scenario=ALL_SCENARIOS)
+    return trace_summary(found[-1], windows, run.get("duration_s"))
+
+
 def target_of(run: dict[str, Any], events: list[dict[str, Any]]) -> SummaryTarget:
     """The server loaded: kind, URL, model, the dialect its /metrics was read in, and what it left unmeasured."""
     dialects = [event["data"] for event in events if event["kind"] == EventKind.SERVER_DIALECT and event.get("data")]
@@ -127,17 +136,18 @@ def stop_reason(events: list[dict[str, Any]]) -> str | None:
     return (ends[-1]["message"] or None) if ends else None
 
 
-def build_summary(run: dict[str, Any], engine: Engine, findings: list[SummaryFinding], verdict: Verdict,
+def build_summary(run: dict[str, Any], store: Store, findings: list[SummaryFinding], verdict: Verdict,
                   reason: str, report_html: str | None) -> Summary:
     """The summary of a stored run (docs/summary.md)."""
-    events = read_events(engine, run["id"])
+    events = store.read_events(run["id"])
     return Summary(
         run_id=run["id"], status=run["status"], started_at=run["started_at"], ended_at=run["ended_at"],
         duration_s=run["duration_s"], planned_duration_s=run["planned_duration_s"],
         target=target_of(run, events), labels=run.get("labels") or None,
         verdict=verdict, verdict_reason=reason, findings=findings,
-        totals=request_totals(engine, run["id"]), latency_ms=latency_summary(engine, run["id"]),
+        totals=request_totals(store, run["id"]), latency_ms=latency_summary(store, run["id"]),
         context=context_of(events), error_messages=error_messages(events), validation_gaps=validation_gaps(events),
-        workers=workers_of(events), goodput=goodput_of(engine, run), report_html=report_html,
+        workers=workers_of(events), goodput=goodput_of(store, run), trace=trace_of(store, run, events),
+        report_html=report_html,
         stop_reason=stop_reason(events),
     )

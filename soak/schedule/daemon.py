@@ -19,7 +19,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from soak.errors import SoakError, StorageError
@@ -38,6 +37,7 @@ from soak.store.schedule_models import (
     EVENT_STARTED,
     EVENT_STOPPING,
 )
+from soak.store.store import Store
 
 log = logging.getLogger("soak.schedule")
 
@@ -74,8 +74,8 @@ def fire_scheduled(spec: dict[str, Any]) -> None:
 class Daemon:
     """Runs the database's schedules: one run at a time, never over a held run lock, every outcome recorded."""
 
-    def __init__(self, engine: Engine, settings: DaemonSettings):
-        self.engine = engine
+    def __init__(self, store: Store, settings: DaemonSettings):
+        self.store = store
         self.settings = settings
         self.on_stop = settings.on_stop
         self.scheduler: Any = None
@@ -109,7 +109,7 @@ class Daemon:
         from soak.schedule.executor import FireExecutor
 
         # Due jobs come back to this daemon through its own executor: no process global names the daemon.
-        scheduler = make_scheduler(self.engine, FireExecutor(self._fire_stored, FIRE_THREADS))
+        scheduler = make_scheduler(self.store, FireExecutor(self._fire_stored, FIRE_THREADS))
         scheduler.add_listener(self._on_scheduler_event, EVENT_JOB_MISSED | EVENT_JOB_MAX_INSTANCES | EVENT_JOB_ERROR)
         try:
             scheduler.start()
@@ -149,7 +149,7 @@ class Daemon:
         self._stopping.set()
         self.scheduler.pause()  # no new fires; those that race in are refused by _stopping
         for pid, (name, _child) in self._running().items():
-            record_event(self.engine, name, EVENT_STOPPING, f"daemon stopping; run pid {pid} will "
+            record_event(self.store, name, EVENT_STOPPING, f"daemon stopping; run pid {pid} will "
                          + ("be stopped (SIGTERM) and finalised" if self.on_stop == "stop" else "finish first"),
                          pid=pid)
         if self.on_stop == "stop":
@@ -204,25 +204,25 @@ class Daemon:
         times = getattr(event, "scheduled_run_times", None) or [getattr(event, "scheduled_run_time", None)]
         scheduled = iso(times[-1].astimezone(UTC)) if times[-1] else None
         if event.code == EVENT_JOB_MISSED:
-            record_event(self.engine, event.job_id, EVENT_MISSED, "the daemon was not running (or was busy) at "
+            record_event(self.store, event.job_id, EVENT_MISSED, "the daemon was not running (or was busy) at "
                          "the fire time, past the misfire grace time", trigger=TRIGGER_CRON, scheduled_for=scheduled)
         elif event.code == EVENT_JOB_ERROR:
-            record_event(self.engine, event.job_id, EVENT_FAILED, f"{type(event.exception).__name__}: "
+            record_event(self.store, event.job_id, EVENT_FAILED, f"{type(event.exception).__name__}: "
                          f"{event.exception}", trigger=TRIGGER_CRON, scheduled_for=scheduled)
         else:
-            record_event(self.engine, event.job_id, EVENT_SKIPPED, "the previous fire of this schedule is still "
+            record_event(self.store, event.job_id, EVENT_SKIPPED, "the previous fire of this schedule is still "
                          "running", trigger=TRIGGER_CRON, scheduled_for=scheduled)
 
     def _start_requested_runs(self) -> None:
-        for request in take_requests(self.engine):
+        for request in take_requests(self.store):
             name = request["schedule_name"]
             job = self.scheduler.get_job(name)
             if job is None:
-                record_event(self.engine, name, EVENT_SKIPPED, "run-now for a schedule that no longer exists",
+                record_event(self.store, name, EVENT_SKIPPED, "run-now for a schedule that no longer exists",
                              trigger=TRIGGER_RUN_NOW)
                 continue
             if self._request_too_old(request, job):
-                record_event(self.engine, name, EVENT_MISSED, f"run-now requested at {request['requested_at']} "
+                record_event(self.store, name, EVENT_MISSED, f"run-now requested at {request['requested_at']} "
                              "is older than the misfire grace time", trigger=TRIGGER_RUN_NOW)
                 continue
             thread = threading.Thread(target=self.fire, args=(spec_of(job), TRIGGER_RUN_NOW),
@@ -247,16 +247,16 @@ class Daemon:
             self._fire(spec, trigger)
         except Exception as exc:  # a thread's exception would vanish; record it instead
             log.exception("fire of %s failed", spec.name)
-            record_event(self.engine, spec.name, EVENT_FAILED, f"daemon error: {type(exc).__name__}: {exc}",
+            record_event(self.store, spec.name, EVENT_FAILED, f"daemon error: {type(exc).__name__}: {exc}",
                          trigger=trigger)
 
     def _fire(self, spec: ScheduleSpec, trigger: str) -> None:
         if self._stopping.is_set():
-            record_event(self.engine, spec.name, EVENT_SKIPPED, "the daemon is stopping", trigger=trigger)
+            record_event(self.store, spec.name, EVENT_SKIPPED, "the daemon is stopping", trigger=trigger)
             return
         if not self._run_slot.acquire(blocking=False):
             busy = ", ".join(f"{name} (pid {pid})" for pid, (name, _c) in self._running().items()) or "another"
-            record_event(self.engine, spec.name, EVENT_SKIPPED, f"scheduled run {busy} is still in progress",
+            record_event(self.store, spec.name, EVENT_SKIPPED, f"scheduled run {busy} is still in progress",
                          trigger=trigger)
             return
         try:
@@ -270,7 +270,7 @@ class Daemon:
         holder = run_lock_holder(self.settings.out_dir)
         if holder is not None:
             by = f"pid {holder}" if holder else "another process"
-            record_event(self.engine, spec.name, EVENT_SKIPPED, f"{run_lock_path(self.settings.out_dir)} is held "
+            record_event(self.store, spec.name, EVENT_SKIPPED, f"{run_lock_path(self.settings.out_dir)} is held "
                          f"by {by}: a run with an embedded server is in progress", trigger=trigger, pid=holder or None)
             return None
         return self._run_child(spec, trigger)
@@ -315,7 +315,7 @@ class Daemon:
         child = self._spawn(spec, log_path)
         with self._children_changed:
             self._children[child.pid] = (spec.name, child)
-        record_event(self.engine, spec.name, EVENT_STARTED, f"soak start running; output in {log_path}",
+        record_event(self.store, spec.name, EVENT_STARTED, f"soak start running; output in {log_path}",
                      trigger=trigger, pid=child.pid)
         try:
             exit_code = child.wait()
@@ -327,8 +327,8 @@ class Daemon:
 
     def _record_outcome(self, spec: ScheduleSpec, trigger: str, pid: int, exit_code: int,
                         spawned_epoch_s: float, log_path: Path) -> FireOutcome:
-        outcome = read_outcome(self.engine, self.settings.out_dir, pid, spawned_epoch_s, exit_code, log_path)
-        record_event(self.engine, spec.name, EVENT_FINISHED if outcome.has_verdict else EVENT_FAILED,
+        outcome = read_outcome(self.store, self.settings.out_dir, pid, spawned_epoch_s, exit_code, log_path)
+        record_event(self.store, spec.name, EVENT_FINISHED if outcome.has_verdict else EVENT_FAILED,
                      outcome.event_message(), trigger=trigger, pid=pid, run_id=outcome.run_id,
                      exit_code=exit_code, verdict=outcome.verdict)
         return outcome
@@ -340,15 +340,15 @@ class Daemon:
             return
         url = os.environ.get(spec.notify_env, "").strip()
         if not url:
-            record_event(self.engine, spec.name, EVENT_NOTIFY_FAILED, f"${spec.notify_env} is not set in the "
+            record_event(self.store, spec.name, EVENT_NOTIFY_FAILED, f"${spec.notify_env} is not set in the "
                          "daemon's environment", run_id=outcome.run_id)
             return
         delivered = notify(url, outcome.payload(), schedule_name=spec.name)
-        record_event(self.engine, spec.name, EVENT_NOTIFIED if delivered else EVENT_NOTIFY_FAILED,
+        record_event(self.store, spec.name, EVENT_NOTIFIED if delivered else EVENT_NOTIFY_FAILED,
                      f"webhook from ${spec.notify_env}" + ("" if delivered else " did not accept the summary"),
                      run_id=outcome.run_id)
 
 
-def run_daemon(engine: Engine, settings: DaemonSettings) -> None:
-    """Serve the schedules of `engine`'s database until SIGTERM/SIGINT."""
-    Daemon(engine, settings).run()
+def run_daemon(store: Store, settings: DaemonSettings) -> None:
+    """Serve the schedules of `store`'s database until SIGTERM/SIGINT."""
+    Daemon(store, settings).run()

@@ -7,17 +7,14 @@ leaves a request that the daemon claims on its next poll.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
-from sqlalchemy import Engine, select, update
-from sqlalchemy.exc import SQLAlchemyError
-from sqlalchemy.orm import Session
+from sqlalchemy import select, update
 
-from soak.errors import StorageError
 from soak.schedule.clock import iso, utc_now
+from soak.store.queries import row_to_dict
 from soak.store.schedule_models import ScheduleEvent, ScheduleRequest
+from soak.store.store import Store
 
 log = logging.getLogger("soak.schedule")
 
@@ -25,55 +22,42 @@ log = logging.getLogger("soak.schedule")
 TRIGGER_CRON, TRIGGER_RUN_NOW = "cron", "run-now"
 
 
-@contextmanager
-def writing(engine: Engine) -> Iterator[Session]:
-    """A short write transaction; database errors become StorageError."""
-    try:
-        with Session(engine) as session, session.begin():
-            yield session
-    except SQLAlchemyError as exc:
-        raise StorageError(f"cannot write the database: {getattr(exc, 'orig', None) or exc}") from None
-
-
-def record_event(engine: Engine, name: str, kind: str, message: str = "", **fields: Any) -> None:
+def record_event(store: Store, name: str, kind: str, message: str = "", **fields: Any) -> None:
     """Append one row to `schedule_events` and say it in the daemon's log."""
     log.info("%s: %s%s", name, kind, f" — {message}" if message else "")
-    with writing(engine) as session:
+    with store.writing() as session:
         session.add(ScheduleEvent(schedule_name=name, at=iso(utc_now()), kind=kind, message=message, **fields))
 
 
-def list_events(engine: Engine, name: str | None = None, limit: int = 50) -> list[dict[str, Any]]:
+def list_events(store: Store, name: str | None = None, limit: int = 50) -> list[dict[str, Any]]:
     """Events, newest first, of one schedule or of all."""
-    from soak.store.queries import reading, row_to_dict
-
     query = select(ScheduleEvent).order_by(ScheduleEvent.id.desc()).limit(limit)
     if name is not None:
         query = query.where(ScheduleEvent.schedule_name == name)
-    with reading(engine) as rows:
-        return [row_to_dict(event) for event in rows(query)]
+    return [row_to_dict(event) for event in store.scalars(query)]
 
 
-def add_request(engine: Engine, name: str) -> int:
+def add_request(store: Store, name: str) -> int:
     """Queue a run-now request for schedule `name`; returns its id."""
-    with writing(engine) as session:
+    with store.writing() as session:
         request = ScheduleRequest(schedule_name=name, requested_at=iso(utc_now()))
         session.add(request)
         session.flush()
         return request.id
 
 
-def cancel_requests(engine: Engine, name: str) -> None:
+def cancel_requests(store: Store, name: str) -> None:
     """Mark the pending requests of schedule `name` handled, so no daemon fires them."""
-    with writing(engine) as session:
+    with store.writing() as session:
         session.execute(update(ScheduleRequest).where(ScheduleRequest.schedule_name == name,
                                                       ScheduleRequest.handled_at.is_(None))
                         .values(handled_at=iso(utc_now())))
 
 
-def take_requests(engine: Engine) -> list[dict[str, Any]]:
+def take_requests(store: Store) -> list[dict[str, Any]]:
     """Claim every pending run-now request (marking it handled) and return them, oldest first."""
     now = iso(utc_now())
-    with writing(engine) as session:
+    with store.writing() as session:
         pending = list(session.scalars(select(ScheduleRequest).where(ScheduleRequest.handled_at.is_(None))
                                        .order_by(ScheduleRequest.id)))
         for request in pending:

@@ -14,7 +14,6 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from soak.errors import EXIT_USAGE, ConfigError, SoakError, StorageError
@@ -23,6 +22,7 @@ from soak.schedule.clock import iso, utc_now
 from soak.schedule.cron import cron_trigger, parse_timezone
 from soak.schedule.events import add_request, cancel_requests, list_events
 from soak.schedule.outcome import last_run
+from soak.store.store import Store
 
 JOBS_TABLE = "apscheduler_jobs"
 # Stored in every job row and resolved whenever a job is loaded: existing databases hold this exact text.
@@ -84,7 +84,7 @@ def refuse_location_flags(args: Sequence[str]) -> None:
                                   "and `soak daemon` (the run goes to the schedule's own folder and database)")
 
 
-def make_scheduler(engine: Engine, executor: Any = None):  # returns a BackgroundScheduler
+def make_scheduler(store: Store, executor: Any = None):  # returns a BackgroundScheduler
     """A (not yet started) scheduler whose one job store is the run database.
 
     `executor` runs its due jobs; the default, a one-thread pool, suits schedulers that never start.
@@ -93,8 +93,8 @@ def make_scheduler(engine: Engine, executor: Any = None):  # returns a Backgroun
     from apscheduler.jobstores.sqlalchemy import SQLAlchemyJobStore
     from apscheduler.schedulers.background import BackgroundScheduler
 
-    store = SQLAlchemyJobStore(engine=engine, tablename=JOBS_TABLE)
-    return BackgroundScheduler(jobstores={"default": store},
+    jobs = SQLAlchemyJobStore(engine=store.engine, tablename=JOBS_TABLE)
+    return BackgroundScheduler(jobstores={"default": jobs},
                                executors={"default": executor or ThreadPoolExecutor(1)},
                                job_defaults={"coalesce": True, "max_instances": 1,
                                              "misfire_grace_time": int(DEFAULT_MISFIRE_GRACE_S)},
@@ -108,25 +108,25 @@ class JobTable:
     through one could eat a fire meant for the daemon. Only the daemon starts a scheduler on this table.
     """
 
-    def __init__(self, engine: Engine):
+    def __init__(self, store: Store):
         from apscheduler.jobstores.sqlalchemy import SQLAlchemyJobStore
 
-        self.scheduler = make_scheduler(engine)  # builds and restores Job objects only
-        self.store = SQLAlchemyJobStore(engine=engine, tablename=JOBS_TABLE)
+        self.scheduler = make_scheduler(store)  # builds and restores Job objects only
+        self.jobs = SQLAlchemyJobStore(engine=store.engine, tablename=JOBS_TABLE)
         try:
-            self.store.start(self.scheduler, "default")
+            self.jobs.start(self.scheduler, "default")
         except SQLAlchemyError as exc:
             raise StorageError(f"cannot open the schedule table: {getattr(exc, 'orig', None) or exc}") from None
 
     def get(self, name: str) -> Any:
         """The job of schedule `name`; UnknownScheduleError when there is none."""
-        job = self.store.lookup_job(name)
+        job = self.jobs.lookup_job(name)
         if job is None:
             raise UnknownScheduleError(f"unknown schedule {name!r}")
         return job
 
     def all(self) -> list[Any]:
-        return self.store.get_all_jobs()
+        return self.jobs.get_all_jobs()
 
     def add(self, spec: ScheduleSpec, trigger: Any, misfire_grace_s: float, next_run_time: datetime) -> Any:
         """Store a new job; ConfigError when the name is taken."""
@@ -138,7 +138,7 @@ class JobTable:
                   misfire_grace_time=int(misfire_grace_s), coalesce=True, max_instances=1,
                   next_run_time=next_run_time)
         try:
-            self.store.add_job(job)
+            self.jobs.add_job(job)
         except ConflictingIdError:
             raise ConfigError(f"schedule {spec.name!r} already exists: remove it first") from None
         return job
@@ -146,12 +146,12 @@ class JobTable:
     def set_next_run_time(self, job: Any, when: datetime | None) -> Any:
         """None pauses the job (what APScheduler's pause_job does)."""
         job._modify(next_run_time=when)  # the scheduler's own modify_job does exactly this
-        self.store.update_job(job)
+        self.jobs.update_job(job)
         return job
 
     def remove(self, name: str) -> None:
         self.get(name)
-        self.store.remove_job(name)
+        self.jobs.remove_job(name)
 
 
 def spec_of(job: Any) -> ScheduleSpec:
@@ -167,7 +167,7 @@ def describe_job(job: Any) -> dict[str, Any]:
             "notify_env": spec.notify_env, "misfire_grace_s": job.misfire_grace_time, "workdir": spec.workdir}
 
 
-def add_schedule(engine: Engine, spec: ScheduleSpec, *, check_start_args: StartArgsCheck,
+def add_schedule(store: Store, spec: ScheduleSpec, *, check_start_args: StartArgsCheck,
                  misfire_grace_s: float = DEFAULT_MISFIRE_GRACE_S,
                  first_fire_at: datetime | None = None) -> dict[str, Any]:
     """Validate and store a new schedule; ConfigError when the name is taken or anything is invalid.
@@ -180,46 +180,46 @@ def add_schedule(engine: Engine, spec: ScheduleSpec, *, check_start_args: StartA
     refuse_location_flags(spec.start_args)
     check_start_args(spec.start_args)
     next_run_time = first_fire_at or trigger.get_next_fire_time(None, utc_now())
-    return describe_job(JobTable(engine).add(spec, trigger, misfire_grace_s, next_run_time))
+    return describe_job(JobTable(store).add(spec, trigger, misfire_grace_s, next_run_time))
 
 
-def get_schedule(engine: Engine, name: str) -> dict[str, Any]:
+def get_schedule(store: Store, name: str) -> dict[str, Any]:
     """One schedule; UnknownScheduleError when there is none."""
-    return describe_job(JobTable(engine).get(name))
+    return describe_job(JobTable(store).get(name))
 
 
-def remove_schedule(engine: Engine, name: str) -> None:
+def remove_schedule(store: Store, name: str) -> None:
     """Delete a schedule and its pending run-now requests (its event history stays)."""
-    JobTable(engine).remove(name)
-    cancel_requests(engine, name)
+    JobTable(store).remove(name)
+    cancel_requests(store, name)
 
 
-def pause_schedule(engine: Engine, name: str) -> dict[str, Any]:
+def pause_schedule(store: Store, name: str) -> dict[str, Any]:
     """Stop firing until resumed (a run in progress is not touched)."""
-    table = JobTable(engine)
+    table = JobTable(store)
     return describe_job(table.set_next_run_time(table.get(name), None))
 
 
-def resume_schedule(engine: Engine, name: str) -> dict[str, Any]:
+def resume_schedule(store: Store, name: str) -> dict[str, Any]:
     """Fire again from the next cron time after now (fires missed while paused are not made up)."""
-    table = JobTable(engine)
+    table = JobTable(store)
     job = table.get(name)
     return describe_job(table.set_next_run_time(job, job.trigger.get_next_fire_time(None, utc_now())))
 
 
-def request_run_now(engine: Engine, name: str, out_dir: Path) -> dict[str, Any]:
+def request_run_now(store: Store, name: str, out_dir: Path) -> dict[str, Any]:
     """Queue a fire for the daemon (paused schedules too); says which daemon, if any, will take it."""
-    get_schedule(engine, name)
-    request_id = add_request(engine, name)
+    get_schedule(store, name)
+    request_id = add_request(store, name)
     return {"request_id": request_id, "schedule": name, "daemon_pid": lock_holder(daemon_lock_path(out_dir))}
 
 
-def list_schedules(engine: Engine) -> list[dict[str, Any]]:
+def list_schedules(store: Store) -> list[dict[str, Any]]:
     """Every schedule by name, with next fire time, last run (and verdict) and last daemon event."""
-    schedules = sorted((describe_job(job) for job in JobTable(engine).all()), key=lambda s: s["name"])
+    schedules = sorted((describe_job(job) for job in JobTable(store).all()), key=lambda s: s["name"])
     for schedule in schedules:
-        schedule["last_run"] = last_run(engine, schedule["name"])
-        events = list_events(engine, schedule["name"], limit=1)
+        schedule["last_run"] = last_run(store, schedule["name"])
+        events = list_events(store, schedule["name"], limit=1)
         schedule["last_event"] = ({k: events[0][k] for k in ("at", "kind", "message", "run_id", "exit_code")}
                                   if events else None)
     return schedules

@@ -8,29 +8,29 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, select
+from sqlalchemy import select
 
 from soak.contracts import loads_summary
 from soak.store.schedule_models import ScheduleEvent
+from soak.store.store import Store
 
 # A payload built without summary.json still declares its schema, so receivers read every payload alike.
 # (soak.run.summary.SCHEMA, not imported: that module loads the analysis stack into every `soak schedule`.)
 NO_SUMMARY_SCHEMA = "soak.run.summary/1"
 
 
-def last_run(engine: Engine, name: str) -> dict[str, Any] | None:
+def last_run(store: Store, name: str) -> dict[str, Any] | None:
     """The newest run tagged with this schedule (or, failing that, named by its events), with verdict."""
     from soak.store.models import Run
-    from soak.store.queries import effective_status, reading, row_to_dict
+    from soak.store.queries import effective_status, row_to_dict
 
     query = select(Run).where(Run.schedule_name == name).order_by(Run.id.desc()).limit(1)
-    with reading(engine) as rows:
-        found = [row_to_dict(run) for run in rows(query)]
-        if not found:
-            run_ids = select(ScheduleEvent.run_id).where(ScheduleEvent.schedule_name == name,
-                                                         ScheduleEvent.run_id.is_not(None))
-            found = [row_to_dict(run) for run in rows(select(Run).where(Run.id.in_(run_ids))
-                                                          .order_by(Run.id.desc()).limit(1))]
+    found = [row_to_dict(run) for run in store.scalars(query)]
+    if not found:
+        run_ids = select(ScheduleEvent.run_id).where(ScheduleEvent.schedule_name == name,
+                                                     ScheduleEvent.run_id.is_not(None))
+        found = [row_to_dict(run) for run in store.scalars(select(Run).where(Run.id.in_(run_ids))
+                                                           .order_by(Run.id.desc()).limit(1))]
     if not found:
         return None
     run = found[0]
@@ -90,24 +90,23 @@ class FireOutcome:
                 "verdict_reason": self.verdict_reason, "report_html": None}
 
 
-def read_outcome(engine: Engine, out_dir: Path, pid: int, spawned_epoch_s: float, exit_code: int,
+def read_outcome(store: Store, out_dir: Path, pid: int, spawned_epoch_s: float, exit_code: int,
                  log_path: Path) -> FireOutcome:
     """The outcome of the `soak start` child `pid` that has exited with `exit_code`."""
-    run = run_started_by(engine, pid, spawned_epoch_s)
+    run = run_started_by(store, pid, spawned_epoch_s)
     if run is None:
         return outcome_without_run(exit_code, log_path)
     return outcome_of_run(run, out_dir, exit_code, log_path)
 
 
-def run_started_by(engine: Engine, pid: int, since_epoch_s: float) -> dict[str, Any] | None:
+def run_started_by(store: Store, pid: int, since_epoch_s: float) -> dict[str, Any] | None:
     """The run row written by process `pid` after `since_epoch_s` (PIDs are reused, hence the time)."""
     from soak.store.models import Run
-    from soak.store.queries import reading, row_to_dict
+    from soak.store.queries import row_to_dict
 
     query = (select(Run).where(Run.soak_pid == pid, Run.t0_epoch_s >= since_epoch_s - 1.0)
              .order_by(Run.id.desc()).limit(1))
-    with reading(engine) as rows:
-        found = [row_to_dict(run) for run in rows(query)]
+    found = [row_to_dict(run) for run in store.scalars(query)]
     return found[0] if found else None
 
 

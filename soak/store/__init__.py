@@ -1,6 +1,6 @@
-"""Storage stage: SQLAlchemy models, the single batching writer, and read queries."""
+"""Storage stage: the `Store` every stage holds (engine, single writer, queries), models and migrations."""
 
-from soak.store.db import create_db_engine, migrate, open_database
+from soak.store.store import Store
 from soak.store.writer import StoreWriter
 
-__all__ = ["StoreWriter", "create_db_engine", "migrate", "open_database"]
+__all__ = ["Store", "StoreWriter"]

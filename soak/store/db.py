@@ -79,20 +79,8 @@ def migrate(engine: Engine) -> None:
         raise StorageError(f"cannot migrate database {engine.url.render_as_string()}: {exc}") from None
 
 
-def open_database(db_url: str, *, create: bool = True) -> Engine:
-    """Create the engine and bring the schema up to date.
-
-    With `create=False` (the reading commands) a SQLite file that does not exist is a MissingDatabaseError
-    instead of a new empty database; an existing one is still migrated, so an older database stays readable.
-    """
-    if not create:
-        _require_sqlite_file(db_url)
-    engine = create_db_engine(db_url)
-    migrate(engine)
-    return engine
-
-
-def _require_sqlite_file(db_url: str) -> None:
+def require_sqlite_file(db_url: str) -> None:
+    """A MissingDatabaseError when `db_url` names a SQLite file that does not exist (other URLs pass)."""
     try:
         url = make_url(db_url)
     except (ArgumentError, ValueError):

@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Boolean, Engine, Float, Integer, select
+from sqlalchemy import Boolean, Float, Integer, select
 
 from soak.contracts import loads_summary
 from soak.errors import ConfigError, StorageError
@@ -31,7 +31,7 @@ from soak.store.models import (
     Run,
     ServerSample,
 )
-from soak.store.queries import get_run
+from soak.store.store import Store
 
 FORMATS = ("csv", "parquet")
 BATCH_ROWS = 20_000
@@ -80,7 +80,7 @@ def time_at(t0_epoch_s: float, offset_s: float | None) -> datetime | None:
     return datetime.fromtimestamp(int((t0_epoch_s + offset_s) * 1000) / 1000, UTC)  # whole ms: Parquet's unit
 
 
-def stored_table(engine: Engine, model: type, run: dict[str, Any]) -> Table:
+def stored_table(store: Store, model: type, run: dict[str, Any]) -> Table:
     """A stored table's rows of one run, with the absolute `time` column when it has a run-relative one."""
     columns = [column for column in model.__table__.columns if column.name not in LEFT_OUT]
     offset = next((name for name in ("t_s", "start_s", "intended_s") if name in model.__table__.columns), None)
@@ -92,7 +92,7 @@ def stored_table(engine: Engine, model: type, run: dict[str, Any]) -> Table:
     at = [column.name for column in columns].index(offset) if offset else None
 
     def batches() -> Iterator[list[tuple[Any, ...]]]:
-        with engine.connect() as connection:
+        with store.engine.connect() as connection:  # streamed in batches: a 72 h run never sits in memory
             result = connection.execution_options(yield_per=BATCH_ROWS).execute(query)
             for part in result.partitions():
                 if at is None:
@@ -174,12 +174,12 @@ def write_parquet(table: Table, path: Path) -> int:
     return count
 
 
-def run_tables(engine: Engine, run: dict[str, Any]) -> list[Table]:
+def run_tables(store: Store, run: dict[str, Any]) -> list[Table]:
     """Every table of one run, in file order: the run, its findings, then the stored tables."""
-    return [run_table(run), findings_table(run), *(stored_table(engine, model, run) for model in TABLES)]
+    return [run_table(run), findings_table(run), *(stored_table(store, model, run) for model in TABLES)]
 
 
-def export_run(engine: Engine, run_id: str, folder: Path, fmt: str = "csv",
+def export_run(store: Store, run_id: str, folder: Path, fmt: str = "csv",
                on_table: Callable[[str], None] | None = None) -> Exported:
     """Write each table of `run_id` to `folder` as `<table>.<fmt>`; `on_table` hears each table's name first."""
     if fmt not in FORMATS:
@@ -187,13 +187,13 @@ def export_run(engine: Engine, run_id: str, folder: Path, fmt: str = "csv",
     write = write_parquet if fmt == "parquet" else write_csv
     if fmt == "parquet":
         _pyarrow()  # say so before any file is written
-    run = get_run(engine, run_id)
+    run = store.get_run(run_id)
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise StorageError(f"cannot create the export folder {folder}: {exc.strerror or exc}") from None
     files = []
-    for table in run_tables(engine, run):
+    for table in run_tables(store, run):
         if on_table:
             on_table(table.name)
         path = folder / f"{table.name}.{fmt}"

@@ -13,8 +13,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, delete
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy import delete
 
 from soak.errors import StorageError
 from soak.store.models import (
@@ -30,7 +29,7 @@ from soak.store.models import (
     RunLabel,
     ServerSample,
 )
-from soak.store.queries import get_run, list_runs
+from soak.store.store import Store
 
 # Every table holding a run's rows, children first (the runs row goes last, whatever the foreign keys do).
 RUN_TABLES = (EventRow, ProcessSample, GpuSample, GpuProcessSample, ServerSample, MetricSample, LatencyWindowRow,
@@ -67,12 +66,12 @@ def _has_any(labels: dict[str, str], keep: dict[str, str]) -> bool:
     return any(labels.get(key) == value for key, value in keep.items())
 
 
-def plan_prune(engine: Engine, older_than_s: float, keep_labels: dict[str, str] | None = None,
+def plan_prune(store: Store, older_than_s: float, keep_labels: dict[str, str] | None = None,
                now: datetime | None = None) -> PrunePlan:
     """The runs started more than `older_than_s` ago, split into those to delete and those kept."""
     cutoff = (now or datetime.now(UTC)) - timedelta(seconds=older_than_s)
     plan = PrunePlan(cutoff=cutoff.isoformat(timespec="seconds"))
-    for run in reversed(list_runs(engine)):  # oldest first
+    for run in reversed(store.list_runs()):  # oldest first
         if _started(run) >= cutoff:
             continue
         if run["status"] == "running":
@@ -84,20 +83,20 @@ def plan_prune(engine: Engine, older_than_s: float, keep_labels: dict[str, str] 
     return plan
 
 
-def still_running(engine: Engine, run_id: str) -> bool:
+def still_running(store: Store, run_id: str) -> bool:
     """Whether the run reads as running now (checked again right before it is deleted)."""
-    return get_run(engine, run_id)["status"] == "running"
+    return store.get_run(run_id)["status"] == "running"
 
 
-def delete_run_rows(engine: Engine, run_id: str) -> None:
+def delete_run_rows(store: Store, run_id: str) -> None:
     """Delete every row of one run in one transaction (all or nothing)."""
     try:
-        with engine.begin() as connection:
+        with store.writing() as session:
             for model in RUN_TABLES:
-                connection.execute(delete(model).where(model.run_id == run_id))
-            connection.execute(delete(Run).where(Run.id == run_id))
-    except SQLAlchemyError as exc:
-        raise StorageError(f"cannot delete run {run_id}: {getattr(exc, 'orig', None) or exc}") from None
+                session.execute(delete(model).where(model.run_id == run_id))
+            session.execute(delete(Run).where(Run.id == run_id))
+    except StorageError as exc:
+        raise StorageError(f"cannot delete run {run_id}: {exc}") from None
 
 
 def remove_run_folder(run: dict[str, Any]) -> bool:
@@ -113,47 +112,22 @@ def remove_run_folder(run: dict[str, Any]) -> bool:
     return True
 
 
-def sqlite_bytes(engine: Engine) -> int | None:
-    """The SQLite database's size on disk with its WAL; None for another database."""
-    database = engine.url.database
-    if engine.dialect.name != "sqlite" or not database or database == ":memory:":
-        return None
-    return sum(Path(database + suffix).stat().st_size for suffix in ("", "-wal")
-               if Path(database + suffix).exists())
-
-
-def vacuum(engine: Engine) -> None:
-    """Give deleted pages back to the file system: VACUUM, then truncate the WAL (SQLite only)."""
-    if engine.dialect.name != "sqlite":
-        return
-    connection = engine.raw_connection()
-    try:
-        cursor = connection.cursor()
-        cursor.execute("VACUUM")  # outside any transaction: the connection runs in autocommit (see db.py)
-        cursor.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        cursor.close()
-    except Exception as exc:  # a DB-API error of the driver
-        raise StorageError(f"runs are deleted but VACUUM failed: {exc}") from None
-    finally:
-        connection.close()
-
-
-def prune(engine: Engine, plan: PrunePlan, say: Callable[[str], None] | None = None) -> PruneResult:
+def prune(store: Store, plan: PrunePlan, say: Callable[[str], None] | None = None) -> PruneResult:
     """Delete the planned runs one by one (each on its own: a failure keeps what is already done), then vacuum;
     `say` hears each step."""
     say = say or (lambda _text: None)
-    result = PruneResult(plan=plan, db_bytes_before=sqlite_bytes(engine))
+    result = PruneResult(plan=plan, db_bytes_before=store.size_bytes())
     for run in plan.delete:
-        if still_running(engine, run["id"]):  # a `soak close` or a resumed host may have changed it since the plan
+        if still_running(store, run["id"]):  # a `soak close` or a resumed host may have changed it since the plan
             plan.kept_running.append(run)
             continue
         say(f"deleting {run['id']}…")
-        delete_run_rows(engine, run["id"])
+        delete_run_rows(store, run["id"])
         result.deleted.append(run["id"])
         if remove_run_folder(run):
             result.folders_removed.append(run["out_dir"])
-    if result.deleted and engine.dialect.name == "sqlite":
+    if result.deleted and store.dialect == "sqlite":
         say("giving the space back (VACUUM)…")
-        vacuum(engine)
-    result.db_bytes_after = sqlite_bytes(engine)
+        store.vacuum()
+    result.db_bytes_after = store.size_bytes()
     return result

@@ -14,7 +14,6 @@ import threading
 import time
 from collections.abc import Callable
 
-from sqlalchemy import Engine
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
@@ -22,6 +21,7 @@ from starlette.routing import Route
 
 from soak.errors import SoakError, UnknownRunError
 from soak.report.render import plotly_js
+from soak.store.store import Store
 from soak.web.pages import PLOTLY_URL, LivePages
 
 log = logging.getLogger(__name__)
@@ -57,9 +57,9 @@ def _guarded(build: Callable[[], str]) -> HTMLResponse:
         return _error_page(500, f"internal error: {type(exc).__name__}: {exc}")
 
 
-def create_app(engine: Engine, refresh_s: float = 5.0) -> Starlette:
+def create_app(store: Store, refresh_s: float = 5.0) -> Starlette:
     """The app: `/` (the run picker), `/runs/RUN` (a run's report, live), plotly.js and an empty favicon."""
-    pages = LivePages(engine, refresh_s)
+    pages = LivePages(store, refresh_s)
 
     def index(_request: Request) -> Response:
         return _guarded(pages.index_page)
@@ -78,11 +78,11 @@ def create_app(engine: Engine, refresh_s: float = 5.0) -> Starlette:
                              Route(PLOTLY_URL, plotly, methods=["GET"]), Route("/favicon.ico", no_icon, methods=["GET"])])
 
 
-def serve(engine: Engine, sock: socket.socket, refresh_s: float, parent_pid: int | None = None) -> None:
+def serve(store: Store, sock: socket.socket, refresh_s: float, parent_pid: int | None = None) -> None:
     """Serve the app on a bound, listening socket until SIGINT/SIGTERM (or until `parent_pid` is gone)."""
     import uvicorn
 
-    config = uvicorn.Config(create_app(engine, refresh_s), log_level="warning", access_log=False,
+    config = uvicorn.Config(create_app(store, refresh_s), log_level="warning", access_log=False,
                             lifespan="off", timeout_graceful_shutdown=2)
     server = uvicorn.Server(config)
     if parent_pid:  # beside a run: the load's process wins any contention for the CPU

@@ -14,14 +14,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Engine
-
 from soak.report.context import build_context
 from soak.report.formatting import format_span, format_utc
 from soak.report.render import environment, render_html
 from soak.report.sections import verdict_class
 from soak.run.in_progress import elapsed_s, in_progress_summary, mark_provisional
-from soak.store.queries import get_run, list_runs
+from soak.store.store import Store
 
 INDEX_TEMPLATE = "live_index.html.j2"
 PLOTLY_URL = "/static/plotly.js"
@@ -47,7 +45,7 @@ class CachedPage:
 class LivePages:
     """Builds and caches the pages of one database."""
 
-    engine: Engine
+    store: Store
     refresh_s: float = 5.0
     _cache: dict[str, CachedPage] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -59,8 +57,8 @@ class LivePages:
             if cached and cached.fresh():
                 return cached.html
             started = time.monotonic()
-            run = get_run(self.engine, run_id)
-            html = render_html(build_context(self.engine, run_id, self._summary(run)),
+            run = self.store.get_run(run_id)
+            html = render_html(build_context(self.store, run_id, self._summary(run)),
                                live={"refresh_s": self._refresh_text(), "plotly_url": PLOTLY_URL})
             build_s = time.monotonic() - started
             finished = run["status"] != "running"
@@ -70,16 +68,16 @@ class LivePages:
 
     def index_page(self) -> str:
         """Every run, newest first, linking to its page."""
-        runs = [_index_row(run) for run in list_runs(self.engine, limit=MAX_RUNS_LISTED)]
+        runs = [_index_row(run) for run in self.store.list_runs(limit=MAX_RUNS_LISTED)]
         return environment().get_template(INDEX_TEMPLATE).render(
             runs=runs, refresh_s=self._refresh_text(), generated_at=_now_text(),
-            database=self.engine.url.render_as_string(hide_password=True), soak_version=_version())
+            database=self.store.url, soak_version=_version())
 
     def _summary(self, run: dict[str, Any]) -> dict[str, Any] | None:
         """A running run's summary so far; a finished run's stored one (None); one never finalised, analysed."""
         if run["status"] != "running" and run.get("summary_json"):
             return None
-        summary = in_progress_summary(self.engine, run)
+        summary = in_progress_summary(self.store, run)
         if run["status"] == "running":
             mark_provisional(summary, run)
         else:  # killed and not yet closed: what was stored, and not in progress any more

@@ -17,8 +17,7 @@ import pytest
 from soak.analysis.gates import Gates
 from soak.analysis.loader import load_run_data
 from soak.analysis.memory import check_rss
-from soak.store.db import open_database
-from soak.store.queries import get_run
+from soak.store import Store
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(420)]
 
@@ -53,8 +52,8 @@ def test_a_leak_pushed_out_to_swap_fails_leak_rss_where_rss_alone_does_not(tmp_p
     assert finding["evidence"].startswith("resident + swapped memory of "), finding["evidence"]
     assert finding["per_request"]["value"] > 64 * 1024, finding["per_request"]
 
-    engine = open_database(f"sqlite:///{tmp_path / 'soak.db'}")
-    run = load_run_data(engine, get_run(engine, summary["run_id"]), stopped_early=False)
+    store = Store.open(f"sqlite:///{tmp_path / 'soak.db'}")
+    run = load_run_data(store, store.get_run(summary["run_id"]), stopped_early=False)
     server = max(run.processes, key=lambda p: float(p.swap_bytes.max()) if p.swap_bytes is not None else 0.0)
     measured = server.t_s >= run.warmup_s
     swap_grown = server.swap_bytes[measured][-1] - server.swap_bytes[measured][0]

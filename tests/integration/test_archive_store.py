@@ -19,11 +19,10 @@ import pytest
 from sqlalchemy import func, insert, select, update
 
 from soak.errors import ConfigError
-from soak.store.db import open_database
+from soak.store import Store
 from soak.store.export import export_run
 from soak.store.models import EventRow, ProcessSample, Run, RunLabel
-from soak.store.prune import plan_prune, prune, sqlite_bytes
-from soak.store.queries import get_run, list_runs
+from soak.store.prune import plan_prune, prune
 
 pytestmark = pytest.mark.timeout(120)
 NOW = datetime.now(UTC)
@@ -36,14 +35,14 @@ def dead_pid() -> int:
     return child.pid
 
 
-def add_run(engine, out: Path, run_id: str, age: timedelta, pid: int, labels: dict[str, str],
+def add_run(store, out: Path, run_id: str, age: timedelta, pid: int, labels: dict[str, str],
             summary: dict | None = None) -> Path:
     """A run row started `age` ago, its labels, events and process samples, and its folder with a file."""
     folder = out / run_id
     folder.mkdir(parents=True)
     (folder / "report.html").write_text("<html></html>")
     started = NOW - age
-    with engine.begin() as connection:
+    with store.engine.begin() as connection:
         connection.execute(insert(Run), [{
             "id": run_id, "status": "running" if pid == os.getpid() else "completed",
             "started_at": started.isoformat(), "t0_epoch_s": started.timestamp(), "planned_duration_s": 60.0,
@@ -65,45 +64,45 @@ def add_run(engine, out: Path, run_id: str, age: timedelta, pid: int, labels: di
 
 @pytest.fixture
 def store(tmp_path):
-    engine = open_database(f"sqlite:///{tmp_path / 'soak.db'}")
+    store = Store.open(f"sqlite:///{tmp_path / 'soak.db'}")
     summary = {"findings": [{"check": "leak.rss", "verdict": "PASS", "value": 1.5, "unit": "bytes/h",
                              "ci": [0.5, 2.5], "threshold": 10, "evidence": "flat, \"quoted\""}]}
     folders = {
-        "old": add_run(engine, tmp_path, "20260101T000000Z-0001", timedelta(days=120), dead_pid(),
+        "old": add_run(store, tmp_path, "20260101T000000Z-0001", timedelta(days=120), dead_pid(),
                        {"release": "1.4.1", "model": "m"}, summary),
-        "old_kept": add_run(engine, tmp_path, "20260102T000000Z-0002", timedelta(days=100), dead_pid(),
+        "old_kept": add_run(store, tmp_path, "20260102T000000Z-0002", timedelta(days=100), dead_pid(),
                             {"release": "1.4.2", "model": "m"}),
-        "old_running": add_run(engine, tmp_path, "20260103T000000Z-0003", timedelta(days=95), os.getpid(), {}),
-        "new": add_run(engine, tmp_path, "20261201T000000Z-0004", timedelta(days=2), dead_pid(), {"model": "m"}),
+        "old_running": add_run(store, tmp_path, "20260103T000000Z-0003", timedelta(days=95), os.getpid(), {}),
+        "new": add_run(store, tmp_path, "20261201T000000Z-0004", timedelta(days=2), dead_pid(), {"model": "m"}),
     }
-    return engine, folders
+    return store, folders
 
 
 def test_runs_filter_on_every_label_given(store):
-    engine, _ = store
-    ids = lambda labels: [run["id"] for run in list_runs(engine, labels=labels)]  # noqa: E731
+    store, _ = store
+    ids = lambda labels: [run["id"] for run in store.list_runs(labels=labels)]  # noqa: E731
     assert ids({"model": "m"}) == ["20261201T000000Z-0004", "20260102T000000Z-0002", "20260101T000000Z-0001"]
     assert ids({"model": "m", "release": "1.4.1"}) == ["20260101T000000Z-0001"]
     assert ids({"model": "other"}) == []
-    assert get_run(engine, "20260102T000000Z-0002")["labels"] == {"model": "m", "release": "1.4.2"}
+    assert store.get_run("20260102T000000Z-0002")["labels"] == {"model": "m", "release": "1.4.2"}
 
 
 def test_prune_plan_keeps_the_running_and_labelled_runs(store):
-    engine, _ = store
-    plan = plan_prune(engine, 90 * 86400, {"release": "1.4.2"})
+    store, _ = store
+    plan = plan_prune(store, 90 * 86400, {"release": "1.4.2"})
     assert [run["id"] for run in plan.delete] == ["20260101T000000Z-0001"]
     assert [run["id"] for run in plan.kept_running] == ["20260103T000000Z-0003"]
     assert [run["id"] for run in plan.kept_labelled] == ["20260102T000000Z-0002"]
 
 
 def test_prune_deletes_every_row_and_the_folder_and_gives_the_space_back(store):
-    engine, folders = store
-    before = sqlite_bytes(engine)
-    result = prune(engine, plan_prune(engine, 90 * 86400))
+    store, folders = store
+    before = store.size_bytes()
+    result = prune(store, plan_prune(store, 90 * 86400))
     assert result.deleted == ["20260101T000000Z-0001", "20260102T000000Z-0002"]
     assert not folders["old"].exists() and not folders["old_kept"].exists()
     assert folders["old_running"].exists() and folders["new"].exists()
-    with engine.connect() as connection:
+    with store.engine.connect() as connection:
         for model in (ProcessSample, EventRow, RunLabel):
             left = connection.execute(select(model.run_id).distinct()).scalars().all()
             assert "20260101T000000Z-0001" not in left and "20260102T000000Z-0002" not in left
@@ -112,8 +111,8 @@ def test_prune_deletes_every_row_and_the_folder_and_gives_the_space_back(store):
 
 
 def test_export_csv_reads_back_with_the_stored_values(store, tmp_path):
-    engine, _ = store
-    exported = export_run(engine, "20260101T000000Z-0001", tmp_path / "csv", "csv")
+    store, _ = store
+    exported = export_run(store, "20260101T000000Z-0001", tmp_path / "csv", "csv")
     assert {path.name for path, _ in exported.files} >= {"runs.csv", "findings.csv", "process_samples.csv",
                                                          "events.csv", "latency_windows.csv", "request_windows.csv"}
     with open(tmp_path / "csv" / "process_samples.csv", newline="") as handle:
@@ -131,8 +130,8 @@ def test_export_csv_reads_back_with_the_stored_values(store, tmp_path):
 
 def test_export_parquet_keeps_types(store, tmp_path):
     parquet = pytest.importorskip("pyarrow.parquet")
-    engine, _ = store
-    export_run(engine, "20260101T000000Z-0001", tmp_path / "pq", "parquet")
+    store, _ = store
+    export_run(store, "20260101T000000Z-0001", tmp_path / "pq", "parquet")
     table = parquet.read_table(tmp_path / "pq" / "process_samples.parquet")
     assert table.num_rows == SAMPLES
     assert str(table.schema.field("rss_bytes").type) == "int64"
@@ -141,14 +140,14 @@ def test_export_parquet_keeps_types(store, tmp_path):
 
 
 def test_an_unknown_format_is_a_config_error(store, tmp_path):
-    engine, _ = store
+    store, _ = store
     with pytest.raises(ConfigError, match="unknown export format 'xlsx'"):
-        export_run(engine, "20260101T000000Z-0001", tmp_path / "x", "xlsx")
+        export_run(store, "20260101T000000Z-0001", tmp_path / "x", "xlsx")
 
 
 def test_parquet_without_pyarrow_names_the_extra_and_writes_nothing(store, tmp_path):
-    engine, _ = store
-    url = engine.url.render_as_string()
+    store, _ = store
+    url = store.engine.url.render_as_string()
     # A fresh interpreter in which pyarrow cannot be imported, as on a machine without the extra.
     program = ("import sys; sys.modules['pyarrow'] = None; from soak.cli import main; "
                "main(['export', '20260101T000000Z-0001', '--db', sys.argv[1], '--format', 'parquet', "
@@ -162,12 +161,12 @@ def test_parquet_without_pyarrow_names_the_extra_and_writes_nothing(store, tmp_p
 
 
 def test_a_run_that_reads_running_when_its_turn_comes_is_kept(store):
-    engine, folders = store
-    plan = plan_prune(engine, 90 * 86400)
+    store, folders = store
+    plan = plan_prune(store, 90 * 86400)
     assert "20260101T000000Z-0001" in [run["id"] for run in plan.delete]
-    with engine.begin() as connection:  # its soak came back to life since the plan (as `soak close` might race)
+    with store.engine.begin() as connection:  # its soak came back to life since the plan (as `soak close` might race)
         connection.execute(update(Run).where(Run.id == "20260101T000000Z-0001").values(status="running",
                                                                                         soak_pid=os.getpid()))
-    result = prune(engine, plan)
+    result = prune(store, plan)
     assert "20260101T000000Z-0001" not in result.deleted and folders["old"].exists()
     assert "20260101T000000Z-0001" in [run["id"] for run in plan.kept_running]

@@ -10,7 +10,7 @@ from sqlalchemy.orm import Session
 
 from soak.analysis.loader import load_run_data
 from soak.config import DEFAULT_HORIZON_S
-from soak.store.db import open_database
+from soak.store import Store
 from soak.store.models import (
     ALL_SCENARIOS,
     HOST_AVAILABLE_METRIC,
@@ -21,7 +21,6 @@ from soak.store.models import (
     RequestWindowRow,
     Run,
 )
-from soak.store.queries import get_run
 
 GIB = 2**30
 
@@ -41,15 +40,15 @@ def _window(index: int, scenario: str, requests: int, cancelled: int = 0) -> Req
 @pytest.fixture
 def stored(tmp_path):
     """A migrated database and a function that stores rows under run r1 and loads its RunData."""
-    engine = open_database(f"sqlite:///{tmp_path / 'soak.db'}")
+    store = Store.open(f"sqlite:///{tmp_path / 'soak.db'}")
 
     def store_and_load(config: dict | None, rows: list) -> object:
-        with Session(engine) as session:
+        with Session(store.engine) as session:
             session.add(_run_row(config))
             session.flush()
             session.add_all(rows)
             session.commit()
-        return load_run_data(engine, get_run(engine, "r1"), stopped_early=False)
+        return load_run_data(store, store.get_run("r1"), stopped_early=False)
 
     return store_and_load
 
@@ -114,8 +113,8 @@ def test_the_slo_and_each_windows_good_requests_come_from_the_store_and_reach_th
                           _goodput_window(1, 20, 0, 15)])
     assert run.slo == {"ttft": 500.0, "e2e": 20000.0}
     assert [(w.index, w.requests, w.slo_met) for w in run.request_windows] == [(-1, 10, 10), (0, 10, 9), (1, 20, 15)]
-    engine = open_database(f"sqlite:///{tmp_path / 'soak.db'}")
-    goodput = goodput_of(engine, get_run(engine, "r1"))
+    store = Store.open(f"sqlite:///{tmp_path / 'soak.db'}")
+    goodput = goodput_of(store, store.get_run("r1"))
     assert goodput.slo_ms == {"ttft": 500.0, "e2e": 20000.0}
     assert (goodput.requests, goodput.good) == (30, 24) and goodput.share == pytest.approx(0.8)  # warm-up left out
     assert [w.share for w in goodput.windows] == [pytest.approx(0.9), pytest.approx(0.75)]
@@ -126,5 +125,5 @@ def test_a_run_without_an_slo_has_no_goodput(stored, tmp_path):
 
     run = stored({}, [_goodput_window(0, 12, 0, None)])
     assert run.slo is None and run.request_windows[0].slo_met is None
-    engine = open_database(f"sqlite:///{tmp_path / 'soak.db'}")
-    assert goodput_of(engine, get_run(engine, "r1")) is None
+    store = Store.open(f"sqlite:///{tmp_path / 'soak.db'}")
+    assert goodput_of(store, store.get_run("r1")) is None

@@ -141,10 +141,10 @@ def test_database_check_creates_nothing_and_says_what_start_would_do(tmp_path):
 
 
 def test_database_check_reads_an_existing_database_without_writing_it(tmp_path):
-    from soak.store import open_database
+    from soak.store import Store
 
     url = f"sqlite:///{tmp_path / 'soak.db'}"
-    open_database(url).dispose()
+    Store.open(url).close()
     before = {p.name: p.stat().st_mtime_ns for p in tmp_path.iterdir()}
     check = doctor.check_database(locations(tmp_path, url))
     assert check.status == OK and "schema up to date" in check.detail

@@ -8,12 +8,12 @@ import subprocess
 import sys
 
 from soak.run.early_stop import DB_URL_ENV, read_look, start_look
-from soak.store.db import open_database
+from soak.store import Store
 
 
 def test_a_look_at_a_run_the_database_does_not_hold_is_no_look(tmp_path, caplog):
     db_url = f"sqlite:///{tmp_path}/soak.db"
-    open_database(db_url)
+    Store.open(db_url)
     child = start_look(db_url, "20261203T000000Z-none", windows=20, looks=14, gates_file=None)
     child.wait(timeout=60)
     with caplog.at_level(logging.WARNING, logger="soak.run.early_stop"):

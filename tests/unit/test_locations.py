@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from sqlalchemy import insert
 
 from soak.cli import main
-from soak.store import open_database
+from soak.store import Store
 from soak.store.models import Run
 
 pytestmark = pytest.mark.timeout(120)
@@ -38,15 +38,15 @@ def configured(tmp_path):
     out, db_path = tmp_path / "from-file-out", tmp_path / "elsewhere" / "runs.db"
     config = tmp_path / "soak.toml"
     config.write_text(f'duration = "1m"\nrate = 2\nout = "{out}"\ndb = "sqlite:///{db_path}"\n')
-    engine = open_database(f"sqlite:///{db_path}")
+    store = Store.open(f"sqlite:///{db_path}")
     now = datetime.now(UTC).isoformat()
-    with engine.begin() as connection:
+    with store.engine.begin() as connection:
         connection.execute(insert(Run), [{
             "id": RUN_ID, "status": "completed", "started_at": now, "ended_at": now, "t0_epoch_s": time.time() - 60,
             "planned_duration_s": 60, "duration_s": 60, "warmup_s": 10, "window_s": 5,
             "out_dir": str(out / RUN_ID), "target_kind": "reference", "config_json": "{}",
             "environment_json": "{}"}])
-    engine.dispose()
+    store.engine.dispose()
     return {"config": config, "out": out, "db_path": db_path}
 
 
@@ -122,10 +122,10 @@ def test_compare_prints_a_table_of_two_finished_runs(here, configured):
     from sqlalchemy import update
 
     summary = json.loads((pathlib.Path(__file__).parent / "data" / "reference_run_summary.json").read_text())
-    engine = open_database(f"sqlite:///{configured['db_path']}")
-    with engine.begin() as connection:
+    store = Store.open(f"sqlite:///{configured['db_path']}")
+    with store.engine.begin() as connection:
         connection.execute(update(Run).values(summary_json=json.dumps(summary)))
-    engine.dispose()
+    store.engine.dispose()
     result = invoke("compare", RUN_ID, RUN_ID, "--config", str(configured["config"]))
     assert result.exit_code == 0, result.output
     assert "latency.ttft.p99" in result.output and "within noise" in result.output

@@ -15,9 +15,8 @@ from soak.analysis.inputs import ProbeReading, ProcessReading, ProcessSeries
 from soak.analysis.loader import load_run_data
 from soak.analysis.memory import check_rss
 from soak.report.charts import Frame, memory_chart
-from soak.store.db import open_database
+from soak.store import Store
 from soak.store.models import EventRow, ProcessSample, Run
-from soak.store.queries import get_run
 from support.synthetic import MIB, bare_run
 
 RUN_S = 6 * 3600.0
@@ -81,13 +80,13 @@ def test_idle_probe_readings_are_judged_resident_plus_swapped_too():
 
 
 def test_the_loader_reads_swap_of_samples_and_of_idle_probes(tmp_path):
-    engine = open_database(f"sqlite:///{tmp_path / 'soak.db'}")
+    store = Store.open(f"sqlite:///{tmp_path / 'soak.db'}")
     samples = [ProcessSample(run_id="r1", t_s=float(t), role="server", pid=7, name="srv", rss_bytes=100 * MIB,
                              swap_bytes=None if t == 2 else t * MIB) for t in range(4)]
     samples.append(ProcessSample(run_id="r1", t_s=0.0, role="server", pid=8, name="old", rss_bytes=50 * MIB))
     probe = {"index": 0, "drained": True, "processes": [{"pid": 7, "name": "srv", "rss_bytes": 100 * MIB,
                                                          "swap_bytes": 3 * MIB, "fds": 9}]}
-    with Session(engine) as session:
+    with Session(store.engine) as session:
         session.add(Run(id="r1", status="finished", started_at="2026-01-01T00:00:00Z", t0_epoch_s=0.0,
                         planned_duration_s=4.0, duration_s=4.0, warmup_s=0.0, window_s=1.0, out_dir="out",
                         target_kind="reference", config_json="{}", environment_json="{}"))
@@ -95,7 +94,7 @@ def test_the_loader_reads_swap_of_samples_and_of_idle_probes(tmp_path):
         session.add_all([*samples, EventRow(run_id="r1", t_s=3.5, at="2026-01-01T00:00:03Z", kind="probe_reading",
                                             message="", data_json=json.dumps(probe))])
         session.commit()
-    run = load_run_data(engine, get_run(engine, "r1"), stopped_early=False)
+    run = load_run_data(store, store.get_run("r1"), stopped_early=False)
     srv, old = run.processes
     assert srv.swap_bytes[0] == 0 and srv.swap_bytes[3] == 3 * MIB and np.isnan(srv.swap_bytes[2])
     assert srv.held_bytes[3] == 103 * MIB and old.swap_bytes is None

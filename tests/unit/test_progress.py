@@ -13,7 +13,7 @@ from sqlalchemy import insert
 from soak.contracts import Progress, Stage
 from soak.run.conductor import Conductor
 from soak.run.progress import read_progress
-from soak.store import open_database
+from soak.store import Store
 from soak.store.models import Base
 from soak.telemetry.latency import LatencyWindows
 
@@ -38,11 +38,11 @@ def fed_windows(t0: float) -> LatencyWindows:
 
 def stored_run(tmp_path: Any, t0: float, windows: LatencyWindows) -> Any:
     """The same run as the database holds it: run row, flushed windows, one sample of the server tree."""
-    engine = open_database(f"sqlite:///{tmp_path / 'soak.db'}")
+    store = Store.open(f"sqlite:///{tmp_path / 'soak.db'}")
     tables = Base.metadata.tables
     started_at = datetime.fromtimestamp(t0, UTC).isoformat(timespec="milliseconds")
     latency_rows, request_rows = windows.flush_rows(ELAPSED_S)
-    with engine.begin() as connection:
+    with store.engine.begin() as connection:
         connection.execute(insert(tables["runs"]), [{
             "id": RUN_ID, "status": "running", "started_at": started_at, "t0_epoch_s": t0,
             "heartbeat_at": datetime.now(UTC).isoformat(timespec="milliseconds"),  # fresh: the run reads as running
@@ -53,7 +53,7 @@ def stored_run(tmp_path: Any, t0: float, windows: LatencyWindows) -> Any:
         connection.execute(insert(tables["process_samples"]), [
             {"run_id": RUN_ID, "t_s": 29.0, "role": "server", "pid": 100 + i, "name": "srv", "rss_bytes": rss}
             for i, rss in enumerate(RSS_BYTES)])
-    return engine
+    return store
 
 
 def live_progress(t0: float, windows: LatencyWindows, tmp_path: Any) -> Progress:

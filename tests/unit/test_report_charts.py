@@ -104,9 +104,10 @@ def test_baseline_rows_in_analysis_shape_and_in_the_brief_shape():
 
 
 def run_with_lag(lag_p99_ms: float, windows: int = 6) -> Any:
-    """An in-memory database holding one run whose schedule-lag P99 is `lag_p99_ms` in every window."""
+    """A store over an in-memory database holding one run whose schedule-lag P99 is `lag_p99_ms` in every window."""
     from sqlalchemy import create_engine, insert
 
+    from soak.store import Store
     from soak.store.models import ALL_SCENARIOS, Base, LatencyWindowRow, Run
 
     engine = create_engine("sqlite://")
@@ -119,7 +120,7 @@ def run_with_lag(lag_p99_ms: float, windows: int = 6) -> Any:
     with engine.begin() as connection:
         connection.execute(insert(Run), [run])
         connection.execute(insert(LatencyWindowRow), lag)
-    return engine
+    return Store(engine)
 
 
 def test_lag_chart_draws_the_limits_the_run_was_judged_by():

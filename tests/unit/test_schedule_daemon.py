@@ -16,7 +16,7 @@ from soak.run.locking import hold_run_lock
 from soak.schedule.daemon import Daemon, DaemonSettings, fire_scheduled
 from soak.schedule.events import TRIGGER_RUN_NOW, list_events
 from soak.schedule.jobs import JOB_FUNC, JobTable, ScheduleSpec, add_schedule, list_schedules, request_run_now
-from soak.store import open_database
+from soak.store import Store
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration" / "schedule"))
 from schedule_helpers import WebhookReceiver, wait_until
@@ -30,7 +30,7 @@ FAKE_START = textwrap.dedent('''
     from datetime import UTC, datetime
     from pathlib import Path
     from sqlalchemy.orm import Session
-    from soak.store import open_database
+    from soak.store import Store
     from soak.store.models import Run
 
     args = sys.argv[1:]
@@ -42,9 +42,9 @@ FAKE_START = textwrap.dedent('''
     run_id = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ") + "-" + str(os.getpid())[-4:]
     run_dir = Path(out, run_id)
     run_dir.mkdir(parents=True)
-    engine = open_database(db)
+    store = Store.open(db)
     now = datetime.now(UTC).isoformat()
-    with Session(engine) as session, session.begin():
+    with Session(store.engine) as session, session.begin():
         session.add(Run(id=run_id, status="running", started_at=now, t0_epoch_s=time.time(),
                         planned_duration_s=20, warmup_s=1, window_s=5, soak_pid=os.getpid(),
                         out_dir=str(run_dir), target_kind="external", config_json="{}", environment_json="{}",
@@ -59,7 +59,7 @@ FAKE_START = textwrap.dedent('''
     summary = {"schema": "soak.run.summary/1", "run_id": run_id, "status": status, "verdict": verdict,
                "verdict_reason": "stand-in", "report_html": str(run_dir / "report.html")}
     (run_dir / "summary.json").write_text(json.dumps(summary))
-    with Session(engine) as session, session.begin():
+    with Session(store.engine) as session, session.begin():
         run = session.get(Run, run_id)
         run.status, run.verdict, run.summary_json = status, verdict, json.dumps(summary)
     sys.exit({"PASS": 0, "INCONCLUSIVE": 3}[verdict])
@@ -79,15 +79,15 @@ def out(tmp_path):
 
 
 @pytest.fixture
-def engine(out):
-    return open_database(f"sqlite:///{out / 'soak.db'}")
+def store(out):
+    return Store.open(f"sqlite:///{out / 'soak.db'}")
 
 
 class RunningDaemon:
     """A Daemon serving in a thread of the test process."""
 
-    def __init__(self, engine, settings: DaemonSettings):
-        self.daemon = Daemon(engine, settings)
+    def __init__(self, store, settings: DaemonSettings):
+        self.daemon = Daemon(store, settings)
         self.error: BaseException | None = None
         self.thread = threading.Thread(target=self._serve, daemon=True)
         self.thread.start()
@@ -117,167 +117,167 @@ def spec(mode: str, name: str = "nightly", notify_env: str | None = None) -> Sch
                         notify_env=notify_env)
 
 
-def kinds(engine, name: str = "nightly") -> list[str]:
-    return [event["kind"] for event in reversed(list_events(engine, name))]
+def kinds(store, name: str = "nightly") -> list[str]:
+    return [event["kind"] for event in reversed(list_events(store, name))]
 
 
-def events_with(engine, kind: str, name: str = "nightly"):
-    return lambda: [e for e in list_events(engine, name) if e["kind"] == kind]
+def events_with(store, kind: str, name: str = "nightly"):
+    return lambda: [e for e in list_events(store, name) if e["kind"] == kind]
 
 
-def test_a_fire_runs_start_records_the_run_and_notifies(engine, out, fake_start, monkeypatch):
+def test_a_fire_runs_start_records_the_run_and_notifies(store, out, fake_start, monkeypatch):
     with WebhookReceiver() as hook:
         monkeypatch.setenv("SOAK_TEST_HOOK", hook.url)
-        running = RunningDaemon(engine, settings(out, fake_start))
+        running = RunningDaemon(store, settings(out, fake_start))
         try:
             running.daemon.fire(spec("finish", notify_env="SOAK_TEST_HOOK"), TRIGGER_RUN_NOW)
             body = hook.bodies.get(timeout=10)
         finally:
             running.stop()
-    assert kinds(engine) == ["started", "finished", "notified"]
-    finished = next(e for e in list_events(engine) if e["kind"] == "finished")
+    assert kinds(store) == ["started", "finished", "notified"]
+    finished = next(e for e in list_events(store) if e["kind"] == "finished")
     assert finished["exit_code"] == 0 and finished["verdict"] == "PASS" and finished["run_id"]
     assert body["run_id"] == finished["run_id"] and body["verdict"] == "PASS"
     assert "nightly" in body["text"] and "PASS" in body["text"]
     assert (out / "env-finish").read_text() == "nightly"  # SOAK_SCHEDULE_NAME reached the run
-    assert any("SECRET-TOKEN" in e["message"] for e in list_events(engine)) is False
+    assert any("SECRET-TOKEN" in e["message"] for e in list_events(store)) is False
 
 
-def test_a_run_that_fails_before_starting_is_recorded_and_notified(engine, out, fake_start, monkeypatch):
+def test_a_run_that_fails_before_starting_is_recorded_and_notified(store, out, fake_start, monkeypatch):
     with WebhookReceiver() as hook:
         monkeypatch.setenv("SOAK_TEST_HOOK", hook.url)
-        running = RunningDaemon(engine, settings(out, fake_start))
+        running = RunningDaemon(store, settings(out, fake_start))
         try:
             running.daemon.fire(spec("fail", notify_env="SOAK_TEST_HOOK"), TRIGGER_RUN_NOW)
             body = hook.bodies.get(timeout=10)
         finally:
             running.stop()
-    failed = next(e for e in list_events(engine) if e["kind"] == "failed")
+    failed = next(e for e in list_events(store) if e["kind"] == "failed")
     assert failed["exit_code"] == 2 and failed["run_id"] is None
     assert "target unreachable" in failed["message"]
     assert body["status"] == "crashed" and body["verdict"] is None and "target unreachable" in body["text"]
 
 
-def test_a_missing_webhook_variable_is_recorded(engine, out, fake_start, monkeypatch):
+def test_a_missing_webhook_variable_is_recorded(store, out, fake_start, monkeypatch):
     monkeypatch.delenv("SOAK_TEST_HOOK", raising=False)
-    running = RunningDaemon(engine, settings(out, fake_start))
+    running = RunningDaemon(store, settings(out, fake_start))
     try:
         running.daemon.fire(spec("fail", notify_env="SOAK_TEST_HOOK"), TRIGGER_RUN_NOW)
     finally:
         running.stop()
-    assert kinds(engine)[-1] == "notify_failed"
-    assert "$SOAK_TEST_HOOK is not set" in list_events(engine)[0]["message"]
+    assert kinds(store)[-1] == "notify_failed"
+    assert "$SOAK_TEST_HOOK is not set" in list_events(store)[0]["message"]
 
 
-def test_a_fire_is_skipped_while_the_run_lock_is_held(engine, out, fake_start):
-    running = RunningDaemon(engine, settings(out, fake_start))
+def test_a_fire_is_skipped_while_the_run_lock_is_held(store, out, fake_start):
+    running = RunningDaemon(store, settings(out, fake_start))
     try:
         with hold_run_lock(out):
             running.daemon.fire(spec("finish"), TRIGGER_RUN_NOW)
     finally:
         running.stop()
-    [skipped] = list_events(engine)
+    [skipped] = list_events(store)
     assert skipped["kind"] == "skipped" and ".soak.lock" in skipped["message"]
     assert not (out / "env-finish").exists()
 
 
-def test_only_one_scheduled_run_at_a_time_and_stop_finalises_it(engine, out, fake_start):
-    running = RunningDaemon(engine, settings(out, fake_start, on_stop="stop"))
+def test_only_one_scheduled_run_at_a_time_and_stop_finalises_it(store, out, fake_start):
+    running = RunningDaemon(store, settings(out, fake_start, on_stop="stop"))
     first = threading.Thread(target=running.daemon.fire, args=(spec("hang"), TRIGGER_RUN_NOW))
     first.start()
     wait_until(lambda: (out / "hanging").exists(), 20, "the first run to start")
     running.daemon.fire(spec("finish", name="other"), TRIGGER_RUN_NOW)
-    assert kinds(engine, "other") == ["skipped"]
-    assert "nightly" in list_events(engine, "other")[0]["message"]
+    assert kinds(store, "other") == ["skipped"]
+    assert "nightly" in list_events(store, "other")[0]["message"]
     running.stop()
     first.join(10)
-    assert kinds(engine) == ["started", "stopping", "finished"]
-    finished = list_events(engine)[0]
+    assert kinds(store) == ["started", "stopping", "finished"]
+    finished = list_events(store)[0]
     assert finished["exit_code"] == 3 and finished["verdict"] == "INCONCLUSIVE"
 
 
-def test_on_stop_wait_lets_the_run_finish_and_a_second_stop_ends_it(engine, out, fake_start):
-    running = RunningDaemon(engine, settings(out, fake_start, on_stop="wait"))
+def test_on_stop_wait_lets_the_run_finish_and_a_second_stop_ends_it(store, out, fake_start):
+    running = RunningDaemon(store, settings(out, fake_start, on_stop="wait"))
     first = threading.Thread(target=running.daemon.fire, args=(spec("hang"), TRIGGER_RUN_NOW))
     first.start()
     pid = int(wait_until(lambda: (out / "hanging").exists() and (out / "hanging").read_text(), 20, "the run"))
     running.daemon.request_stop()
-    wait_until(events_with(engine, "stopping"), 10, "the stopping event")
-    assert running.thread.is_alive() and not events_with(engine, "finished")()  # still waiting for the run
+    wait_until(events_with(store, "stopping"), 10, "the stopping event")
+    assert running.thread.is_alive() and not events_with(store, "finished")()  # still waiting for the run
     running.daemon.request_stop()  # a second stop turns "wait" into "stop"
     running.thread.join(30)
     first.join(10)
     assert not running.thread.is_alive()
-    finished = events_with(engine, "finished")()[0]
+    finished = events_with(store, "finished")()[0]
     assert finished["pid"] == pid and finished["exit_code"] == 3
 
 
-def test_run_now_requests_reach_the_daemon_and_the_run_shows_in_list(engine, out, fake_start):
-    add_schedule(engine, ScheduleSpec(name="nightly", cron="0 3 * * *", timezone="UTC",
+def test_run_now_requests_reach_the_daemon_and_the_run_shows_in_list(store, out, fake_start):
+    add_schedule(store, ScheduleSpec(name="nightly", cron="0 3 * * *", timezone="UTC",
                                       start_args=("--target", "http://127.0.0.1:9", "--duration", "20s")),
                  check_start_args=validate_start_args)
     daemon_settings = settings(out, fake_start)
     # Replace the (validated) stored arguments' effect: the stand-in reads --mode, defaulting via the spec.
-    running = RunningDaemon(engine, daemon_settings)
+    running = RunningDaemon(store, daemon_settings)
     try:
-        request = request_run_now(engine, "nightly", out)
+        request = request_run_now(store, "nightly", out)
         assert request["daemon_pid"] is not None
-        wait_until(events_with(engine, "failed"), 20, "the requested run to end")
+        wait_until(events_with(store, "failed"), 20, "the requested run to end")
     finally:
         running.stop()
-    assert kinds(engine) == ["started", "failed"]  # the stand-in has no --mode here: it exits with an error
-    [listed] = list_schedules(engine)
+    assert kinds(store) == ["started", "failed"]  # the stand-in has no --mode here: it exits with an error
+    [listed] = list_schedules(store)
     assert listed["last_event"]["kind"] == "failed"
 
 
-def add_stand_in_job(engine, mode: str, next_run_time, misfire_grace_s: float = 3600) -> None:
+def add_stand_in_job(store, mode: str, next_run_time, misfire_grace_s: float = 3600) -> None:
     """A job whose arguments only the stand-in understands (add_schedule would validate them as soak start's)."""
     from apscheduler.triggers.cron import CronTrigger
 
-    JobTable(engine).add(spec(mode), CronTrigger(hour=3, timezone="UTC"), misfire_grace_s, next_run_time)
+    JobTable(store).add(spec(mode), CronTrigger(hour=3, timezone="UTC"), misfire_grace_s, next_run_time)
 
 
-def test_cron_fires_go_through_the_scheduler(engine, out, fake_start):
-    add_stand_in_job(engine, "finish", datetime.now(UTC) + timedelta(seconds=0.5))
-    running = RunningDaemon(engine, settings(out, fake_start))
+def test_cron_fires_go_through_the_scheduler(store, out, fake_start):
+    add_stand_in_job(store, "finish", datetime.now(UTC) + timedelta(seconds=0.5))
+    running = RunningDaemon(store, settings(out, fake_start))
     try:
-        wait_until(events_with(engine, "finished"), 30, "the cron fire to finish")
+        wait_until(events_with(store, "finished"), 30, "the cron fire to finish")
     finally:
         running.stop()
-    assert kinds(engine) == ["started", "finished"]
-    [listed] = list_schedules(engine)
+    assert kinds(store) == ["started", "finished"]
+    [listed] = list_schedules(store)
     assert listed["last_run"]["verdict"] == "PASS"
     assert datetime.fromisoformat(listed["next_fire_at"]).hour == 3
 
 
-def test_a_fire_missed_past_the_grace_time_is_recorded(engine, out, fake_start):
-    add_stand_in_job(engine, "finish", datetime.now(UTC) - timedelta(hours=2), misfire_grace_s=60)
-    list_schedules(engine)  # reading the table must not consume the overdue fire
-    running = RunningDaemon(engine, settings(out, fake_start))
+def test_a_fire_missed_past_the_grace_time_is_recorded(store, out, fake_start):
+    add_stand_in_job(store, "finish", datetime.now(UTC) - timedelta(hours=2), misfire_grace_s=60)
+    list_schedules(store)  # reading the table must not consume the overdue fire
+    running = RunningDaemon(store, settings(out, fake_start))
     try:
-        wait_until(events_with(engine, "missed"), 20, "the missed event")
+        wait_until(events_with(store, "missed"), 20, "the missed event")
     finally:
         running.stop()
-    assert kinds(engine) == ["missed"]
+    assert kinds(store) == ["missed"]
     assert not (out / "env-finish").exists()
-    assert datetime.fromisoformat(list_schedules(engine)[0]["next_fire_at"]) > datetime.now(UTC)
+    assert datetime.fromisoformat(list_schedules(store)[0]["next_fire_at"]) > datetime.now(UTC)
 
 
-def test_only_one_daemon_per_folder(engine, out, fake_start):
+def test_only_one_daemon_per_folder(store, out, fake_start):
     from soak.run.locking import DaemonLockHeldError
 
-    running = RunningDaemon(engine, settings(out, fake_start))
+    running = RunningDaemon(store, settings(out, fake_start))
     try:
         with pytest.raises(DaemonLockHeldError):
-            Daemon(engine, settings(out, fake_start)).run(install_signals=False)
+            Daemon(store, settings(out, fake_start)).run(install_signals=False)
     finally:
         running.stop()
 
 
-def test_summary_json_written_by_the_run_is_what_is_sent(engine, out, fake_start, monkeypatch):
+def test_summary_json_written_by_the_run_is_what_is_sent(store, out, fake_start, monkeypatch):
     with WebhookReceiver() as hook:
         monkeypatch.setenv("SOAK_TEST_HOOK", hook.url)
-        running = RunningDaemon(engine, settings(out, fake_start))
+        running = RunningDaemon(store, settings(out, fake_start))
         try:
             running.daemon.fire(spec("finish", notify_env="SOAK_TEST_HOOK"), TRIGGER_RUN_NOW)
             body = hook.bodies.get(timeout=10)
@@ -287,21 +287,21 @@ def test_summary_json_written_by_the_run_is_what_is_sent(engine, out, fake_start
     assert {k: body[k] for k in on_disk} == on_disk
 
 
-def test_a_fire_due_while_stopping_is_left_for_the_next_daemon(engine, out, fake_start):
-    running = RunningDaemon(engine, settings(out, fake_start, on_stop="wait"))
+def test_a_fire_due_while_stopping_is_left_for_the_next_daemon(store, out, fake_start):
+    running = RunningDaemon(store, settings(out, fake_start, on_stop="wait"))
     first = threading.Thread(target=running.daemon.fire, args=(spec("hang", name="long"), TRIGGER_RUN_NOW))
     first.start()
     wait_until(lambda: (out / "hanging").exists(), 20, "the long run to start")
     running.daemon.request_stop()
-    wait_until(events_with(engine, "stopping", "long"), 10, "the daemon to pause")
+    wait_until(events_with(store, "stopping", "long"), 10, "the daemon to pause")
     due = datetime.now(UTC).replace(microsecond=0) - timedelta(seconds=1)
-    add_stand_in_job(engine, "finish", due)
+    add_stand_in_job(store, "finish", due)
     running.daemon.request_stop()
     running.thread.join(30)
     first.join(10)
     assert not running.thread.is_alive()
-    assert JobTable(engine).get("nightly").next_run_time == due
-    assert kinds(engine) == []
+    assert JobTable(store).get("nightly").next_run_time == due
+    assert kinds(store) == []
 
 
 def test_a_database_password_never_reaches_the_command_line(out, fake_start):

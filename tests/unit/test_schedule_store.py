@@ -21,7 +21,7 @@ from soak.schedule.jobs import (
     request_run_now,
     resume_schedule,
 )
-from soak.store import open_database
+from soak.store import Store
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -34,8 +34,8 @@ def db_url(tmp_path):
 
 
 @pytest.fixture
-def engine(db_url):
-    return open_database(db_url)
+def store(db_url):
+    return Store.open(db_url)
 
 
 def spec(name: str = "weekend", cron: str = "0 20 * * FRI", **overrides) -> ScheduleSpec:
@@ -43,39 +43,39 @@ def spec(name: str = "weekend", cron: str = "0 20 * * FRI", **overrides) -> Sche
                            **overrides})
 
 
-def add(engine, schedule: ScheduleSpec, **options):
+def add(store, schedule: ScheduleSpec, **options):
     """add_schedule as `soak schedule add` calls it: start arguments checked by soak start's own parser."""
-    return add_schedule(engine, schedule, check_start_args=validate_start_args, **options)
+    return add_schedule(store, schedule, check_start_args=validate_start_args, **options)
 
 
-def test_migration_creates_the_schedule_tables(engine):
-    tables = set(inspect(engine).get_table_names())
+def test_migration_creates_the_schedule_tables(store):
+    tables = set(inspect(store.engine).get_table_names())
     assert {"schedule_events", "schedule_requests", "apscheduler_jobs", "runs"} <= tables
 
 
-def test_add_then_list_shows_next_fire_in_the_schedule_zone(engine):
-    added = add(engine, spec(notify_env="SOAK_TEST_HOOK"))
+def test_add_then_list_shows_next_fire_in_the_schedule_zone(store):
+    added = add(store, spec(notify_env="SOAK_TEST_HOOK"))
     assert added["name"] == "weekend" and not added["paused"]
     next_fire = datetime.fromisoformat(added["next_fire_at"])
     assert next_fire.strftime("%A %H:%M") == "Friday 20:00"
     assert next_fire.utcoffset() in (timedelta(hours=1), timedelta(hours=2))
-    [listed] = list_schedules(engine)
+    [listed] = list_schedules(store)
     assert listed["start_args"] == list(ARGS)
     assert listed["notify_env"] == "SOAK_TEST_HOOK"
     assert listed["last_run"] is None and listed["last_event"] is None
 
 
 def test_schedules_survive_reopening_the_database(db_url):
-    add(open_database(db_url), spec())
-    reopened = open_database(db_url)
+    add(Store.open(db_url), spec())
+    reopened = Store.open(db_url)
     assert [s["name"] for s in list_schedules(reopened)] == ["weekend"]
     assert get_schedule(reopened, "weekend")["next_fire_at"]
 
 
-def test_duplicate_names_are_refused(engine):
-    add(engine, spec())
+def test_duplicate_names_are_refused(store):
+    add(store, spec())
     with pytest.raises(ConfigError, match="already exists"):
-        add(engine, spec(cron="0 6 * * 1"))
+        add(store, spec(cron="0 6 * * 1"))
 
 
 @pytest.mark.parametrize("bad, fragment", [
@@ -91,12 +91,12 @@ def test_duplicate_names_are_refused(engine):
     ({"start_args": ("--duration", "20s", "--db=sqlite:///x.db")}, "--db is not a start argument"),
     ({"start_args": ("--duration", "20s", "--warmup", "30s")}, "warm-up"),
 ])
-def test_invalid_schedules_are_refused_before_anything_is_stored(engine, bad, fragment):
+def test_invalid_schedules_are_refused_before_anything_is_stored(store, bad, fragment):
     with pytest.raises(ConfigError) as caught:
-        add(engine, spec(**bad))
+        add(store, spec(**bad))
     assert fragment in str(caught.value)
     assert caught.value.exit_code == 2
-    assert list_schedules(engine) == []
+    assert list_schedules(store) == []
 
 
 def test_start_arguments_are_parsed_by_soak_start_itself():
@@ -106,63 +106,63 @@ def test_start_arguments_are_parsed_by_soak_start_itself():
     assert config.load.rate_rps == 3
 
 
-def test_add_runs_the_given_start_argument_check_after_the_library_checks(engine):
+def test_add_runs_the_given_start_argument_check_after_the_library_checks(store):
     checked = []
-    add_schedule(engine, spec(), check_start_args=checked.append)
+    add_schedule(store, spec(), check_start_args=checked.append)
     assert checked == [ARGS]
     with pytest.raises(ConfigError, match="--out is not a start argument"):
-        add_schedule(engine, spec(name="other", start_args=("--out", "x")), check_start_args=checked.append)
+        add_schedule(store, spec(name="other", start_args=("--out", "x")), check_start_args=checked.append)
     assert len(checked) == 1
 
 
-def test_pause_and_resume(engine):
-    add(engine, spec())
-    paused = pause_schedule(engine, "weekend")
+def test_pause_and_resume(store):
+    add(store, spec())
+    paused = pause_schedule(store, "weekend")
     assert paused["paused"] and paused["next_fire_at"] is None
-    assert list_schedules(engine)[0]["paused"]
-    resumed = resume_schedule(engine, "weekend")
+    assert list_schedules(store)[0]["paused"]
+    resumed = resume_schedule(store, "weekend")
     assert not resumed["paused"] and resumed["next_fire_at"]
 
 
-def test_unknown_names_are_exit_2(engine, tmp_path):
+def test_unknown_names_are_exit_2(store, tmp_path):
     for action in (remove_schedule, pause_schedule, resume_schedule, get_schedule):
         with pytest.raises(UnknownScheduleError) as caught:
-            action(engine, "nope")
+            action(store, "nope")
         assert caught.value.exit_code == 2
     with pytest.raises(UnknownScheduleError):
-        request_run_now(engine, "nope", tmp_path)
+        request_run_now(store, "nope", tmp_path)
 
 
-def test_run_now_queues_one_request_the_daemon_takes_once(engine, tmp_path):
-    add(engine, spec())
-    pause_schedule(engine, "weekend")  # run-now works for paused schedules too
-    request = request_run_now(engine, "weekend", tmp_path)
+def test_run_now_queues_one_request_the_daemon_takes_once(store, tmp_path):
+    add(store, spec())
+    pause_schedule(store, "weekend")  # run-now works for paused schedules too
+    request = request_run_now(store, "weekend", tmp_path)
     assert request["daemon_pid"] is None
-    taken = take_requests(engine)
+    taken = take_requests(store)
     assert [r["schedule_name"] for r in taken] == ["weekend"]
-    assert take_requests(engine) == []
+    assert take_requests(store) == []
 
 
-def test_remove_drops_the_job_and_pending_requests_but_keeps_history(engine, tmp_path):
-    add(engine, spec())
-    request_run_now(engine, "weekend", tmp_path)
-    record_event(engine, "weekend", "skipped", "test")
-    remove_schedule(engine, "weekend")
-    assert list_schedules(engine) == []
-    assert take_requests(engine) == []
-    assert [e["kind"] for e in list_events(engine, "weekend")] == ["skipped"]
+def test_remove_drops_the_job_and_pending_requests_but_keeps_history(store, tmp_path):
+    add(store, spec())
+    request_run_now(store, "weekend", tmp_path)
+    record_event(store, "weekend", "skipped", "test")
+    remove_schedule(store, "weekend")
+    assert list_schedules(store) == []
+    assert take_requests(store) == []
+    assert [e["kind"] for e in list_events(store, "weekend")] == ["skipped"]
 
 
-def test_first_fire_override(engine):
+def test_first_fire_override(store):
     soon = datetime.now().astimezone() + timedelta(seconds=30)
-    added = add(engine, spec(cron="0 0 1 1 *"), first_fire_at=soon)
+    added = add(store, spec(cron="0 0 1 1 *"), first_fire_at=soon)
     assert abs((datetime.fromisoformat(added["next_fire_at"]) - soon).total_seconds()) < 1
 
 
-def test_events_are_newest_first_and_filtered_by_schedule(engine):
-    record_event(engine, "a", "started")
-    record_event(engine, "b", "skipped", "lock held")
-    record_event(engine, "a", "finished", run_id="r1", exit_code=0, verdict="PASS")
-    assert [e["kind"] for e in list_events(engine)] == ["finished", "skipped", "started"]
-    [latest, _] = list_events(engine, "a")
+def test_events_are_newest_first_and_filtered_by_schedule(store):
+    record_event(store, "a", "started")
+    record_event(store, "b", "skipped", "lock held")
+    record_event(store, "a", "finished", run_id="r1", exit_code=0, verdict="PASS")
+    assert [e["kind"] for e in list_events(store)] == ["finished", "skipped", "started"]
+    [latest, _] = list_events(store, "a")
     assert (latest["run_id"], latest["exit_code"], latest["verdict"]) == ("r1", 0, "PASS")

@@ -11,7 +11,7 @@ from sqlalchemy import insert
 
 from soak.cli import main
 from soak.contracts import READABLE_SUMMARY_SCHEMAS, SUMMARY_SCHEMA, Summary, read_summary
-from soak.store import open_database
+from soak.store import Store
 from soak.store.models import Run
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "data" / "summaries"
@@ -43,15 +43,15 @@ def test_a_schema_soak_never_wrote_is_named():
 
 def _store(tmp_path: Path, summaries: list[dict]) -> str:
     db_url = f"sqlite:///{tmp_path / 'soak.db'}"
-    engine = open_database(db_url)
-    with engine.begin() as connection:
+    store = Store.open(db_url)
+    with store.engine.begin() as connection:
         connection.execute(insert(Run), [{
             "id": data["run_id"], "status": "completed", "started_at": data["started_at"], "t0_epoch_s": 0.0,
             "planned_duration_s": data["planned_duration_s"], "duration_s": data["duration_s"], "warmup_s": 10.0,
             "window_s": 5.0, "soak_pid": 1, "out_dir": str(tmp_path / data["run_id"]), "target_kind": "reference",
             "model": "soak-reference", "config_json": "{}", "environment_json": "{}",
             "summary_json": json.dumps(data), "verdict": data["verdict"]} for data in summaries])
-    engine.dispose()
+    store.engine.dispose()
     return db_url
 
 

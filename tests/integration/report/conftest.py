@@ -21,5 +21,5 @@ def rendered(built_run: dict[str, Any], tmp_path_factory: pytest.TempPathFactory
     """The realistic run's report (with a baseline), rendered once per session: path, HTML and inputs."""
     summary = summary_dict()
     out = tmp_path_factory.mktemp("report-out") / RUN_ID / "report.html"
-    path = render_report(built_run["engine"], RUN_ID, summary, out, baseline=baseline_dict())
+    path = render_report(built_run["store"], RUN_ID, summary, out, baseline=baseline_dict())
     return {**built_run, "path": path, "html": path.read_text(encoding="utf-8"), "summary": summary}

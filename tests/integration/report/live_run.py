@@ -27,7 +27,7 @@ def build_live_db(folder: Path) -> dict[str, Any]:
     """The report's realistic run made to read as running (its soak pid is this process, on this host), plus a
     finished run with its summary stored; returns the database path and URL and both run ids."""
     db_path = folder / "soak.db"
-    build_run(db_path)["engine"].dispose()
+    build_run(db_path)["store"].close()
     db = sqlite3.connect(db_path)
     db.row_factory = sqlite3.Row
     row = dict(db.execute("select * from runs where id = ?", (RUN_ID,)).fetchone())

@@ -16,7 +16,7 @@ import numpy as np
 from hdrh.histogram import HdrHistogram
 from sqlalchemy import insert
 
-from soak.store.db import open_database
+from soak.store import Store
 from soak.store.models import (
     EventRow,
     GpuProcessSample,
@@ -241,11 +241,11 @@ def baseline_dict() -> dict[str, Any]:
 
 
 def build_run(db_path: Path, gpu: bool = True, with_hist: bool = True, seed: int = 7) -> dict[str, Any]:
-    """Write the run into a fresh database at `db_path`; returns the engine and the values it was built from."""
-    engine = open_database(f"sqlite:///{db_path}")
+    """Write the run into a fresh database at `db_path`; returns the store and the values it was built from."""
+    store = Store.open(f"sqlite:///{db_path}")
     rng = np.random.default_rng(seed)
     latency, star_values = latency_rows(rng, with_hist)
-    with engine.begin() as connection:
+    with store.engine.begin() as connection:
         connection.execute(insert(Run), [run_row(gpu)])
         connection.execute(insert(EventRow), event_rows())
         for model, rows in sample_rows(rng, gpu).items():
@@ -253,4 +253,4 @@ def build_run(db_path: Path, gpu: bool = True, with_hist: bool = True, seed: int
                 connection.execute(insert(model), rows)
         connection.execute(insert(LatencyWindowRow), latency)
         connection.execute(insert(RequestWindowRow), request_rows())
-    return {"engine": engine, "run_id": RUN_ID, "star_values": star_values}
+    return {"store": store, "run_id": RUN_ID, "star_values": star_values}

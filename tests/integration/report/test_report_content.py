@@ -206,17 +206,17 @@ def test_baseline_table(rendered):
 
 def test_run_without_gpu_says_so(tmp_path):
     built = build_run(tmp_path / "soak.db", gpu=False)
-    with built["engine"].begin() as connection:
+    with built["store"].engine.begin() as connection:
         connection.execute(insert(EventRow), [{"run_id": RUN_ID, "t_s": 1.0, "at": "2026-12-02T10:15:01+00:00",
                                             "kind": "no_gpu", "message": "NVML not found"}])
-    html = render_report(built["engine"], RUN_ID, summary_dict(), tmp_path / "r.html").read_text()
+    html = render_report(built["store"], RUN_ID, summary_dict(), tmp_path / "r.html").read_text()
     assert html.count("No GPU: NVML not found.") == 2
     assert 'id="chart-vram-gpu-plot"' not in html and "chart-vram-gpu" not in chart_data(html)
 
 
 def test_missing_histograms_fall_back_to_stored_percentiles(tmp_path):
     built = build_run(tmp_path / "soak.db", with_hist=False)
-    html = render_report(built["engine"], RUN_ID, summary_dict(), tmp_path / "r.html").read_text()
+    html = render_report(built["store"], RUN_ID, summary_dict(), tmp_path / "r.html").read_text()
     cells = row_cells(table_html(html, "latency", "*"), "ttft")
     first = encode_hist(built["star_values"]["ttft"][0])
     assert cells[4:7] == [format_number(first.get_value_at_percentile(p) / 1000) for p in (50, 95, 99)]
@@ -224,15 +224,15 @@ def test_missing_histograms_fall_back_to_stored_percentiles(tmp_path):
 
 
 def test_empty_aborted_run_renders_with_no_data_notes(tmp_path):
-    from soak.store.db import open_database
+    from soak.store import Store
 
-    engine = open_database(f"sqlite:///{tmp_path / 'soak.db'}")
-    with engine.begin() as connection:
+    store = Store.open(f"sqlite:///{tmp_path / 'soak.db'}")
+    with store.engine.begin() as connection:
         connection.execute(insert(Run), [{
             "id": "empty", "status": "aborted", "started_at": "2026-12-02T10:15:00+00:00", "t0_epoch_s": 0.0,
             "planned_duration_s": 3600.0, "warmup_s": 180.0, "window_s": 60.0, "out_dir": str(tmp_path),
             "target_kind": "external", "config_json": "{}", "environment_json": "{}"}])
-    html = render_report(engine, "empty", {"verdict": "INCONCLUSIVE", "findings": []}, tmp_path / "r.html").read_text()
+    html = render_report(store, "empty", {"verdict": "INCONCLUSIVE", "findings": []}, tmp_path / "r.html").read_text()
     assert '<div class="verdict-word">INCONCLUSIVE</div>' in html and "aborted" in html
     assert "The summary holds no findings." in html and "No request windows were recorded." in html
     assert "No server process memory was sampled." in html
@@ -240,21 +240,21 @@ def test_empty_aborted_run_renders_with_no_data_notes(tmp_path):
 
 
 def test_summary_defaults_to_the_one_stored_with_the_run(built_run, tmp_path):
-    engine = built_run["engine"]
+    store = built_run["store"]
     stored = {**summary_dict(), "verdict": "PASS", "verdict_reason": "stored summary", "findings": []}
-    with engine.begin() as connection:
+    with store.engine.begin() as connection:
         connection.execute(update(Run).where(Run.id == RUN_ID).values(summary_json=json.dumps(stored)))
     try:
-        html = render_report(engine, RUN_ID, None, tmp_path / "r.html").read_text()
+        html = render_report(store, RUN_ID, None, tmp_path / "r.html").read_text()
     finally:
-        with engine.begin() as connection:
+        with store.engine.begin() as connection:
             connection.execute(update(Run).where(Run.id == RUN_ID).values(summary_json=None))
     assert '<div class="verdict-word">PASS</div>' in html and "stored summary" in html
 
 
 def test_unknown_run_is_an_error(built_run, tmp_path):
     with pytest.raises(UnknownRunError):
-        render_report(built_run["engine"], "nope", {}, tmp_path / "r.html")
+        render_report(built_run["store"], "nope", {}, tmp_path / "r.html")
     assert not (tmp_path / "r.html").exists()
 
 

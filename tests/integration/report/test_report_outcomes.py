@@ -28,7 +28,7 @@ def outcome_summary() -> dict:
 
 
 def render(built_run, tmp_path, summary) -> str:
-    path = render_report(built_run["engine"], RUN_ID, summary, tmp_path / "report.html")
+    path = render_report(built_run["store"], RUN_ID, summary, tmp_path / "report.html")
     return path.read_text(encoding="utf-8")
 
 

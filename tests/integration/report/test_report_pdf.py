@@ -33,7 +33,7 @@ def tools():
 
 
 def _db_url(built_run) -> str:
-    return f"sqlite:///{built_run['engine'].url.database}"
+    return f"sqlite:///{built_run['store'].engine.url.database}"
 
 
 def _poppler(*args: str) -> str:

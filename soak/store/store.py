@@ -1,0 +1,209 @@
+"""The one object every stage holds for the database: it owns the engine and the run's single writer, and
+answers the questions asked of stored runs.
+
+Open it with `Store.open(url or Locations)`. Writing commands (`soak start`, `soak schedule add`) may create the
+database; reading commands pass `read_only=True`: a missing database is then a MissingDatabaseError, never a new
+empty file, and the store refuses to write (on SQLite the connections are query-only as well).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Engine, event, select
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import Session
+
+from soak.errors import StorageError, UnknownRunError
+from soak.locations import Locations
+from soak.store.db import create_db_engine, migrate, require_sqlite_file
+from soak.store.models import Base, EventRow, Run, RunLabel
+from soak.store.queries import effective_status, row_to_dict, with_labels
+from soak.store.writer import StoreWriter
+
+LABEL_BATCH = 500  # run ids per IN (…): under every database's bound-parameter limit
+
+
+class Store:
+    """One database: its engine, its writer (started on first use), and the reads and short writes on it."""
+
+    def __init__(self, engine: Engine, *, read_only: bool = False):
+        self.engine = engine
+        self.read_only = read_only
+        self._writer: StoreWriter | None = None
+
+    @classmethod
+    def open(cls, where: str | Locations, *, create: bool = True, read_only: bool = False) -> Store:
+        """The store at a database URL or at `Locations`' database, its schema brought up to date.
+
+        `read_only` (the reading commands) implies `create=False`: a SQLite file that does not exist is a
+        MissingDatabaseError. An existing older database is still migrated, so it stays readable.
+        """
+        db_url = where.db_url if isinstance(where, Locations) else where
+        if read_only or not create:
+            require_sqlite_file(db_url)
+        engine = create_db_engine(db_url)
+        migrate(engine)
+        if read_only and engine.dialect.name == "sqlite":
+            engine.dispose()  # the migration's connections may write; the ones from now on may not
+            event.listen(engine, "connect", _query_only)
+        return cls(engine, read_only=read_only)
+
+    @property
+    def url(self) -> str:
+        """The database URL, password hidden (what messages name)."""
+        return self.engine.url.render_as_string(hide_password=True)
+
+    @property
+    def dialect(self) -> str:
+        """"sqlite" or "postgresql"."""
+        return self.engine.dialect.name
+
+    # -- lifetime --------------------------------------------------------------------------------------
+    def writer(self, on_failure: Callable[[str], None] | None = None) -> StoreWriter:
+        """The process's single batching writer, started on the first call (`on_failure`, given then, hears
+        its first failed commit)."""
+        self._refuse_writes()
+        if self._writer is None:
+            self._writer = StoreWriter(self.engine, on_failure=on_failure).start()
+        return self._writer
+
+    def close(self) -> bool:
+        """Commit what the writer holds, stop it, release the connections; False when rows were left."""
+        committed = self._writer.close() if self._writer is not None else True
+        self.engine.dispose()
+        return committed
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # -- reading ---------------------------------------------------------------------------------------
+    def scalars(self, query) -> list[Any]:  # query: a select of a model
+        """The model objects a select returns, from a short session; database errors become StorageError."""
+        try:
+            with Session(self.engine) as session:
+                return list(session.scalars(query))
+        except SQLAlchemyError as exc:
+            raise StorageError(f"cannot read the database: {getattr(exc, 'orig', None) or exc}") from None
+
+    def fetch(self, query) -> list[tuple]:  # query: a Core select of columns
+        """All rows of a select as the driver's plain tuples (no SQLAlchemy Row objects: they cost ~2 µs each)."""
+        try:
+            with self.engine.connect() as connection:
+                result = connection.execute(query)
+                rows = result.cursor.fetchall() if result.cursor is not None else []
+                result.close()
+                return rows
+        except SQLAlchemyError as exc:
+            raise StorageError(f"cannot read the database: {getattr(exc, 'orig', None) or exc}") from None
+
+    def list_runs(self, limit: int | None = None, labels: dict[str, str] | None = None) -> list[dict[str, Any]]:
+        """Runs, newest first, each with its effective status and its `labels`; with `labels`, only the runs
+        carrying all of them."""
+        query = with_labels(select(Run).order_by(Run.id.desc()), labels)
+        if limit:
+            query = query.limit(limit)
+        runs = [row_to_dict(run) for run in self.scalars(query)]
+        labels_of = self.run_labels([run["id"] for run in runs])
+        for run in runs:
+            run["status"] = effective_status(run)
+            run["labels"] = labels_of[run["id"]]
+        return runs
+
+    def get_run(self, run_id: str) -> dict[str, Any]:
+        """One run with its effective status, config, environment and labels; UnknownRunError when there is
+        none."""
+        rows = [row_to_dict(run) for run in self.scalars(select(Run).where(Run.id == run_id))]
+        if not rows:
+            raise UnknownRunError(f"unknown run id {run_id!r} in {self.url}")
+        run = rows[0]
+        run["status"] = effective_status(run)
+        run["config"] = json.loads(run["config_json"])
+        run["environment"] = json.loads(run["environment_json"])
+        run["labels"] = self.run_labels([run_id])[run_id]
+        return run
+
+    def latest_run_id(self) -> str | None:
+        """The id of the newest run, or None."""
+        runs = self.list_runs(limit=1)
+        return runs[0]["id"] if runs else None
+
+    def run_labels(self, run_ids: list[str]) -> dict[str, dict[str, str]]:
+        """run id → its labels (sorted by key), for the given runs."""
+        found: dict[str, dict[str, str]] = {run_id: {} for run_id in run_ids}
+        for start in range(0, len(run_ids), LABEL_BATCH):
+            query = (select(RunLabel).where(RunLabel.run_id.in_(run_ids[start:start + LABEL_BATCH]))
+                     .order_by(RunLabel.key))
+            for label in self.scalars(query):
+                found[label.run_id][label.key] = label.value
+        return found
+
+    def read_rows(self, model: type[Base], run_id: str, **equals: Any) -> list[dict[str, Any]]:
+        """All rows of `model` for a run (optionally filtered by column equality), in time order when it has
+        t_s (window order when it has window_index)."""
+        query = select(model).where(model.run_id == run_id)
+        for name, value in equals.items():
+            query = query.where(getattr(model, name) == value)
+        order = getattr(model, "t_s", None) or getattr(model, "window_index", None)
+        if order is not None:
+            query = query.order_by(order)
+        return [row_to_dict(row) for row in self.scalars(query)]
+
+    def read_events(self, run_id: str) -> list[dict[str, Any]]:
+        """A run's events in time order, with `data` decoded."""
+        events = self.read_rows(EventRow, run_id)
+        for stored in events:
+            stored["data"] = json.loads(stored["data_json"]) if stored["data_json"] else {}
+        return events
+
+    # -- writing outside a run's writer ----------------------------------------------------------------
+    @contextmanager
+    def writing(self) -> Iterator[Session]:
+        """A short write transaction (verdicts, schedules, deletions); database errors become StorageError."""
+        self._refuse_writes()
+        try:
+            with Session(self.engine) as session, session.begin():
+                yield session
+        except SQLAlchemyError as exc:
+            raise StorageError(f"cannot write the database: {getattr(exc, 'orig', None) or exc}") from None
+
+    def size_bytes(self) -> int | None:
+        """The SQLite database's size on disk with its WAL; None for another database."""
+        database = self.engine.url.database
+        if self.dialect != "sqlite" or not database or database == ":memory:":
+            return None
+        return sum(Path(database + suffix).stat().st_size for suffix in ("", "-wal")
+                   if Path(database + suffix).exists())
+
+    def vacuum(self) -> None:
+        """Give deleted pages back to the file system: VACUUM, then truncate the WAL (SQLite only)."""
+        self._refuse_writes()
+        if self.dialect != "sqlite":
+            return
+        connection = self.engine.raw_connection()
+        try:
+            cursor = connection.cursor()
+            cursor.execute("VACUUM")  # outside any transaction: the connection runs in autocommit (see db.py)
+            cursor.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            cursor.close()
+        except Exception as exc:  # a DB-API error of the driver
+            raise StorageError(f"runs are deleted but VACUUM failed: {exc}") from None
+        finally:
+            connection.close()
+
+    def _refuse_writes(self) -> None:
+        if self.read_only:
+            raise StorageError(f"the database {self.url} is open read-only")
+
+
+def _query_only(dbapi_connection, _record) -> None:  # dbapi_connection: a sqlite3 connection
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA query_only=ON")
+    cursor.close()
