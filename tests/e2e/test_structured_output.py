@@ -1,5 +1,5 @@
 """A whole `soak start` of the structured scenario against a reference server whose guided decoding breaks after
-5 s (`invalid-output-after`): the broken answers are their own error class and `errors.invalid_output` FAILs the
+4 s (`invalid-output-after`): the broken answers are their own error class and `errors.invalid_output` FAILs the
 run quoting the first one."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 
 
 def test_structured_answers_that_break_fail_the_run_with_the_first_quoted(soak_cli, tmp_path):
-    result = soak_cli("start", "--duration", "12s", "--warmup", "2s", "--window", "2s", "--sample-every", "1s",
+    result = soak_cli("start", "--duration", "9s", "--warmup", "2s", "--window", "2s", "--sample-every", "1s",
                       "--rate", "4", "--scenario", "structured", "--idle-probe-every", "0",
-                      "--reference-fault", "invalid-output-after=5s", "--out", str(tmp_path), "--json",
+                      "--reference-fault", "invalid-output-after=4s", "--out", str(tmp_path), "--json",
                       timeout_s=90)
     assert result.returncode == 1, result.stderr[-3000:]
     summary = json.loads(result.stdout)
