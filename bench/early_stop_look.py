@@ -30,7 +30,7 @@ from report_render import build_run  # noqa: E402
 from soak.analysis.early_stop import look_gates  # noqa: E402
 from soak.analysis.gates import Gates  # noqa: E402
 from soak.run.early_stop import look_at, read_look, start_look  # noqa: E402
-from soak.store.db import open_database  # noqa: E402
+from soak.store import Store  # noqa: E402
 
 TICK_S = 0.010
 
@@ -93,15 +93,15 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as folder:
         db_url = f"sqlite:///{folder}/bench.db"
-        engine = open_database(db_url)
+        store = Store.open(db_url)
         run_id = "20261204T200000Z-look"
-        build_run(engine, run_id, args.hours)
+        build_run(store, run_id, args.hours)
         gates = look_gates(Gates(), 14)
         idle, _ = lateness_ms(args.seconds)
         print(f"run: {args.hours:g} h at 1 Hz; looks at 24 windows for {args.seconds:g} s each way")
         print(f"no look:           loop lateness P99 {np.percentile(idle, 99):7.2f} ms, max {idle.max():6.1f} ms")
         for label, looks in (("child process", InChild(db_url, run_id)),
-                             ("thread (before)", InThread(lambda: look_at(engine, run_id, gates, 24)))):
+                             ("thread (before)", InThread(lambda: look_at(store, run_id, gates, 24)))):
             late, durations = lateness_ms(args.seconds, looks)
             ratio = np.percentile(late, 99) / max(np.percentile(idle, 99), 1e-3)
             print(f"{label + ':':18} loop lateness P99 {np.percentile(late, 99):7.2f} ms, max {late.max():6.1f} ms "

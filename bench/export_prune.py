@@ -22,7 +22,7 @@ from pathlib import Path
 
 from sqlalchemy import insert
 
-from soak.store.db import open_database
+from soak.store import Store
 from soak.store.export import export_run
 from soak.store.models import ProcessSample, Run
 from soak.store.prune import plan_prune, prune
@@ -33,9 +33,9 @@ PROCESSES = 4
 
 def build(db_path: Path, hours: float) -> int:
     """The run row and its process samples; returns the number of sample rows."""
-    engine = open_database(f"sqlite:///{db_path}")
+    store = Store.open(f"sqlite:///{db_path}")
     seconds = int(hours * 3600)
-    with engine.begin() as connection:
+    with store.engine.begin() as connection:
         connection.execute(insert(Run), [{
             "id": RUN_ID, "status": "completed", "started_at": "2026-01-01T00:00:00+00:00", "t0_epoch_s": 1.767e9,
             "planned_duration_s": float(seconds), "warmup_s": 60.0, "window_s": 300.0, "out_dir": "/nonexistent",
@@ -45,7 +45,7 @@ def build(db_path: Path, hours: float) -> int:
                 {"run_id": RUN_ID, "t_s": float(t), "role": "server", "pid": 100 + p, "ppid": 1, "name": f"proc{p}",
                  "rss_bytes": 2**30 + t, "pss_bytes": 2**29, "uss_bytes": 2**28, "fds": 40, "threads": 12,
                  "cpu_percent": 12.5} for t in range(start, min(start + 20_000, seconds)) for p in range(PROCESSES)])
-    engine.dispose()
+    store.close()
     return seconds * PROCESSES
 
 
@@ -62,11 +62,11 @@ def bare_csv(db_path: Path, out: Path) -> float:
 
 
 def soak_export(db_path: Path, folder: Path, fmt: str) -> float:
-    engine = open_database(f"sqlite:///{db_path}")
+    store = Store.open(f"sqlite:///{db_path}")
     started = time.perf_counter()
-    export_run(engine, RUN_ID, folder, fmt)
+    export_run(store, RUN_ID, folder, fmt)
     elapsed = time.perf_counter() - started
-    engine.dispose()
+    store.close()
     return elapsed
 
 
@@ -102,9 +102,9 @@ def bench_prune(folder: Path, rows: int) -> None:
     connection.commit()
     connection.close()
     bare_s = time.perf_counter() - started
-    engine = open_database(f"sqlite:///{folder / 'soak.db'}")
+    store = Store.open(f"sqlite:///{folder / 'soak.db'}")
     started = time.perf_counter()
-    result = prune(engine, plan_prune(engine, 0.0))
+    result = prune(store, plan_prune(store, 0.0))
     elapsed = time.perf_counter() - started
     print(f"bare DELETE of {rows:,} samples: {bare_s:.2f} s; soak prune (every table + VACUUM): {elapsed:.2f} s "
           f"({elapsed / bare_s:.1f}×), database {result.db_bytes_before / 2**20:.1f} → "

@@ -32,7 +32,7 @@ from locust.env import Environment
 from soak.load import client
 from soak.load.locust_stats import trim_per_second_counts
 from soak.load.records import RequestRecord
-from soak.store import StoreWriter, open_database
+from soak.store import Store
 from soak.store.models import LatencyWindowRow, RequestWindowRow, Run
 from soak.store.recorder import Recorder
 from soak.telemetry.latency import LatencyWindows
@@ -130,8 +130,8 @@ def pipeline_growth_mib(total: int, db_path: Path) -> tuple[float, float, int]:
     single reading proves nothing: growth is the median RSS over the last tenth of the run minus the median
     over the tenth right after warm-up, with RSS read after every flush.
     """
-    engine = open_database(f"sqlite:///{db_path}")
-    writer = StoreWriter(engine).start()
+    store = Store.open(f"sqlite:///{db_path}")
+    writer = store.writer()
     writer.insert(Run, {"id": "bench", "status": "running", "started_at": "2026-01-01T00:00:00+00:00",
                         "t0_epoch_s": 1_000_000.0, "planned_duration_s": RUN_S, "warmup_s": 3600.0,
                         "window_s": 1725.0, "out_dir": str(db_path.parent), "target_kind": "reference",
@@ -188,8 +188,8 @@ def sampler_cost(seconds: int, db_path: Path) -> tuple[float, float]:
     """(% of one core spent sampling at 1 Hz, % of an idle 1 Hz loop)."""
     process, url = start_reference()
     try:
-        engine = open_database(f"sqlite:///{db_path}")
-        writer = StoreWriter(engine).start()
+        store = Store.open(f"sqlite:///{db_path}")
+        writer = store.writer()
         writer.insert(Run, {"id": "s", "status": "running", "started_at": "2026-01-01T00:00:00+00:00",
                             "t0_epoch_s": time.time(), "planned_duration_s": seconds, "warmup_s": 0.0,
                             "window_s": 5.0, "out_dir": str(db_path.parent), "target_kind": "reference",

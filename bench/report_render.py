@@ -17,12 +17,12 @@ from pathlib import Path
 
 import numpy as np
 from hdrh.histogram import HdrHistogram
-from sqlalchemy import Engine, insert
+from sqlalchemy import insert
 
 from soak.report import render_report
 from soak.report.context import build_context
 from soak.report.render import render_html
-from soak.store.db import open_database
+from soak.store import Store
 from soak.store.models import (
     EventRow,
     GpuProcessSample,
@@ -53,10 +53,10 @@ def run_row(run_id: str, duration_s: float, warmup_s: float, window_s: float) ->
     }
 
 
-def insert_batched(engine: Engine, model: type, rows: list[dict]) -> None:
+def insert_batched(store: Store, model: type, rows: list[dict]) -> None:
     """Insert in batches through the model's table (one transaction per batch, as the writer does)."""
     for start in range(0, len(rows), INSERT_BATCH):
-        with engine.begin() as connection:
+        with store.engine.begin() as connection:
             connection.execute(insert(model), rows[start:start + INSERT_BATCH])
 
 
@@ -151,34 +151,34 @@ def summary(run_id: str, warmup_s: float) -> dict:
             "findings": findings}
 
 
-def build_run(engine: Engine, run_id: str, hours: float, seed: int = 1) -> None:
+def build_run(store: Store, run_id: str, hours: float, seed: int = 1) -> None:
     """A synthetic run of `hours` at 1 Hz, with the default warm-up and window lengths (`soak.analysis.windows`)."""
     duration_s = hours * 3600
     warmup_s = min(max(0.05 * duration_s, 30.0), 3600.0)
     window_s = min(max((duration_s - warmup_s) / 48, 5.0), 1800.0)
     rng = np.random.default_rng(seed)
     t_s = np.arange(0.0, duration_s, 1.0)
-    insert_batched(engine, Run, [run_row(run_id, duration_s, warmup_s, window_s)])
-    insert_batched(engine, EventRow, event_rows(run_id, duration_s, warmup_s))
-    insert_batched(engine, ProcessSample, process_rows(run_id, t_s, rng))
+    insert_batched(store, Run, [run_row(run_id, duration_s, warmup_s, window_s)])
+    insert_batched(store, EventRow, event_rows(run_id, duration_s, warmup_s))
+    insert_batched(store, ProcessSample, process_rows(run_id, t_s, rng))
     for model, rows in gpu_and_server_rows(run_id, t_s, rng).items():
-        insert_batched(engine, model, rows)
+        insert_batched(store, model, rows)
     latency, requests = window_rows(run_id, window_bounds(duration_s, warmup_s, window_s), rng)
-    insert_batched(engine, LatencyWindowRow, latency)
-    insert_batched(engine, RequestWindowRow, requests)
+    insert_batched(store, LatencyWindowRow, latency)
+    insert_batched(store, RequestWindowRow, requests)
 
 
-def time_report(engine: Engine, run_id: str, out: Path, warmup_s: float) -> dict[str, float]:
+def time_report(store: Store, run_id: str, out: Path, warmup_s: float) -> dict[str, float]:
     """Seconds to build the context, to render the HTML, and for the whole `render_report` (wall and CPU, which
     tells a busy machine from a slow report); bytes written."""
     start = time.perf_counter()
-    context = build_context(engine, run_id, summary(run_id, warmup_s))
+    context = build_context(store, run_id, summary(run_id, warmup_s))
     context_s = time.perf_counter() - start
     start = time.perf_counter()
     render_html(context)
     html_s = time.perf_counter() - start
     start, cpu_start = time.perf_counter(), time.process_time()
-    path = render_report(engine, run_id, summary(run_id, warmup_s), out)
+    path = render_report(store, run_id, summary(run_id, warmup_s), out)
     return {"context_s": context_s, "html_s": html_s, "total_s": time.perf_counter() - start,
             "cpu_s": time.process_time() - cpu_start, "bytes": path.stat().st_size}
 
@@ -191,19 +191,19 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as folder:
         results = {}
         for label, hours in (("short", args.short_hours), ("long", args.hours)):
-            engine = open_database(f"sqlite:///{folder}/{label}.db")
+            store = Store.open(f"sqlite:///{folder}/{label}.db")
             run_id = f"20261204T200000Z-{label}"
             start = time.perf_counter()
-            build_run(engine, run_id, hours)
+            build_run(store, run_id, hours)
             build_s = time.perf_counter() - start
             db_bytes = sum(p.stat().st_size for p in Path(folder).glob(f"{label}.db*"))
-            results[label] = time_report(engine, run_id, Path(folder) / label / "report.html",
+            results[label] = time_report(store, run_id, Path(folder) / label / "report.html",
                                          min(max(0.05 * hours * 3600, 30.0), 3600.0))
             result = results[label]
             print(f"{hours:g} h run: database built in {build_s:.1f} s ({db_bytes / MIB:.0f} MiB); "
                   f"context {result['context_s']:.2f} s, HTML {result['html_s']:.2f} s, render_report "
                   f"{result['total_s']:.2f} s (CPU {result['cpu_s']:.2f} s), report {result['bytes'] / MIB:.2f} MiB")
-            engine.dispose()
+            store.close()
         short, long = results["short"], results["long"]
         print(f"ratio {args.hours:g} h / {args.short_hours:g} h: time ×{long['total_s'] / short['total_s']:.1f}, "
               f"size ×{long['bytes'] / short['bytes']:.2f}; goal ≤ 15 s: "

@@ -97,25 +97,25 @@ def time_long_page(hours: float) -> None:
 
     from report_render import build_run  # bench/report_render.py, beside this script
 
-    from soak.store.db import open_database
+    from soak.store import Store
     from soak.web.pages import BUILD_DUTY_FACTOR, LivePages
 
     with tempfile.TemporaryDirectory(prefix="soak-bench-page-") as scratch:
-        engine = open_database(f"sqlite:///{Path(scratch) / 'soak.db'}")
-        build_run(engine, "RUN", hours)
+        store = Store.open(f"sqlite:///{Path(scratch) / 'soak.db'}")
+        build_run(store, "RUN", hours)
         db = sqlite3.connect(Path(scratch) / "soak.db")  # this process stands in for the run's live soak
         environment = {**json.loads(db.execute("select environment_json from runs").fetchone()[0] or "{}"),
                        "host": socket.gethostname()}
         db.execute("update runs set status='running', soak_pid=?, ended_at=NULL, duration_s=NULL, "
                    "summary_json=NULL, environment_json=?", (os.getpid(), json.dumps(environment)))
         db.commit()
-        pages = LivePages(engine)
+        pages = LivePages(store)
         times = []
         for _ in range(2):
             started = time.monotonic()
             pages.run_page("RUN")
             times.append(time.monotonic() - started)
-        engine.dispose()
+        store.close()
     print(f"live page of a {hours:g} h running run: first build {times[0]:.2f} s, cached {times[1] * 1000:.1f} ms; "
           f"rebuilt at most every {max(2.5, BUILD_DUTY_FACTOR * times[0]):.0f} s")
 
