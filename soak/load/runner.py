@@ -37,11 +37,12 @@ from soak.load.pool import WorkerPool
 from soak.load.scenarios import LoadedScenario, check_dataset, effective_specs, load_scenarios
 from soak.load.settings import ClientSettings
 from soak.load.shape import LoadController, PhasePlan, SoakShape, build_phases
-from soak.load.trace import TraceSchedule, load_trace
+from soak.load.trace import TraceSchedule, length_histogram, load_trace, planned_windows
 
 log = logging.getLogger(__name__)
 
 START_DELAY_S = 0.2
+MAX_TRACE_WINDOWS = 1000  # the `trace` event's planned windows are left out past this many (a 5 s window for days)
 
 
 def client_settings(config: RunConfig, base_url: str, model: str, callers: HookCaller) -> ClientSettings:
@@ -192,7 +193,11 @@ def trace_schedule(config: RunConfig, t0: float, begin_t: float, callers: HookCa
         return None
     schedule = TraceSchedule(load_trace(load.trace, load.trace_format), begin_t, t0 + config.duration_s,
                              load.trace_speed)
-    data = {**schedule.trace.describe(load.trace_speed), "loops": schedule.loops}
+    windows = planned_windows(schedule, t0, config.warmup_s, config.window_s)
+    data = {**schedule.trace.describe(load.trace_speed), "loops": schedule.loops,
+            "windows": windows if len(windows) <= MAX_TRACE_WINDOWS else None,
+            "prompt_histogram": length_histogram(schedule.trace.input_tokens),
+            "output_histogram": length_histogram(schedule.trace.output_tokens)}
     callers.event(EventKind.TRACE, f"replaying trace {data['name']} ({data['format']}, {data['rows']} requests, "
                   f"{data['trace_rate_rps']:.3g} req/s) at {load.trace_speed:g}× speed: {data['planned_rate_rps']:.3g} "
                   f"req/s, {schedule.loops:.2f} loops", data)

@@ -282,6 +282,17 @@ class TraceSchedule:
         row = self.trace.row(index)
         return self.begin_t + (loop * self.trace.period_s + row.t_s) / self.speed, row
 
+    def totals_before(self, wall_t: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Arrivals planned before each wall time (not after `end_t`), and their prompt and output tokens."""
+        trace = self.trace
+        elapsed = np.clip((np.minimum(wall_t, self.end_t) - self.begin_t) * self.speed, 0.0, None)
+        loops, within = np.divmod(elapsed, trace.period_s)
+        index = np.searchsorted(trace.times_s, within, side="left")
+        sums = [np.concatenate(([0], np.cumsum(column))) for column in (trace.input_tokens, trace.output_tokens)]
+        requests = loops.astype(np.int64) * len(trace) + index
+        prompt, output = (loops.astype(np.int64) * cum[-1] + cum[index] for cum in sums)
+        return requests, prompt, output
+
     @property
     def loops(self) -> float:
         """How many times the trace plays in the run (a fraction for the last, partial loop)."""
@@ -305,6 +316,26 @@ class TraceClock:
         intended_t, self.row = self.schedule.arrival(self._k)
         self._k += 1
         return intended_t
+
+
+def planned_windows(schedule: TraceSchedule, t0: float, warmup_s: float, window_s: float) -> list[dict[str, int]]:
+    """What the schedule sends in each window of the run (index -1 is the warm-up): requests, and the rows'
+    prompt and output tokens; counted in closed form, so a 24 h run of a short trace costs nothing."""
+    count = max(math.ceil((schedule.end_t - t0 - warmup_s) / window_s), 0)
+    edges = np.array([t0, *(t0 + warmup_s + window_s * np.arange(count + 1))])
+    requests, prompt, output = schedule.totals_before(np.minimum(edges, schedule.end_t))
+    return [{"index": index - 1, "requests": int(requests[index + 1] - requests[index]),
+             "prompt_tokens": int(prompt[index + 1] - prompt[index]),
+             "output_tokens": int(output[index + 1] - output[index])} for index in range(count + 1)]
+
+
+def length_histogram(tokens: np.ndarray) -> dict[str, list[int]]:
+    """Rows by token count in doubling bins (up to 16, 17–32, 33–64, …): `upper` edges and `rows` in each."""
+    upper = [16]
+    while upper[-1] < int(tokens.max()):
+        upper.append(upper[-1] * 2)
+    counts = np.bincount(np.searchsorted(upper, tokens, side="left"), minlength=len(upper))
+    return {"upper": upper, "rows": counts.tolist()}
 
 
 def plan_trace_arrivals(schedule: TraceSchedule) -> list[tuple[float, TraceRow]]:

@@ -258,7 +258,34 @@ def trace_facts(events: list[dict[str, Any]], windows: list[dict[str, Any]],
     found = [event["data"] for event in events if event["kind"] == EventKind.TRACE and event.get("data")]
     if not found:
         return None
-    return trace_summary(found[-1], [row for row in windows if row["scenario"] == ALL_SCENARIOS], duration_s).model_dump()
+    trace, sent = found[-1], [row for row in windows if row["scenario"] == ALL_SCENARIOS]
+    return {**trace_summary(trace, sent, duration_s).model_dump(), "windows": trace_windows(trace.get("windows"), sent),
+            "histograms": [(title, histogram_cells(trace.get(key))) for title, key in
+                           (("Prompt tokens", "prompt_histogram"), ("Output tokens", "output_histogram"))
+                           if trace.get(key)]}
+
+
+def trace_windows(planned: list[dict[str, Any]] | None, sent: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each window's requests and mean lengths as the trace planned them beside what was sent and answered."""
+    by_index = {row["window_index"]: row for row in sent}
+    rows = []
+    for plan in planned or []:
+        row, count = by_index.get(plan["index"], {}), plan["requests"]
+        answered = row.get("ok") or 0
+        rows.append({"window": "warm-up" if plan["index"] < 0 else plan["index"], "planned": count,
+                     "sent": row.get("requests", 0),
+                     "planned_prompt": plan["prompt_tokens"] / count if count else None,
+                     "sent_prompt": row["prompt_tokens"] / answered if answered else None,
+                     "planned_output": plan["output_tokens"] / count if count else None,
+                     "sent_output": row["output_tokens"] / answered if answered else None})
+    return rows
+
+
+def histogram_cells(histogram: dict[str, list[int]]) -> list[tuple[str, int]]:
+    """A length histogram's bins as ("≤ 16", rows), ("17–32", rows), …"""
+    upper, rows = histogram["upper"], histogram["rows"]
+    labels = [f"≤ {upper[0]:,}"] + [f"{low + 1:,}–{high:,}" for low, high in zip(upper, upper[1:])]
+    return list(zip(labels, rows))
 
 
 # ---- events, environment, baseline ---------------------------------------------------------------------

@@ -14,8 +14,10 @@ from soak.load.trace import (
     TraceRow,
     TraceSchedule,
     block_text,
+    length_histogram,
     load_trace,
     plan_trace_arrivals,
+    planned_windows,
     trace_prompt,
 )
 
@@ -167,3 +169,35 @@ def test_the_trace_settings_resolve_into_the_config():
                              "trace_speed": "2.5"}, environ={})
     assert config.load.trace == TRACES / "azure.csv"
     assert (config.load.trace_format, config.load.trace_speed) == ("azure", 2.5)
+
+
+def test_planned_windows_count_in_closed_form_what_the_clock_sends():
+    trace = load_trace(TRACES / "mooncake.jsonl")
+    schedule = TraceSchedule(trace, begin_t=100.3, end_t=160.0, speed=1.5)
+    windows = planned_windows(schedule, t0=100.0, warmup_s=2.0, window_s=7.0)
+    sent = plan_trace_arrivals(schedule)
+    assert [w["index"] for w in windows] == list(range(-1, 9))  # 58 s after the warm-up: 9 windows, the last cut
+    for window in windows:
+        start = 100.0 if window["index"] < 0 else 102.0 + 7.0 * window["index"]
+        end = 102.0 if window["index"] < 0 else start + 7.0
+        rows = [row for t, row in sent if start <= t < end]
+        assert window["requests"] == len(rows)
+        assert window["prompt_tokens"] == sum(row.input_tokens for row in rows)
+        assert window["output_tokens"] == sum(row.output_tokens for row in rows)
+
+
+def test_length_histograms_double_their_bins_and_the_report_labels_them():
+    from soak.report.sections import histogram_cells, trace_windows
+
+    histogram = length_histogram(load_trace(TRACES / "azure.csv").input_tokens)  # 374 396 879 91 1528 204
+    assert histogram == {"upper": [16, 32, 64, 128, 256, 512, 1024, 2048], "rows": [0, 0, 0, 1, 1, 2, 1, 1]}
+    assert histogram_cells(histogram)[:2] == [("≤ 16", 0), ("17–32", 0)] and histogram_cells(histogram)[-1] == (
+        "1,025–2,048", 1)
+    planned = [{"index": -1, "requests": 2, "prompt_tokens": 300, "output_tokens": 20},
+               {"index": 0, "requests": 4, "prompt_tokens": 800, "output_tokens": 40}]
+    sent = [{"window_index": 0, "requests": 3, "ok": 2, "prompt_tokens": 410, "output_tokens": 18}]
+    assert trace_windows(planned, sent) == [
+        {"window": "warm-up", "planned": 2, "sent": 0, "planned_prompt": 150.0, "sent_prompt": None,
+         "planned_output": 10.0, "sent_output": None},
+        {"window": 0, "planned": 4, "sent": 3, "planned_prompt": 200.0, "sent_prompt": 205.0,
+         "planned_output": 10.0, "sent_output": 9.0}]
