@@ -139,20 +139,28 @@ class LocalBackend:
         log.info("load stopped: %s (%d cancelled at stop)", self.dispatcher.counters(), cancelled)
 
 
+def check_load(config: RunConfig, t0: float | None = None) -> list[LoadedScenario]:
+    """Read what the load needs from files and the config — scenarios, the dataset, the trace, the phases — so
+    a bad one is a ConfigError before anything starts (the conductor asks before it starts the server; each
+    is read once a process)."""
+    specs = effective_specs(config.load)
+    scenarios = load_scenarios(specs)
+    check_dataset(specs, config.load.dataset)
+    if config.load.trace is not None:
+        load_trace(config.load.trace, config.load.trace_format)
+    build_phases(config, time.time() if t0 is None else t0)
+    return scenarios
+
+
 def start_load(config: RunConfig, base_url: str, model: str, t0: float, hooks: LoadHooks | None = None,
                workers: WorkerPool | None = None) -> LoadHandle:
     """Start open-loop load against `base_url` on the plan of `config`, measured from wall time `t0`, on the
     load workers already gathered (`workers`; gathered here when the config has some and none are given).
 
-    Raises ConfigError (before any request) for unknown scenarios, a missing dataset or bad phases; TargetError
-    when load workers do not join or cannot prepare the run.
+    Raises ConfigError (before any request) for unknown scenarios, a missing dataset, a bad trace or bad phases;
+    TargetError when load workers do not join or cannot prepare the run.
     """
-    specs = effective_specs(config.load)
-    scenarios = load_scenarios(specs)
-    check_dataset(specs, config.load.dataset)
-    if config.load.trace is not None:
-        load_trace(config.load.trace, config.load.trace_format)  # a bad trace is a ConfigError before any request
-    build_phases(config, t0)  # a bad phase is a ConfigError before anything starts
+    scenarios = check_load(config, t0)
     callers = HookCaller(hooks)
     settings = client_settings(config, base_url, model, callers)
     raise_fd_limit()

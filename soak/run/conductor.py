@@ -21,7 +21,7 @@ from typing import Any
 from soak.config import RunConfig
 from soak.contracts import EventKind, P99Ms, Progress, Stage, Summary, measured_rate_rps, stage_at
 from soak.errors import EXIT_FORCED, SoakError, StorageError
-from soak.load import LoadHooks, gather_workers, start_load
+from soak.load import LoadHooks, check_load, gather_workers, start_load
 from soak.load.canary import ProbeGate, start_canary
 from soak.run.early_stop import watch_for_failure
 from soak.run.environment import capture_environment, dumps
@@ -144,6 +144,7 @@ class Conductor:
     def execute(self) -> Summary:
         """Run the soak end to end; SoakError on failures before load starts."""
         state = self.state
+        check_load(self.config)  # a bad scenario, dataset, trace or phase: before any folder, database or server
         with self._gpu_lock():
             state.run_dir.mkdir(parents=True, exist_ok=True)
             handler = setup_run_logging(state.run_dir)

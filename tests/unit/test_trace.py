@@ -201,3 +201,12 @@ def test_length_histograms_double_their_bins_and_the_report_labels_them():
          "planned_output": 10.0, "sent_output": None},
         {"window": 0, "planned": 4, "sent": 3, "planned_prompt": 200.0, "sent_prompt": 205.0,
          "planned_output": 10.0, "sent_output": 9.0}]
+
+
+def test_a_bad_trace_stops_soak_start_before_any_server_folder_or_database(tmp_path, soak_cli):
+    bad = written(tmp_path, "bad.jsonl", '{"timestamp": 0, "input_length": 5, "output_length": 1}\n{"timestamp": 1}\n')
+    result = soak_cli("start", "--trace", str(bad), "--minutes", "1", "--out", str(tmp_path / "out"), timeout_s=60)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1] == f"soak: error: trace {bad} line 2: no 'input_length' (a Mooncake " \
+        "row has timestamp, input_length, output_length, hash_ids)"
+    assert not (tmp_path / "out").exists()
