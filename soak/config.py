@@ -244,8 +244,7 @@ class LoadSettings(_Model):
         if self.trace is None:
             return self
         clashes = [(self.phases, "--phase"), (self.burstiness is not None, "--burstiness"),
-                   (self.dataset is not None, "--dataset"), (self.worker_count > 0, "load workers"),
-                   (self.scenarios != (ScenarioSpec(name="mixed"),), "--scenario")]
+                   (self.dataset is not None, "--dataset"), (self.scenarios != (ScenarioSpec(name="mixed"),), "--scenario")]
         clash = next((name for given, name in clashes if given), None)
         if clash:
             raise ValueError(f"--trace replays the trace's own arrivals and requests; it cannot be combined with "

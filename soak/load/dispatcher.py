@@ -58,12 +58,14 @@ class PlanBoard:
         return self._changed
 
     def update(self, message: dict[str, Any]) -> None:
-        """Apply a published plan message: {"segments": [[start_t, rate_rps], …], "closed": [[start, end|None], …]}."""
+        """Apply a published plan message: {"segments": [[start_t, rate_rps], …], "closed": [[start, end|None], …]},
+        or dealt intended times {"times": […]} (with a trace, also the index of each one's row, {"rows": […]})."""
         segments = [Segment(float(s), float(r) * self.share) for s, r in message.get("segments", ())]
         self.plan.extend(segments)
         if "closed" in message:
             self.closed = [(float(s), None if e is None else float(e)) for s, e in message["closed"]]
-        self.dealt.add([float(t) for t in message.get("times", ())])
+        rows = message.get("rows")
+        self.dealt.add([float(t) for t in message.get("times", ())], [int(k) for k in rows] if rows else None)
         self.poke()
 
     def poke(self) -> None:

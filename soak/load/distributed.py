@@ -4,14 +4,15 @@ The workers were gathered before the run opened (`soak.load.pool`). At the start
 run's spec and its share of the rate (1/total) and answers ready. The master runs the shape and the timeline;
 each worker runs one dispatcher at its share with its own seed (worker index), which for Poisson arrivals adds
 up exactly to the planned process. Gamma arrivals (burstiness ≠ 1) do not add up that way: then the master runs
-the one clock and deals its intended times round-robin to the workers, 1.5 s ahead.
+the one clock and deals its intended times round-robin to the workers, 1.5 s ahead; so it does for a trace,
+each time with the index of its row.
 
 A worker lost mid-run (its process exits, it quits, or its heartbeat stops) is a `worker_lost` event; its share
 moves to the remaining workers (`soak_share`, or simply fewer hands for dealt times). When none remains the load
 has failed and the conductor ends the run. Messages:
   workers → master  soak_hello {pid, host, time}    soak_ready {} | soak_failed {error}
   master → workers  soak_spec {config, base_url, settings, share} | {reject}    soak_share {share}
-                    soak_plan {segments, closed} or {times}    soak_stop {drain_timeout_s}
+                    soak_plan {segments, closed} or {times[, rows]}    soak_stop {drain_timeout_s}
   workers → master  soak_status {in_flight, schedule_t, health}  (every 0.2 s)
                     soak_stopped {records, health}   (after the drain at stop)
 Records travel in Locust's periodic worker report (`report_to_master` → `worker_report`) as `soak_records`;
@@ -41,6 +42,7 @@ from soak.load.pool import SPEC_MESSAGE, Member, WorkerPool, gather_workers
 from soak.load.records import RequestRecord
 from soak.load.settings import ClientSettings
 from soak.load.shape import LOOKAHEAD_S, LoadController, PhasePlan, SoakShape
+from soak.load.trace import TraceClock, TraceSchedule, schedule_trace
 
 log = logging.getLogger(__name__)
 
@@ -113,18 +115,21 @@ class ReadyReplies:
 
 
 def deals_times(config: RunConfig) -> bool:
-    """Whether the master deals intended times to the workers (non-Poisson arrivals over several workers)."""
-    return config.load.worker_count > 0 and config.load.burstiness not in (None, 1.0)
+    """Whether the master deals intended times to the workers (non-Poisson arrivals, or a trace, over workers)."""
+    load = config.load
+    return load.worker_count > 0 and (load.trace is not None or load.burstiness not in (None, 1.0))
 
 
 class Dealer:
-    """One arrival clock for all workers; its intended times go round-robin, in worker-index order."""
+    """One arrival clock for all workers; its intended times go round-robin, in worker-index order. With a
+    trace the clock is the trace's, and each time goes with its row's index (every worker reads the trace)."""
 
     def __init__(self, phase_plan: PhasePlan, seed: int, burstiness: float | None,
-                 members: Callable[[], list[Member]]) -> None:
+                 members: Callable[[], list[Member]], trace: TraceSchedule | None = None) -> None:
         self.phase_plan = phase_plan
         self.plan = RatePlan()
-        self.clock = ArrivalClock(self.plan, GapSampler(arrival_rng(seed, 0, 0), burstiness))
+        self.trace_clock = TraceClock(trace) if trace is not None else None
+        self.clock = self.trace_clock or ArrivalClock(self.plan, GapSampler(arrival_rng(seed, 0, 0), burstiness))
         self.members = members
         self.dealt = 0
 
@@ -137,12 +142,17 @@ class Dealer:
         if not workers:
             return
         slices: dict[str, list[float]] = {node_id: [] for node_id in workers}
+        rows: dict[str, list[int]] = {node_id: [] for node_id in workers}
         while self.clock.peek() <= horizon_t:
-            slices[workers[self.dealt % len(workers)]].append(self.clock.take())
+            node_id = workers[self.dealt % len(workers)]
+            slices[node_id].append(self.clock.take())
+            if self.trace_clock is not None:
+                rows[node_id].append(self.trace_clock.index)
             self.dealt += 1
         for client_id, times in slices.items():
             if times:
-                runner.send_message(PLAN_MESSAGE, {"times": times}, client_id=client_id)
+                message = {"times": times, "rows": rows[client_id]} if self.trace_clock else {"times": times}
+                runner.send_message(PLAN_MESSAGE, message, client_id=client_id)
 
 
 @dataclass
@@ -284,10 +294,11 @@ def _start_shape(config: RunConfig, t0: float, callers: HookCaller, pool: Worker
         if dealer:
             dealer[0].deal(runner)
 
-    controller = LoadController(config, t0, time.time() + START_DELAY_S, callers, send=publish,
-                                drain_state=statuses.drain_state)
+    begin_t = time.time() + START_DELAY_S
+    trace = schedule_trace(config, t0, begin_t, callers)
+    controller = LoadController(config, t0, begin_t, callers, send=publish, drain_state=statuses.drain_state)
     if deals_times(config):
-        dealer.append(Dealer(controller.phase_plan, config.load.seed, config.load.burstiness, pool.ordered))
+        dealer.append(Dealer(controller.phase_plan, config.load.seed, config.load.burstiness, pool.ordered, trace))
     # Locust places one user per worker; on a worker the user does nothing (the dispatcher runs on its own from
     # the first plan), so Locust re-dealing users when a worker comes or goes changes nothing there.
     pool.environment.shape_class = SoakShape(controller, users=len(pool.members))

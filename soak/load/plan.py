@@ -13,7 +13,9 @@ from __future__ import annotations
 import bisect
 import collections
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -146,18 +148,27 @@ class ArrivalClock:
 
 
 class DealtClock:
-    """Intended times handed out by someone else's clock (the master's, for gamma arrivals over workers)."""
+    """Intended times handed out by someone else's clock (the master's, for gamma arrivals or a trace over
+    workers). With a trace, each time comes with its row's index, which `resolve` turns into the row: after
+    `take`, `row` is the row of the arrival just taken (None without a trace)."""
 
-    def __init__(self) -> None:
+    def __init__(self, resolve: Callable[[int], Any] | None = None) -> None:
         self._times: collections.deque[float] = collections.deque()
+        self._rows: collections.deque[int] = collections.deque()
+        self.resolve = resolve
+        self.row: Any = None
 
-    def add(self, times: list[float]) -> None:
+    def add(self, times: list[float], rows: list[int] | None = None) -> None:
         self._times.extend(times)
+        if rows is not None:
+            self._rows.extend(rows)
 
     def peek(self) -> float:
         return self._times[0] if self._times else math.inf
 
     def take(self) -> float:
+        if self._rows and self.resolve is not None:
+            self.row = self.resolve(self._rows.popleft())
         return self._times.popleft()
 
 

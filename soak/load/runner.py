@@ -37,12 +37,11 @@ from soak.load.pool import WorkerPool
 from soak.load.scenarios import LoadedScenario, check_dataset, effective_specs, load_scenarios
 from soak.load.settings import ClientSettings
 from soak.load.shape import LoadController, PhasePlan, SoakShape, build_phases
-from soak.load.trace import TraceSchedule, length_histogram, load_trace, planned_windows
+from soak.load.trace import load_trace, schedule_trace
 
 log = logging.getLogger(__name__)
 
 START_DELAY_S = 0.2
-MAX_TRACE_WINDOWS = 1000  # the `trace` event's planned windows are left out past this many (a 5 s window for days)
 
 
 def client_settings(config: RunConfig, base_url: str, model: str, callers: HookCaller) -> ClientSettings:
@@ -178,7 +177,7 @@ def _start_local(config: RunConfig, base_url: str, t0: float, settings: ClientSe
     environment = Environment(user_classes=[dispatcher_user_class(lambda _env: holder["dispatcher"])],
                               host=base_url, stop_timeout=config.load.request_timeout_s)
     begin_t = time.time() + START_DELAY_S
-    dispatch = dataclasses.replace(dispatch_settings(config, settings), trace=trace_schedule(config, t0, begin_t, callers))
+    dispatch = dataclasses.replace(dispatch_settings(config, settings), trace=schedule_trace(config, t0, begin_t, callers))
     dispatcher = holder["dispatcher"] = Dispatcher(environment, scenarios, board, dispatch, sink.put)
     controller = LoadController(
         config, t0, begin_t, callers,
@@ -192,21 +191,3 @@ def _start_local(config: RunConfig, base_url: str, t0: float, settings: ClientSe
     controller.start()
     return LocalBackend(environment, controller, dispatcher, sink, keep_stats_bounded(environment))
 
-
-def trace_schedule(config: RunConfig, t0: float, begin_t: float, callers: HookCaller) -> TraceSchedule | None:
-    """The `--trace` laid on the clock from the load's first possible arrival to the run's end (recorded as a
-    `trace` event), or None without one."""
-    load = config.load
-    if load.trace is None:
-        return None
-    schedule = TraceSchedule(load_trace(load.trace, load.trace_format), begin_t, t0 + config.duration_s,
-                             load.trace_speed)
-    windows = planned_windows(schedule, t0, config.warmup_s, config.window_s)
-    data = {**schedule.trace.describe(load.trace_speed), "loops": schedule.loops,
-            "windows": windows if len(windows) <= MAX_TRACE_WINDOWS else None,
-            "prompt_histogram": length_histogram(schedule.trace.input_tokens),
-            "output_histogram": length_histogram(schedule.trace.output_tokens)}
-    callers.event(EventKind.TRACE, f"replaying trace {data['name']} ({data['format']}, {data['rows']} requests, "
-                  f"{data['trace_rate_rps']:.3g} req/s) at {load.trace_speed:g}× speed: {data['planned_rate_rps']:.3g} "
-                  f"req/s, {schedule.loops:.2f} loops", data)
-    return schedule

@@ -24,13 +24,17 @@ from typing import Any, TextIO
 import numpy as np
 import orjson
 
+from soak.config import RunConfig
+from soak.contracts import EventKind
 from soak.errors import ConfigError
+from soak.load.hooks import HookCaller
 from soak.load.prompts import text_of_bytes
 
 log = logging.getLogger(__name__)
 
 TRACE_FORMATS = ("mooncake", "azure", "burstgpt")
 MOONCAKE_BLOCK_TOKENS = 512  # Mooncake hashes prompts in blocks of 512 tokens
+MAX_TRACE_WINDOWS = 1000  # the `trace` event's planned windows are left out past this many (a 5 s window for days)
 # The columns each format needs: (timestamp, prompt tokens, output tokens).
 COLUMNS = {
     "mooncake": ("timestamp", "input_length", "output_length"),
@@ -307,15 +311,36 @@ class TraceClock:
         self.schedule = schedule
         self._k = 0
         self.row: TraceRow | None = None
+        self.index = -1  # the row's index in the trace
+
+    def take(self) -> float:
+        intended_t, self.row = self.schedule.arrival(self._k)
+        self.index = self._k % len(self.schedule.trace)
+        self._k += 1
+        return intended_t
 
     def peek(self) -> float:
         intended_t, _ = self.schedule.arrival(self._k)
         return intended_t if intended_t < self.schedule.end_t else math.inf
 
-    def take(self) -> float:
-        intended_t, self.row = self.schedule.arrival(self._k)
-        self._k += 1
-        return intended_t
+
+def schedule_trace(config: RunConfig, t0: float, begin_t: float, callers: HookCaller) -> TraceSchedule | None:
+    """The `--trace` laid on the clock from the load's first possible arrival to the run's end (recorded as a
+    `trace` event), or None without one."""
+    load = config.load
+    if load.trace is None:
+        return None
+    schedule = TraceSchedule(load_trace(load.trace, load.trace_format), begin_t, t0 + config.duration_s,
+                             load.trace_speed)
+    windows = planned_windows(schedule, t0, config.warmup_s, config.window_s)
+    data = {**schedule.trace.describe(load.trace_speed), "loops": schedule.loops,
+            "windows": windows if len(windows) <= MAX_TRACE_WINDOWS else None,
+            "prompt_histogram": length_histogram(schedule.trace.input_tokens),
+            "output_histogram": length_histogram(schedule.trace.output_tokens)}
+    callers.event(EventKind.TRACE, f"replaying trace {data['name']} ({data['format']}, {data['rows']} requests, "
+                  f"{data['trace_rate_rps']:.3g} req/s) at {load.trace_speed:g}× speed: {data['planned_rate_rps']:.3g} "
+                  f"req/s, {schedule.loops:.2f} loops", data)
+    return schedule
 
 
 def planned_windows(schedule: TraceSchedule, t0: float, warmup_s: float, window_s: float) -> list[dict[str, int]]:

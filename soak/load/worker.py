@@ -53,6 +53,7 @@ from soak.load.health import ClientHealth
 from soak.load.plan import Segment
 from soak.load.pool import HELLO_MESSAGE, LOCAL_CONNECT_TIMEOUT_S, SPEC_MESSAGE
 from soak.load.scenarios import check_dataset, effective_specs, load_scenarios
+from soak.load.trace import load_trace
 from soak.units import format_duration
 
 log = logging.getLogger("soak.load.worker")
@@ -86,6 +87,8 @@ class WorkerProcess:
         check_dataset(specs, self.config.load.dataset)  # the same path must exist on this host
         self.base_url = runner.environment.host = spec["base_url"]
         self.board = SharedBoard(share=float(spec["share"]))
+        if self.config.load.trace is not None:  # the master deals row indexes of the trace at this same path
+            self.board.dealt.resolve = load_trace(self.config.load.trace, self.config.load.trace_format).row
         self.outbox: list[dict[str, Any]] = []
         self.dispatcher: Dispatcher | None = None
         self.dispatching: gevent.Greenlet | None = None

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import math
 import random
+import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -159,7 +162,7 @@ def test_the_trace_is_the_mix_and_shapes_cannot_be_combined_with_it():
     [spec] = effective_specs(load)
     assert spec.name == "trace" and load_scenarios([spec])[0].user_classes
     for clash, flag in ((dict(phases=["steady rate_rps=3"]), "--phase"), (dict(burstiness=2.0), "--burstiness"),
-                        (dict(workers=2), "load workers"), (dict(scenarios=["chat_short"]), "--scenario")):
+                        (dict(dataset=TRACES / "azure.csv"), "--dataset"), (dict(scenarios=["chat_short"]), "--scenario")):
         with pytest.raises(ValueError, match=f"cannot be combined with {flag}"):
             LoadSettings(trace=TRACES / "mooncake.jsonl", **clash)
 
@@ -210,3 +213,30 @@ def test_a_bad_trace_stops_soak_start_before_any_server_folder_or_database(tmp_p
     assert result.stderr.strip().splitlines()[-1] == f"soak: error: trace {bad} line 2: no 'input_length' (a Mooncake " \
         "row has timestamp, input_length, output_length, hash_ids)"
     assert not (tmp_path / "out").exists()
+
+
+def test_over_load_workers_the_master_deals_each_rows_time_and_index_round_robin():
+    from soak.load.dispatcher import PlanBoard
+    from soak.load.distributed import Dealer, deals_times
+
+    assert deals_times(resolve_config({"duration": "1h", "trace": str(TRACES / "mooncake.jsonl"), "workers": 2},
+                                      environ={}))
+    assert not deals_times(resolve_config({"duration": "1h", "trace": str(TRACES / "mooncake.jsonl")}, environ={}))
+    trace = load_trace(TRACES / "mooncake.jsonl")  # offsets 0, 0.4, 0.9, 1.5, 2.1 … s
+    now = time.time()
+    schedule = TraceSchedule(trace, now - 0.5, now + 60.0, 1.0)
+    sent: list[tuple[str, dict]] = []
+    runner = SimpleNamespace(send_message=lambda kind, message, client_id: sent.append((client_id, message)))
+    members = [SimpleNamespace(node_id="a"), SimpleNamespace(node_id="b")]
+    dealer = Dealer(SimpleNamespace(segments=lambda a, b: []), 0, None, lambda: members, schedule)
+    dealer.deal(runner)  # the look-ahead is 1.5 s: the rows due within 2 s of the trace's start
+    assert [(client, message["rows"]) for client, message in sent] == [("a", [0, 2]), ("b", [1, 3])]
+    assert sent[0][1]["times"] == pytest.approx([schedule.arrival(k)[0] for k in (0, 2)])
+    board = PlanBoard()
+    board.dealt.resolve = trace.row
+    board.update(sent[1][1])
+    assert board.dealt.peek() == pytest.approx(now - 0.5 + 0.4)
+    board.dealt.take()
+    assert board.dealt.row == trace.row(1)
+    board.dealt.take()
+    assert board.dealt.row == trace.row(3) and board.dealt.peek() == math.inf
