@@ -16,7 +16,8 @@ tenths of a second. So, for a CPU build and when the user set neither variable, 
   engine's threads instead, which costs the server a little latency and leaves soak's clock alone.
 
 A variable the user set is passed through unchanged; soak then pins itself to the cores that bind leaves free,
-if it can tell which, and leaves the vLLM tree on every usable core. With a single usable core there is nothing to reserve: soak says so before the load.
+if it can tell which, and leaves the vLLM tree on every usable core. With a single usable core there is nothing to
+reserve: soak says so before the load.
 """
 
 from __future__ import annotations
