@@ -37,7 +37,7 @@ class LoadedScenario:
 
 
 def builtin_names() -> list[str]:
-    """Names of the built-in scenarios, sorted."""
+    """Names of the built-in scenarios, sorted (`trace` among them, which only `--trace` selects)."""
     root = importlib.resources.files("soak._scenarios")
     return sorted(item.name[:-3] for item in root.iterdir()
                   if item.name.endswith(".py") and not item.name.startswith("_"))
@@ -71,6 +71,9 @@ def effective_specs(load: LoadSettings) -> tuple[ScenarioSpec, ...]:
     dataset instead."""
     if load.trace is not None:
         return (ScenarioSpec(name=TRACE_SCENARIO),)
+    if any(spec.name == TRACE_SCENARIO for spec in load.scenarios):
+        raise ConfigError(f"scenario {TRACE_SCENARIO!r} replays a request trace: give it with --trace FILE "
+                          "(it is not part of a mix)")
     if load.dataset is not None and tuple(load.scenarios) == DEFAULT_SCENARIOS:
         return (ScenarioSpec(name=DATASET_SCENARIO),)
     return tuple(load.scenarios)

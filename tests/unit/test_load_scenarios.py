@@ -94,3 +94,8 @@ def test_dataset_formats(tmp_path):
     (tmp_path / "d.json").write_text("[]")
     with pytest.raises(ConfigError, match="no usable prompts"):
         load_dataset(Path(tmp_path / "d.json"))
+
+
+def test_the_trace_scenario_without_a_trace_is_a_config_error():
+    with pytest.raises(ConfigError, match="--trace FILE"):
+        effective_specs(LoadSettings(scenarios=["chat_short", "trace"]))
