@@ -18,6 +18,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from soak.refserver.engine import Engine, TokenEvent
+from soak.refserver.images import ImageInput
 from soak.refserver.injector import FaultInjector
 from soak.refserver.metrics import ServerMetrics
 from soak.refserver.protocol import (
@@ -168,12 +169,14 @@ async def _full_text(events: asyncio.Queue, structured: Structured | None
 class RefServerApi:
     """Route handlers bound to one engine, fault injector and metrics registry."""
 
-    def __init__(self, engine: Engine, injector: FaultInjector, metrics: ServerMetrics, card: ModelCard) -> None:
+    def __init__(self, engine: Engine, injector: FaultInjector, metrics: ServerMetrics, card: ModelCard,
+                 refused: frozenset[str] = frozenset(), image_cost_s_per_mpix: float = 0.0) -> None:
         self.engine = engine
         self.injector = injector
         self.metrics = metrics
         self.card = card
-        self.limits = Limits(card.model_name, card.max_model_len)
+        self.limits = Limits(card.model_name, card.max_model_len, refused)
+        self.image_cost_s_per_mpix = image_cost_s_per_mpix
 
     def routes(self) -> list[Route]:
         return [
@@ -216,6 +219,8 @@ class RefServerApi:
         failure = self.injector.request_error()
         if failure is not None:
             return error_response(500, failure)
+        if generation.images:
+            await self._preprocess(generation.images)
         if generation.structured is not None and self.injector.invalid_output():
             generation = replace(generation, structured=generation.structured.broken())
         fmt = format_class(self.card.model_name, generation.include_usage)
@@ -225,6 +230,12 @@ class RefServerApi:
         if generation.stream:
             return SSEResponse(_stream_chunks(events, fmt, generation), on_abort=abort)
         return await self._respond_when_done(request, events, fmt, abort, generation)
+
+    async def _preprocess(self, images: tuple[ImageInput, ...]) -> None:
+        """What a vision model's preprocessing costs: time by the pixels (before the engine sees the request, as
+        a server's image processor runs first), and the image-leak fault's bytes."""
+        self.injector.on_images([image.digest for image in images])
+        await asyncio.sleep(sum(image.pixels for image in images) / 1e6 * self.image_cost_s_per_mpix)
 
     async def _respond_when_done(self, request: Request, events: asyncio.Queue, fmt, abort,
                                  generation: GenerationRequest):

@@ -44,6 +44,11 @@ def build_parser() -> argparse.ArgumentParser:
     add("--fault-horizon", default="1h", help="model time over which FROM:TO faults move (default 1h)")
     add("--dialect", choices=list(DIALECTS), default="vllm",
         help="serve /metrics names and /v1/models fields as this server does (default vllm)")
+    add("--image-cost", default="50ms", metavar="D",
+        help="preprocessing time charged per megapixel of an image part (default 50ms)")
+    add("--no-images", action="store_true", help="answer image_url parts with a 400, as a text-only model does")
+    add("--no-tools", action="store_true", help="answer requests with 'tools' with a 400")
+    add("--no-json-schema", action="store_true", help="answer response_format json_schema with a 400")
     add("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"],
         help="uvicorn log level (default warning); logs go to stderr")
     return parser
@@ -57,9 +62,16 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         max_model_len=args.max_model_len, enable_prefix_caching=args.enable_prefix_caching,
         eos_probability=args.eos_probability, faults=parse_faults(args.fault), time_scale=args.time_scale,
         fault_horizon_s=parse_duration(args.fault_horizon), log_level=args.log_level,
-        dialect=args.dialect)
+        dialect=args.dialect, refused=refused_features(args),
+        image_cost_s_per_mpix=parse_duration(args.image_cost))
     check_settings(settings)
     return settings
+
+
+def refused_features(args: argparse.Namespace) -> frozenset[str]:
+    """The features the --no-… switches turn off."""
+    switches = {"images": args.no_images, "tools": args.no_tools, "json_schema": args.no_json_schema}
+    return frozenset(feature for feature, off in switches.items() if off)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -100,6 +100,7 @@ class FaultSet:
     corrupt_after: int | None = None
     log_engine_dead_after_s: float | None = None
     invalid_output_after_s: float | None = None
+    image_leak_bytes: int = 0
     warmup_ratchet: MemoryShape | None = None
     gc_sawtooth: MemoryShape | None = None
     rss_steps: MemorySteps | None = None
@@ -229,6 +230,7 @@ _PARSERS: dict[str, tuple[str, Callable[[str | None], object]]] = {
     "corrupt-after": ("corrupt_after", _count),
     "log-engine-dead-after": ("log_engine_dead_after_s", _duration),
     "invalid-output-after": ("invalid_output_after_s", _duration),
+    "image-leak": ("image_leak_bytes", _positive_bytes),
     "warmup-ratchet": ("warmup_ratchet", _memory_shape(DEFAULT_RATCHET)),
     "gc-sawtooth": ("gc_sawtooth", _memory_shape(DEFAULT_SAWTOOTH)),
     "rss-steps": ("rss_steps", _memory_steps),

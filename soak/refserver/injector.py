@@ -43,6 +43,7 @@ class FaultInjector:
         self._stalls_taken = 0
         self._noise = MemoryNoise(clock, faults.warmup_ratchet, faults.gc_sawtooth, faults.rss_steps)
         self._retained: list[bytearray] = []
+        self._images_kept: dict[str, bytearray] = {}  # image-leak: per distinct picture, never evicted
         self._swapped = SwappedLeak(faults.rss_leak_swapped_bytes) if faults.rss_leak_swapped_bytes else None
         self._leaked_fds: list[int] = []
         self._vram: list[object] = []
@@ -172,6 +173,15 @@ class FaultInjector:
         if self.faults.vram_leak_bytes:
             self._vram.append(_device_bytes(self.faults.vram_leak_bytes, self._device))
 
+    def on_images(self, digests: list[str]) -> None:
+        """image-leak: a multimodal cache that never evicts — each picture not seen before (by digest) keeps
+        its bytes for good; a picture sent again adds nothing."""
+        if not self.faults.image_leak_bytes:
+            return
+        for digest in digests:
+            if digest not in self._images_kept:
+                self._images_kept[digest] = bytearray(b"\xa5") * self.faults.image_leak_bytes
+
     def _retain(self, size_bytes: int) -> None:
         self._retained.append(bytearray(b"\xa5") * size_bytes)  # written, so resident
 
@@ -192,6 +202,8 @@ class FaultInjector:
             "stalls": _windows(self._stalls, now_s),
             "stalls_taken": self._stalls_taken,
             "retained_bytes": sum(len(buffer) for buffer in self._retained),
+            "image_leak_bytes": sum(len(buffer) for buffer in self._images_kept.values()),
+            "images_kept": len(self._images_kept),
             "swapped_leak_bytes": 0 if self._swapped is None else self._swapped.leaked_bytes,
             "leaked_fds": len(self._leaked_fds),
             "finished_requests": self._finished,

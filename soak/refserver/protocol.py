@@ -10,6 +10,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any
 
+from soak.refserver.images import ImageInput, is_image_part, read_image_part
 from soak.refserver.sampling import SamplingParams
 from soak.refserver.structured import SchemaError, Structured, json_answer, tool_answer
 from soak.refserver.tokenizer import BOS_ID, VOCAB_SIZE, encode
@@ -20,6 +21,13 @@ CHAT_ROLES = {"system", "developer", "user", "assistant", "tool"}
 MAX_N = 16
 MAX_TOP_LOGPROBS = 20
 TOOL_CHOICES = ("none", "auto", "required")
+# What a server started with --no-images, --no-tools or --no-json-schema refuses, and the 400 it answers.
+REFUSALS = {
+    "images": ("{model} is a text-only model: it does not accept image_url content parts", "messages"),
+    "tools": ("this server was started without tool calling: 'tools' is not accepted", "tools"),
+    "json_schema": ("this server has no guided decoding: response_format json_schema is not accepted",
+                    "response_format"),
+}
 
 
 class RequestError(Exception):
@@ -42,6 +50,13 @@ def error_body(status: int, message: str, param: str | None = None) -> dict:
 class Limits:
     model_name: str
     max_model_len: int
+    refused: frozenset[str] = frozenset()  # features of REFUSALS this server was started without
+
+    def refuse(self, feature: str) -> None:
+        """A 400 when the server was started without `feature`."""
+        if feature in self.refused:
+            message, param = REFUSALS[feature]
+            raise RequestError(400, message.format(model=self.model_name), param)
 
 
 @dataclass(frozen=True)
@@ -57,6 +72,7 @@ class GenerationRequest:
     n: int = 1
     logprobs: int | None = None
     structured: Structured | None = None
+    images: tuple[ImageInput, ...] = ()
 
 
 def decode_json(raw: bytes) -> dict:
@@ -73,9 +89,11 @@ def decode_json(raw: bytes) -> dict:
 def parse_chat(body: dict, limits: Limits) -> GenerationRequest:
     """Validate a /v1/chat/completions body."""
     _check_model(body, limits)
-    prompt = encode(_render_messages(body.get("messages")))
+    images: list[ImageInput] = []
+    prompt = encode(_render_messages(body.get("messages"), images, limits))
     request = _generation(body, prompt, "messages", limits, default_max_tokens=None)
-    return replace(request, logprobs=_chat_logprobs(body), structured=_structured(body, len(prompt)))
+    return replace(request, logprobs=_chat_logprobs(body), structured=_structured(body, len(prompt), limits),
+                   images=tuple(images))
 
 
 def parse_completion(body: dict, limits: Limits) -> GenerationRequest:
@@ -103,15 +121,17 @@ def _chat_logprobs(body: dict) -> int | None:
     return top or 0
 
 
-def _structured(body: dict, prompt_length: int) -> Structured | None:
+def _structured(body: dict, prompt_length: int, limits: Limits) -> Structured | None:
     """The answer decided for `tools` (unless tool_choice is none) or a JSON `response_format`, else None."""
+    if body.get("tools") is not None:
+        limits.refuse("tools")
     tools = _tools(body.get("tools"))
     choice = body.get("tool_choice", "auto" if tools else "none")
     name = _tool_choice(choice, tools, prompt_length)
     try:
         if name is not None:
             return tool_answer(name, tools[name])
-        return _response_format(body.get("response_format"))
+        return _response_format(body.get("response_format"), limits)
     except SchemaError as exc:
         raise RequestError(400, f"unsupported schema: {exc}", "response_format") from None
 
@@ -152,7 +172,7 @@ def _tool_choice(choice: Any, tools: dict[str, dict | None], prompt_length: int)
     return names[prompt_length % len(names)]
 
 
-def _response_format(value: Any) -> Structured | None:
+def _response_format(value: Any, limits: Limits) -> Structured | None:
     if value is None:
         return None
     kind = value.get("type") if isinstance(value, dict) else None
@@ -161,6 +181,7 @@ def _response_format(value: Any) -> Structured | None:
     if kind == "json_object":
         return json_answer(None)
     if kind == "json_schema":
+        limits.refuse("json_schema")
         spec = value.get("json_schema")
         schema = spec.get("schema") if isinstance(spec, dict) else None
         if not isinstance(schema, dict):
@@ -179,11 +200,12 @@ def _check_model(body: dict, limits: Limits) -> None:
         raise RequestError(404, f"The model `{model}` does not exist.", "model")
 
 
-def _render_messages(messages: Any) -> str:
-    """A minimal chat template: each message as `<|role|>` + content, then the assistant cue."""
+def _render_messages(messages: Any, images: list[ImageInput], limits: Limits) -> str:
+    """A minimal chat template: each message as `<|role|>` + content, then the assistant cue; the pictures of
+    image parts are read into `images`, and stand in the text as their placeholders."""
     if not isinstance(messages, list) or not messages:
         raise RequestError(400, "'messages' must be a non-empty list", "messages")
-    parts = [f"<|{_role(m)}|>\n{_content(m)}\n" for m in messages]
+    parts = [f"<|{_role(m)}|>\n{_content(m, images, limits)}\n" for m in messages]
     return "".join(parts) + "<|assistant|>\n"
 
 
@@ -193,15 +215,27 @@ def _role(message: Any) -> str:
     return message["role"]
 
 
-def _content(message: dict) -> str:
+def _content(message: dict, images: list[ImageInput], limits: Limits) -> str:
     content = message.get("content")
     if content is None and message["role"] == "assistant":
         return ""
     if isinstance(content, str):
         return content
-    if isinstance(content, list) and all(_is_text_part(part) for part in content):
-        return "".join(part["text"] for part in content)
-    raise RequestError(400, "message 'content' must be a string or a list of text parts", "messages")
+    if isinstance(content, list) and all(_is_text_part(part) or is_image_part(part) for part in content):
+        return "".join(part["text"] if _is_text_part(part) else _image_text(part, images, limits)
+                       for part in content)
+    raise RequestError(400, "message 'content' must be a string or a list of text and image_url parts", "messages")
+
+
+def _image_text(part: dict, images: list[ImageInput], limits: Limits) -> str:
+    """An image part read into `images`; its placeholder text (a 400 when the server takes no images)."""
+    limits.refuse("images")
+    try:
+        image = read_image_part(part)
+    except ValueError as exc:
+        raise RequestError(400, f"invalid image: {exc}", "messages") from None
+    images.append(image)
+    return image.placeholder()
 
 
 def _is_text_part(part: Any) -> bool:

@@ -25,6 +25,8 @@ class Settings:
     fault_horizon_s: float
     log_level: str
     dialect: str = "vllm"  # whose /metrics names and /v1/models fields to serve
+    refused: frozenset[str] = frozenset()  # features answered with a 400: images, tools, json_schema
+    image_cost_s_per_mpix: float = 0.05  # preprocessing time charged per megapixel of an image part
 
 
 def check_settings(s: Settings) -> None:
@@ -36,6 +38,8 @@ def check_settings(s: Settings) -> None:
             raise ValueError(f"{flag} must be > 0, got {value}")
     if not 0 <= s.port <= 65535:
         raise ValueError(f"--port must be in 0..65535, got {s.port}")
+    if s.image_cost_s_per_mpix < 0:
+        raise ValueError(f"--image-cost must be >= 0, got {s.image_cost_s_per_mpix}")
     if not 0.0 <= s.eos_probability <= 1.0:
         raise ValueError(f"--eos-probability must be in [0, 1], got {s.eos_probability}")
     if s.num_blocks * s.block_size < s.max_model_len:
