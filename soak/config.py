@@ -209,6 +209,7 @@ class LoadSettings(_Model):
     burstiness: float | None = Field(default=None, gt=0)
     max_concurrency: int | None = Field(default=None, gt=0)
     scenarios: tuple[ScenarioSpec, ...] = (ScenarioSpec(name="mixed"),)
+    skip_unsupported: bool = False  # drop a scenario the server refuses (soak/target/capabilities.py), not stop
     phases: tuple[PhaseSpec, ...] = ()
     idle_probe_every_s: float | None = None
     idle_probe_for_s: float | None = None

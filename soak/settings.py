@@ -119,6 +119,8 @@ SETTINGS: tuple[Setting, ...] = (
        metavar="NAME[:W]|PATH", multiple=True),
     _s("phase", "load.phases", LOAD, 'Load phase "KIND FIELD=VALUE…", e.g. "ramp to_rate_rps=8 duration_s=30m" '
        "(repeatable; [[phase]] tables in TOML; see docs/load.md).", metavar="SPEC", multiple=True),
+    _s("skip_unsupported", "load.skip_unsupported", LOAD, "Drop from the mix a scenario the server refuses (asked "
+       "before the load starts), instead of stopping (docs/load.md, Capabilities).", kind="flag"),
     _s("dataset", "load.dataset", LOAD, "ShareGPT JSON/JSONL prompts.", kind="file", metavar="FILE"),
     _s("trace", "load.trace", LOAD, "Replay a request trace's arrival times and token counts (Mooncake JSONL, "
        "Azure LLM inference CSV or BurstGPT CSV; docs/load.md, Trace replay).", kind="file", metavar="FILE"),

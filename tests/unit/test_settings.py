@@ -78,6 +78,7 @@ EXAMPLES: dict[str, Example] = {
     "worker_wait": ex("90s", 90.0),
     "max_context": ex("1024", 1024, toml="1024"),
     "idle_probe_for": ex("5s", 5.0), "drain_timeout": ex("20s", 20.0), "no_idle_probes": FLAG,
+    "skip_unsupported": FLAG,
     "sample_every": ex("2s", 2.0), "gates": ex("/etc/gates.toml", Path("/etc/gates.toml")),
     "label": repeated(["release=1.4.2", "gpu=h200"], {"release": "1.4.2", "gpu": "h200"}),
     "web": ex("0.0.0.0:8090", "0.0.0.0:8090"),
