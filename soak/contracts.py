@@ -74,6 +74,7 @@ class EventKind(StrEnum):
     LOAD_PAUSED = "load_paused"
     LOAD_RESUMED = "load_resumed"
     CONTEXT_LENGTH = "context_length"
+    CAPABILITIES = "capabilities"  # what the server accepted when asked before load; scenarios dropped for it
     TRACE = "trace"  # the --trace replayed: its name, format, rows, speed, loops, its own rate and the sent one
     WORKERS_JOINED = "workers_joined"  # the load workers (local and `soak worker`) the run started with
     WORKER_LOST = "worker_lost"  # a load worker's process or heartbeat went away; its share moved to the rest

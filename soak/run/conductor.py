@@ -23,6 +23,7 @@ from soak.contracts import EventKind, P99Ms, Progress, Stage, Summary, measured_
 from soak.errors import EXIT_FORCED, SoakError, StorageError
 from soak.load import LoadHooks, check_load, gather_workers, start_load
 from soak.load.canary import ProbeGate, start_canary
+from soak.run.capabilities import check_mix
 from soak.run.early_stop import watch_for_failure
 from soak.run.environment import capture_environment, dumps
 from soak.run.finalise import finalise_run
@@ -110,6 +111,7 @@ class RunState:
     telemetry: Telemetry | None = None
     load: Any = None
     workers: Any = None  # soak.load.pool.WorkerPool: the load workers, gathered before the run opens
+    capabilities: Any = None  # soak.run.capabilities.MixCheck: what the server accepts, and what the mix dropped
     windows: LatencyWindows | None = None
     log_scanner: Any = None  # soak.telemetry.server_log.ServerLogScanner, when there is a log to scan
     canary: Any = None  # soak.load.canary.CanaryLoop, unless --canary-every 0
@@ -153,6 +155,7 @@ class Conductor:
                 install_signal_handlers(self.stop)
                 self._bind_web()
                 self._start_target()
+                self._check_capabilities()
                 self._gather_workers()
                 self._open_run()
                 self._start_web()
@@ -177,6 +180,14 @@ class Conductor:
         for note in self.state.info.notes:  # e.g. a machine too small for a CPU vLLM and soak: said before load
             self._say(note)
 
+    def _check_capabilities(self) -> None:
+        """Ask the server what it accepts before the run opens: a scenario it refuses stops here (TargetError,
+        no run opened) or, with --skip-unsupported, leaves the mix."""
+        state = self.state
+        state.capabilities = check_mix(self.config, state.info.base_url, state.info.model, auth_headers(self.config))
+        self.config = state.config = state.capabilities.config
+        self._say(state.capabilities.describe())
+
     def _gather_workers(self) -> None:
         """Load workers (local, and `soak worker`s on other hosts) join before the run opens: waiting for them
         takes nothing from the run's time, and workers that never come leave no run behind (TargetError)."""
@@ -194,6 +205,8 @@ class Conductor:
             state.writer.insert(RunLabel, {"run_id": state.run_id, "key": key, "value": value})
         state.recorder.event(EventKind.SERVER_START, f"{state.info.kind} server at {state.info.base_url}",
                              {"pid": state.info.pgid, "cmd": state.info.cmd, "model": state.info.model})
+        if state.capabilities is not None:
+            state.recorder.event(EventKind.CAPABILITIES, state.capabilities.describe(), state.capabilities.data())
 
     def _run_row(self) -> dict[str, Any]:
         state, config, info = self.state, self.config, self.state.info
