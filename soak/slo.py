@@ -18,7 +18,6 @@ tests import it.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping
 from typing import Any, Protocol
@@ -139,11 +138,7 @@ def parse_slo(value: Any) -> SloTargets | None:
     return SloTargets(**{f"{key}_ms": ms for key, ms in targets.items()}) if targets else None
 
 
-def stored_slo_ms(run: Mapping[str, Any]) -> dict[str, float]:
-    """{metric: target ms} of the `--slo` stored with a run's config (its `config`, or `config_json` still
-    encoded); {} for a run that set none."""
-    config = run.get("config")
-    if config is None:
-        config = json.loads(run.get("config_json") or "{}")
+def stored_slo_ms(config: Mapping[str, Any]) -> dict[str, float]:
+    """{metric: target ms} of the `--slo` in a run's stored config (JSON); {} for a run that set none."""
     slo = config.get("slo") or {}
     return {key.removesuffix("_ms"): float(ms) for key, ms in slo.items() if ms is not None}

@@ -1,12 +1,11 @@
 """A release series of runs, oldest to newest: each run's key figures, what changed from the run before
 (the same comparison as `soak compare`, from `baseline.py`) and what changed in the environment tested.
 
-Pure: it reads the plain run dicts the store returns (summary and environment decoded) and imports no stage.
+Pure: it reads the `StoredRun` records the store returns and imports no stage.
 """
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -14,6 +13,7 @@ from typing import Any
 from soak.analysis.baseline import IMPROVED, REGRESSED, WITHIN, compare_baseline, metric_values
 from soak.analysis.gates import Gates
 from soak.contracts import loads_summary
+from soak.store.records import StoredRun
 
 LEAK_CHECKS = ("leak.rss", "leak.vram", "leak.kv", "leak.fds")
 # The figures of every row: (key in compare_baseline's rows, column title, unit). The leak slopes come from the
@@ -63,15 +63,12 @@ class HistoryRow:
                 "verdict_changes": self.verdict_changes, "environment_changes": self.environment_changes}
 
 
-def from_stored(run: dict[str, Any]) -> HistoryRun:
-    """A HistoryRun from a run dict of the store (`summary_json` and `environment_json` still encoded)."""
-    summary = loads_summary(run.get("summary_json"))
-    environment = json.loads(run.get("environment_json") or "{}")
-    config = json.loads(run.get("config_json") or "{}")
-    environment = {**environment, "model": run.get("model"),
-                   "serve_args": (config.get("target") or {}).get("serve_args") or []}
-    return HistoryRun(run_id=run["id"], started_at=run["started_at"], status=run["status"],
-                      labels=dict(run.get("labels") or {}), environment=environment, summary=summary)
+def from_stored(run: StoredRun) -> HistoryRun:
+    """A HistoryRun from a stored run (its summary and environment as stored, its model and serve args)."""
+    environment = {**run.environment, "model": run.model,
+                   "serve_args": (run.config.get("target") or {}).get("serve_args") or []}
+    return HistoryRun(run_id=run.id, started_at=run.started_at, status=run.status, labels=dict(run.labels),
+                      environment=environment, summary=loads_summary(run.summary_json))
 
 
 def select_checks(summaries: list[dict[str, Any]], wanted: tuple[str, ...]) -> list[str]:

@@ -3,7 +3,6 @@ the database."""
 
 from __future__ import annotations
 
-import json
 import math
 from collections import defaultdict
 from typing import Any
@@ -25,6 +24,7 @@ from soak.analysis.inputs import (
     ServerSeries,
     WindowInfo,
 )
+from soak.contracts import EventKind
 from soak.slo import stored_slo_ms
 from soak.store.models import (
     ALL_SCENARIOS,
@@ -40,35 +40,36 @@ from soak.store.models import (
     RequestWindowRow,
     ServerSample,
 )
+from soak.store.records import StoredEvent, StoredRun
 from soak.store.store import Store
 
 INTERVAL_KINDS = {"probe": ("probe_start", "probe_end"), "outage": ("outage_start", "outage_end")}
 
 
-def _intervals(events: list[dict[str, Any]], start_kind: str, end_kind: str, end_s: float) -> list[tuple[float, float]]:
+def _intervals(events: list[StoredEvent], start_kind: str, end_kind: str, end_s: float) -> list[tuple[float, float]]:
     """(start, end) spans between paired events; an unclosed span runs to `end_s`."""
     spans, opened = [], None
     for event in events:
-        if event["kind"] == start_kind and opened is None:
-            opened = event["t_s"]
-        elif event["kind"] == end_kind and opened is not None:
-            spans.append((opened, event["t_s"]))
+        if event.kind == start_kind and opened is None:
+            opened = event.t_s
+        elif event.kind == end_kind and opened is not None:
+            spans.append((opened, event.t_s))
             opened = None
     if opened is not None:
         spans.append((opened, end_s))
     return spans
 
 
-def worker_loss_spans(events: list[dict[str, Any]]) -> list[tuple[float, float]]:
+def worker_loss_spans(events: list[StoredEvent]) -> list[tuple[float, float]]:
     """Each lost load worker's silence, from its last status to the loss: its share was not sent then and its
     unreported requests never came back (soak.load.distributed)."""
-    return [(event["t_s"] - float(event["data"].get("unseen_s") or 0.0), event["t_s"])
-            for event in events if event["kind"] == "worker_lost"]
+    return [(event.t_s - float(event.data.get("unseen_s") or 0.0), event.t_s)
+            for event in events if event.kind == EventKind.WORKER_LOST]
 
 
-def build_windows(run: dict[str, Any], actual_s: float, events: list[dict[str, Any]]) -> tuple[WindowInfo, ...]:
+def build_windows(run: StoredRun, actual_s: float, events: list[StoredEvent]) -> tuple[WindowInfo, ...]:
     """Complete windows after warm-up, each marked when a probe, an outage or a lost load worker overlaps it."""
-    warmup_s, window_s = run["warmup_s"], run["window_s"]
+    warmup_s, window_s = run.warmup_s, run.window_s
     count = max(int(math.floor((actual_s - warmup_s) / window_s + 1e-9)), 0)
     spans = {reason: _intervals(events, *kinds, actual_s) for reason, kinds in INTERVAL_KINDS.items()}
     spans["worker_lost"] = worker_loss_spans(events)
@@ -222,19 +223,16 @@ def _gpu_free_by_time(store: Store, run_id: str) -> dict[float, float]:
     return dict(free)
 
 
-def stored_horizon(run: dict[str, Any]) -> dict[str, float]:
+def stored_horizon(run: StoredRun) -> dict[str, float]:
     """{"horizon_s": the service horizon stored with the run's config}, or {} for a run stored before `--horizon`
     existed, which then gets RunData's default (7 days, the same as `soak start`'s)."""
-    config = run.get("config")
-    if config is None:
-        config = json.loads(run.get("config_json") or "{}")
-    horizon_s = config.get("horizon_s")
+    horizon_s = run.config.get("horizon_s")
     return {"horizon_s": float(horizon_s)} if horizon_s else {}
 
 
-def stored_slo(run: dict[str, Any]) -> dict[str, Any]:
+def stored_slo(run: StoredRun) -> dict[str, Any]:
     """{"slo": {metric: target ms}} of the `--slo` stored with the run's config, or {} for a run that set none."""
-    targets = stored_slo_ms(run)
+    targets = stored_slo_ms(run.config)
     return {"slo": targets} if targets else {}
 
 
@@ -267,40 +265,40 @@ def _last_metric(store: Store, run_id: str, name: str) -> float | None:
     return float(max(rows, key=lambda row: row["t_s"])["value"]) if rows else None
 
 
-def load_probes(events: list[dict[str, Any]]) -> tuple[ProbeReading, ...]:
+def load_probes(events: list[StoredEvent]) -> tuple[ProbeReading, ...]:
     """Idle-probe readings recorded by telemetry at the end of each hold."""
     readings = []
     for event in events:
-        if event["kind"] != "probe_reading":
+        if event.kind != EventKind.PROBE_READING:
             continue
-        data = event["data"]
+        data = event.data
         processes = tuple(ProcessReading(pid=p["pid"], name=p.get("name") or "", rss_bytes=p.get("rss_bytes") or 0,
                                          fds=p.get("fds"), swap_bytes=p.get("swap_bytes"))
                           for p in data.get("processes", []))
-        readings.append(ProbeReading(t_s=event["t_s"], kv_usage=data.get("kv_usage"), running=data.get("running"),
+        readings.append(ProbeReading(t_s=event.t_s, kv_usage=data.get("kv_usage"), running=data.get("running"),
                                      waiting=data.get("waiting"), drained=bool(data.get("drained", True)),
                                      processes=processes))
     return tuple(readings)
 
 
-def load_run_data(store: Store, run: dict[str, Any], stopped_early: bool) -> RunData:
+def load_run_data(store: Store, run: StoredRun, stopped_early: bool) -> RunData:
     """Everything the checks need about one stored run."""
-    run_id = run["id"]
+    run_id = run.id
     events = store.read_events(run_id)
-    actual_s = run["duration_s"] or (events[-1]["t_s"] if events else 0.0)
+    actual_s = run.duration_s or (events[-1].t_s if events else 0.0)
     latency, lag_p99 = load_latency(store, run_id)
     request_windows = load_request_windows(store, run_id, lag_p99)
     probes = load_probes(events)
     windows = build_windows(run, actual_s, events)
     outage_indices = {w.index for w in windows if w.excluded == "outage"}
     return RunData(
-        planned_duration_s=run["planned_duration_s"], actual_duration_s=actual_s, warmup_s=run["warmup_s"],
-        window_s=run["window_s"], windows=windows, stopped_early=stopped_early,
+        planned_duration_s=run.planned_duration_s, actual_duration_s=actual_s, warmup_s=run.warmup_s,
+        window_s=run.window_s, windows=windows, stopped_early=stopped_early,
         gpu_seen=bool(store.read_rows(GpuSample, run_id)), probes_ran=bool(probes),
-        server_managed=run["target_kind"] != "external", processes=load_processes(store, run_id),
+        server_managed=run.target_kind != "external", processes=load_processes(store, run_id),
         gpu_processes=load_gpu_processes(store, run_id), probes=probes, latency_windows=latency,
         request_windows=request_windows, server=load_server(store, run_id), client=load_client(store, run_id, outage_indices),
-        events=tuple(Event(t_s=e["t_s"], kind=e["kind"], message=e["message"] or "", data=e["data"]) for e in events),
+        events=tuple(Event(t_s=e.t_s, kind=e.kind, message=e.message, data=e.data) for e in events),
         total_requests=sum(w.requests for w in request_windows),
         scenario_windows=load_scenario_windows(store, run_id), host=load_host(store, run_id), **stored_horizon(run),
         **stored_slo(run),

@@ -13,6 +13,7 @@ from soak.cli.runs import label_option, labels_text
 if TYPE_CHECKING:
     from soak.locations import Locations
     from soak.store.prune import PrunePlan, PruneResult
+    from soak.store.records import StoredRun
 
 
 @click.command()
@@ -29,7 +30,7 @@ def export(run_id: str, locations: Locations, fmt: str, export_dir: str | None) 
     from soak.store.export import export_run
 
     store = Store.open(locations, read_only=True)
-    folder = Path(export_dir) if export_dir else Path(store.get_run(run_id)["out_dir"]) / "export"
+    folder = Path(export_dir) if export_dir else Path(store.get_run(run_id).out_dir) / "export"
     exported = export_run(store, run_id, folder, fmt,
                           on_table=lambda name: click.echo(f"exporting {name}…", err=True))
     for path, rows in exported.files:
@@ -68,13 +69,12 @@ def prune(locations: Locations, older_than: str, labels: dict[str, str], dry_run
         _print_prune(plan, result)
 
 
-def _run_line(run: dict[str, Any]) -> str:
-    labels = labels_text(run["labels"])
-    return f"{run['id']}  {run['status']:<9}  {run['verdict'] or '—':<12}  {labels}".rstrip()
+def _run_line(run: StoredRun) -> str:
+    return f"{run.id}  {run.status:<9}  {run.verdict or '—':<12}  {labels_text(run.labels)}".rstrip()
 
 
 def _print_prune(plan: PrunePlan, result: PruneResult | None) -> None:
-    gone = plan.delete if result is None else [run for run in plan.delete if run["id"] in result.deleted]
+    gone = plan.delete if result is None else [run for run in plan.delete if run.id in result.deleted]
     verb = "would delete" if result is None else "deleted"
     click.echo(f"{verb} {len(gone)} runs started before {plan.cutoff}")
     for run in gone:
@@ -87,7 +87,7 @@ def _print_prune(plan: PrunePlan, result: PruneResult | None) -> None:
 
 
 def _prune_json(plan: PrunePlan, result: PruneResult | None) -> dict[str, Any]:
-    ids = lambda runs: [run["id"] for run in runs]  # noqa: E731 - a one-line helper
+    ids = lambda runs: [run.id for run in runs]  # noqa: E731 - a one-line helper
     return {"cutoff": plan.cutoff, "dry_run": result is None, "would_delete": ids(plan.delete),
             "deleted": result.deleted if result else [],
             "kept_running": ids(plan.kept_running), "kept_labelled": ids(plan.kept_labelled),

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -18,6 +17,7 @@ if TYPE_CHECKING:
     from soak.contracts import Summary
     from soak.locations import Locations
     from soak.store import Store
+    from soak.store.records import StoredRun
 
 
 def _table(title: str, columns: list[str], rows: list[list[Any]]) -> None:
@@ -63,22 +63,20 @@ def runs(locations: Locations, limit: int, labels: dict[str, str], json_output: 
     if store is None and not json_output:
         click.echo(f"no runs yet: there is no database at {locations.db_url}", err=True)
     if json_output:
-        print_json([{k: r[k] for k in ("id", "status", "verdict", "started_at", "ended_at", "duration_s",
-                                       "target_kind", "model", "schedule_name", "out_dir", "labels")} for r in found])
+        print_json([{k: getattr(r, k) for k in ("id", "status", "verdict", "started_at", "ended_at", "duration_s",
+                                                "target_kind", "model", "schedule_name", "out_dir", "labels")}
+                    for r in found])
         return
     _table("soak runs", ["run", "status", "verdict", "started (UTC)", "duration", "target", "model", "labels"], [
-        [r["id"], r["status"], r["verdict"], r["started_at"][:19], _duration_text(r),
-         r["target_kind"], r["model"], labels_text(r["labels"])] for r in found])
+        [r.id, r.status, r.verdict, r.started_at[:19], _duration_text(r),
+         r.target_kind, r.model, labels_text(r.labels)] for r in found])
 
 
-def _duration_text(run: dict) -> str:
+def _duration_text(run: StoredRun) -> str:
     """How long the run took, or for one still running how long it has run so far."""
-    if run["status"] == "running" or run["duration_s"] is None:
-        started = datetime.fromisoformat(run["started_at"])
-        if started.tzinfo is None:
-            started = started.replace(tzinfo=UTC)
-        return f"{format_duration((datetime.now(UTC) - started).total_seconds())} so far"
-    return format_duration(run["duration_s"])
+    if run.status == "running" or run.duration_s is None:
+        return f"{format_duration(run.elapsed_s())} so far"
+    return format_duration(run.duration_s)
 
 
 def _resolve_run_id(store: Store, run_id: str | None) -> str:
@@ -172,10 +170,10 @@ def _finalise(run_id: str, locations: Locations, baseline: str | None, gates: st
         from soak.run.close import close_run
 
         return close_run(store, run, Path(gates) if gates else None)
-    stopped_early = run["status"] != "completed"
+    stopped_early = run.status != "completed"
     if baseline and report_dir is None:
-        report_dir = Path(run["out_dir"]) / f"vs-{baseline}"
-    if run["status"] == "running":
+        report_dir = Path(run.out_dir) / f"vs-{baseline}"
+    if run.status == "running":
         from soak.run.in_progress import write_in_progress_report
 
         click.echo(f"run {run_id} is still running: an in-progress report of what is stored so far (the run "
@@ -214,9 +212,9 @@ def compare(run_a: str, run_b: str, locations: Locations, gates: str | None, jso
     summaries = []
     for run_id in (run_a, run_b):
         run = store.get_run(run_id)
-        if not run.get("summary_json"):
+        if not run.summary_json:
             raise UnknownRunError(f"run {run_id} has no summary yet: finalise it with `soak close {run_id}`")
-        summaries.append(loads_summary(run["summary_json"]))
+        summaries.append(loads_summary(run.summary_json))
     finding, rows = compare_baseline(summaries[1], summaries[0], load_gates(Path(gates) if gates else None))
     if json_output:
         print_json({"baseline": run_a, "current": run_b, "finding": finding.to_dict(), "rows": rows})

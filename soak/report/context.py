@@ -29,6 +29,7 @@ from soak.store.models import (
     RequestWindowRow,
     ServerSample,
 )
+from soak.store.records import StoredEvent
 from soak.store.store import Store
 
 LATENCY_CHART_METRICS = ("ttft", "itl", "e2e")
@@ -124,11 +125,11 @@ def process_names(columns: Columns) -> dict[int, str]:
     return {int(pid): str(columns["name"][index]) for pid, index in zip(uniques, last)}
 
 
-def no_gpu_note(events: list[dict[str, Any]]) -> str:
+def no_gpu_note(events: list[StoredEvent]) -> str:
     """Why the GPU charts are empty, in the telemetry's own words when it recorded a no_gpu event."""
     for event in events:
-        if event["kind"] == "no_gpu":
-            return f"No GPU: {event.get('message') or 'none was seen'}."
+        if event.kind == "no_gpu":
+            return f"No GPU: {event.message or 'none was seen'}."
     return "No GPU: no GPU samples were recorded (no NVIDIA GPU or no NVML on the host)."
 
 
@@ -161,7 +162,7 @@ def goodput_charts(rows: list[dict[str, Any]], frame: Frame, trends: list[dict],
 
 
 def build_charts(data: dict[str, Any], frame: Frame, trends: dict[str, list[dict]],
-                 events: list[dict[str, Any]], lag: LagLimits, findings: list[dict[str, Any]]) -> list[dict[str, Any]]:
+                 events: list[StoredEvent], lag: LagLimits, findings: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Every chart of the report, in page order."""
     lat, req, gpu_note = data["latency_windows"], data["request_windows"], no_gpu_note(events)
     trend = lambda chart_id: trends.get(chart_id, [])  # noqa: E731 - a short local lookup
@@ -195,15 +196,15 @@ def build_context(store: Store, run_id: str, summary: dict[str, Any] | None,
     """The whole report as a plain dict; with no summary, the one stored with the run is used."""
     run = store.get_run(run_id)
     if summary is None:
-        summary = loads_summary(run.get("summary_json")) or {}
+        summary = loads_summary(run.summary_json) or {}
     events, data = store.read_events(run_id), read_data(store, run_id)
     last_s = last_sample_s(data)
     duration_s = sections.run_duration_s(run, last_s)
     end_s = max(duration_s or 0.0, last_s, 1.0)
-    markers = build_markers(events, run.get("warmup_s"), end_s)
+    markers = build_markers(events, run.warmup_s, end_s)
     frame = make_frame(end_s, markers)
     findings = [finding for finding in summary.get("findings") or [] if isinstance(finding, dict)]
-    trends = trends_by_chart(findings, frame, run.get("warmup_s") or 0.0)
+    trends = trends_by_chart(findings, frame, run.warmup_s or 0.0)
     return {
         "header": sections.header(run, summary, duration_s),
         "gates": sections.gates(findings),

@@ -9,6 +9,8 @@ from __future__ import annotations
 import html
 from typing import Any
 
+from soak.store.records import StoredEvent
+
 # Each marker class: its colour, line dash, and the words used in the legend under the charts.
 STYLES: dict[str, dict[str, str]] = {
     "warmup": {"color": "#6b7280", "dash": "dash", "label": "warm-up end"},
@@ -59,38 +61,38 @@ def _line(t_s: float, kind: str, label: str) -> dict[str, Any]:
     return {"class": kind, "t_s": t_s, "end_s": None, "label": label}
 
 
-def _event_label(event: dict[str, Any]) -> str:
-    message = event.get("message") or ""
-    return f"{event['kind']}: {message}" if message else event["kind"]
+def _event_label(event: StoredEvent) -> str:
+    message = event.message or ""
+    return f"{event.kind}: {message}" if message else str(event.kind)
 
 
 SPAN_KINDS = {"probe": ("probe_start", "probe_end", "idle probe"),
               "outage": ("outage_start", "outage_end", "server outage")}
 
 
-def spans(events: list[dict[str, Any]], span_class: str, end_s: float) -> list[dict[str, Any]]:
+def spans(events: list[StoredEvent], span_class: str, end_s: float) -> list[dict[str, Any]]:
     """Probes or outages as (start, end) spans: each start paired with the next end (or the run's end)."""
     start_kind, end_kind, label = SPAN_KINDS[span_class]
     found, opened = [], None
     for event in events:
-        if event["kind"] == start_kind and opened is None:
+        if event.kind == start_kind and opened is None:
             opened = event
-        elif event["kind"] == end_kind and opened is not None:
-            found.append({"class": span_class, "t_s": opened["t_s"], "end_s": event["t_s"], "label": label})
+        elif event.kind == end_kind and opened is not None:
+            found.append({"class": span_class, "t_s": opened.t_s, "end_s": event.t_s, "label": label})
             opened = None
     if opened is not None:
-        found.append({"class": span_class, "t_s": opened["t_s"], "end_s": end_s, "label": f"{label} (no end)"})
+        found.append({"class": span_class, "t_s": opened.t_s, "end_s": end_s, "label": f"{label} (no end)"})
     return found
 
 
-def build_markers(events: list[dict[str, Any]], warmup_s: float | None, end_s: float) -> list[dict[str, Any]]:
+def build_markers(events: list[StoredEvent], warmup_s: float | None, end_s: float) -> list[dict[str, Any]]:
     """The markers of a run, in time order; the warm-up line comes from the run's own warm-up length."""
     markers = [_line(float(warmup_s), "warmup", "warm-up end")] if warmup_s else []
     for event in events:
-        kind = event_class(event["kind"])
+        kind = event_class(event.kind)
         if kind in ("probe", "outage", "other") or (kind == "warmup" and warmup_s):
             continue  # probes and outages are spans (below); warmup_end duplicates the line above
-        markers.append(_line(event["t_s"], kind, _event_label(event)))
+        markers.append(_line(event.t_s, kind, _event_label(event)))
     markers.extend(spans(events, "probe", end_s) + spans(events, "outage", end_s))
     return sorted(cap_markers(markers), key=lambda marker: marker["t_s"])
 

@@ -26,6 +26,7 @@ from soak.report.formatting import (
     quantity_texts,
 )
 from soak.store.models import ALL_SCENARIOS, ERROR_CLASSES
+from soak.store.records import StoredEvent, StoredRun
 
 VERDICT_ORDER = ("FAIL", "INVALID", "SUSPECT", "INCONCLUSIVE", "SKIPPED", "PASS")  # the run verdict's order
 UNSETTLED = ("INVALID", "FAIL", "INCONCLUSIVE", "SUSPECT")  # the verdicts a reader must act on
@@ -93,35 +94,35 @@ def stop_line(reason: str | None) -> str | None:
     return f"Why it ended: {reason}" if reason and reason != "completed" else None
 
 
-def header(run: dict[str, Any], summary: dict[str, Any], duration_s: float | None) -> dict[str, Any]:
+def header(run: StoredRun, summary: dict[str, Any], duration_s: float | None) -> dict[str, Any]:
     """The verdict banner and the run's identity, status, times and duration against plan."""
-    verdict = str(summary.get("verdict") or run.get("verdict") or "UNKNOWN").upper()
-    planned_s = run.get("planned_duration_s")
+    verdict = str(summary.get("verdict") or run.verdict or "UNKNOWN").upper()
+    planned_s = run.planned_duration_s
     share = duration_s / planned_s if is_number(duration_s) and is_number(planned_s) and planned_s > 0 else None
     return {
         "verdict": verdict, "verdict_class": verdict_class(verdict),
-        "reason": summary.get("verdict_reason") or run.get("verdict_reason") or "",
-        "run_id": run["id"], "status": run["status"],
-        "started": format_utc(run.get("started_at")), "ended": format_utc(run.get("ended_at")),
+        "reason": summary.get("verdict_reason") or run.verdict_reason or "",
+        "run_id": run.id, "status": run.status,
+        "started": format_utc(run.started_at), "ended": format_utc(run.ended_at),
         "duration": format_span(duration_s), "planned": format_span(planned_s),
         "duration_share": format_percent(share) if share is not None else MISSING,
         "short": share is not None and share < 0.99,
-        "target": {"kind": run.get("target_kind"), "url": run.get("target_url"), "model": run.get("model"),
+        "target": {"kind": run.target_kind, "url": run.target_url, "model": run.model,
                    "dialect": (summary.get("target") or {}).get("dialect")},
         "not_measured": [f"Not measured: {line}" for line in (summary.get("target") or {}).get("not_measured") or []],
-        "schedule": run.get("schedule_name"),
-        "labels": run.get("labels") or summary.get("labels") or {},
+        "schedule": run.schedule_name,
+        "labels": run.labels or summary.get("labels") or {},
         "counts": verdict_counts(summary.get("findings") or []),
         "exhaustion": exhaustion_lines(summary.get("findings") or []),
         "stop_reason": stop_line(summary.get("stop_reason")),
     }
 
 
-def run_duration_s(run: dict[str, Any], last_sample_s: float) -> float | None:
+def run_duration_s(run: StoredRun, last_sample_s: float) -> float | None:
     """The run's length: as recorded, else end − start, else up to its last sample (a run still going or killed)."""
-    if is_number(run.get("duration_s")):
-        return float(run["duration_s"])
-    started, ended = parse_utc(run.get("started_at")), parse_utc(run.get("ended_at"))
+    if is_number(run.duration_s):
+        return float(run.duration_s)
+    started, ended = parse_utc(run.started_at), parse_utc(run.ended_at)
     if started and ended:
         return (ended - started).total_seconds()
     return last_sample_s if last_sample_s > 0 else None
@@ -238,12 +239,12 @@ def request_totals(windows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return totals
 
 
-def run_facts(run: dict[str, Any], events: list[dict[str, Any]], windows: list[dict[str, Any]],
+def run_facts(run: StoredRun, events: list[StoredEvent], windows: list[dict[str, Any]],
               duration_s: float | None) -> dict[str, Any]:
     """The Run section: durations, window plan, phases, request totals."""
     return {
-        "duration": format_span(duration_s), "planned": format_span(run.get("planned_duration_s")),
-        "warmup": format_span(run.get("warmup_s")), "window": format_span(run.get("window_s")),
+        "duration": format_span(duration_s), "planned": format_span(run.planned_duration_s),
+        "warmup": format_span(run.warmup_s), "window": format_span(run.window_s),
         "windows": len({row["window_index"] for row in windows if row["window_index"] >= 0}),
         "phases": timeline.phases(events, duration_s),
         "totals": request_totals(windows),
@@ -252,10 +253,10 @@ def run_facts(run: dict[str, Any], events: list[dict[str, Any]], windows: list[d
     }
 
 
-def trace_facts(events: list[dict[str, Any]], windows: list[dict[str, Any]],
+def trace_facts(events: list[StoredEvent], windows: list[dict[str, Any]],
                 duration_s: float | None) -> dict[str, Any] | None:
     """The trace a `--trace` run replayed beside what it sent (summary.json's `trace`); None without one."""
-    found = [event["data"] for event in events if event["kind"] == EventKind.TRACE and event.get("data")]
+    found = [event.data for event in events if event.kind == EventKind.TRACE and event.data]
     if not found:
         return None
     trace, sent = found[-1], [row for row in windows if row["scenario"] == ALL_SCENARIOS]
@@ -318,19 +319,19 @@ def command_line(value: Any) -> str:
     return format_value(value)
 
 
-def environment(run: dict[str, Any]) -> dict[str, Any]:
+def environment(run: StoredRun) -> dict[str, Any]:
     """The Environment section: known keys first (missing as "—"), then any others, then target and config."""
-    env = run.get("environment") or {}
+    env = run.environment or {}
     keys = list(ENVIRONMENT_KEYS) + sorted(key for key in env if key not in ENVIRONMENT_KEYS)
     rows = [{"key": key, "lines": value_lines(env.get(key))} for key in keys]
     return {
         "rows": rows,
-        "target": [{"key": "target kind", "lines": value_lines(run.get("target_kind"))},
-                   {"key": "target URL", "lines": value_lines(run.get("target_url"))},
-                   {"key": "model", "lines": value_lines(run.get("model"))},
-                   {"key": "server command", "lines": [command_line(run.get("server_cmd"))]},
-                   {"key": "output folder", "lines": value_lines(run.get("out_dir"))}],
-        "config": json.dumps(run.get("config") or {}, indent=2, sort_keys=True, ensure_ascii=False, default=str),
+        "target": [{"key": "target kind", "lines": value_lines(run.target_kind)},
+                   {"key": "target URL", "lines": value_lines(run.target_url)},
+                   {"key": "model", "lines": value_lines(run.model)},
+                   {"key": "server command", "lines": [command_line(run.server_cmd)]},
+                   {"key": "output folder", "lines": value_lines(run.out_dir)}],
+        "config": json.dumps(run.config or {}, indent=2, sort_keys=True, ensure_ascii=False, default=str),
     }
 
 

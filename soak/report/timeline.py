@@ -23,6 +23,7 @@ from soak.report.formatting import (
     raw_json,
 )
 from soak.report.markers import event_class
+from soak.store.records import StoredEvent
 
 MAX_EVENT_ROWS = 2000
 PROBE_KINDS = ("probe_start", "probe_drained", "probe_drain_timeout", "probe_reading", "probe_end",
@@ -55,16 +56,16 @@ def phase_title(data: dict[str, Any], fallback: str) -> str:
     return f"phase {index + 1}" if isinstance(index, int) else str(data.get("name") or fallback)
 
 
-def phases(events: list[dict[str, Any]], end_s: float | None) -> list[dict[str, Any]]:
+def phases(events: list[StoredEvent], end_s: float | None) -> list[dict[str, Any]]:
     """Each phase as a row: start, a sentence (`steady at 2 req/s for 40s`) and the recorded settings."""
-    phase_events = [event for event in events if event["kind"] == "phase"]
+    phase_events = [event for event in events if event.kind == "phase"]
     rows = []
     for i, event in enumerate(phase_events):
-        until_s = phase_events[i + 1]["t_s"] if i + 1 < len(phase_events) else end_s
-        data = event.get("data") if isinstance(event.get("data"), dict) else {}
-        lasted = format_span(until_s - event["t_s"]) if is_number(until_s) else MISSING
-        rows.append({"start": format_elapsed(event["t_s"]), "name": phase_title(data, event.get("message") or "phase"),
-                     "sentence": f"{phase_load(data)} for {lasted}" if data else str(event.get("message") or ""),
+        until_s = phase_events[i + 1].t_s if i + 1 < len(phase_events) else end_s
+        data = event.data
+        lasted = format_span(until_s - event.t_s) if is_number(until_s) else MISSING
+        rows.append({"start": format_elapsed(event.t_s), "name": phase_title(data, event.message or "phase"),
+                     "sentence": f"{phase_load(data)} for {lasted}" if data else str(event.message or ""),
                      "lasted": lasted, "raw": raw_json(data) if data else ""})
     return rows
 
@@ -110,67 +111,67 @@ def probe_sentence(number: int, parts: dict[str, dict[str, Any]]) -> str:
     return text + (f"; idle for {format_seconds(end['duration_s'])}" if is_number(end.get("duration_s")) else "")
 
 
-def _probe_row(number: int, group: list[dict[str, Any]]) -> dict[str, Any]:
-    parts = {event["kind"]: event.get("data") if isinstance(event.get("data"), dict) else {} for event in group}
+def _probe_row(number: int, group: list[StoredEvent]) -> dict[str, Any]:
+    parts = {event.kind: event.data for event in group}
     first = group[0]
     bad = "probe_drain_timeout" in parts
     return _row(first, "idle probe", "probe_timeout" if bad else "probe", probe_sentence(number, parts), group)
 
 
-def _probe_key(event: dict[str, Any], open_key: Any) -> Any:
+def _probe_key(event: StoredEvent, open_key: Any) -> Any:
     """The probe an event belongs to: its recorded index, else the probe still open, else a probe of its own."""
-    data = event.get("data") if isinstance(event.get("data"), dict) else {}
+    data = event.data
     if isinstance(data.get("index"), int):
         return data["index"]
-    return open_key if open_key is not None and event["kind"] != "probe_start" else ("at", event["t_s"])
+    return open_key if open_key is not None and event.kind != "probe_start" else ("at", event.t_s)
 
 
 # ---- rows ---------------------------------------------------------------------------------------------
 
-def _raw(events: list[dict[str, Any]]) -> str:
+def _raw(events: list[StoredEvent]) -> str:
     """What was recorded for a row, one JSON object per event."""
-    return "\n".join(raw_json({"t_s": round(event["t_s"], 3), "kind": event["kind"],
-                               "message": event.get("message"), "data": event.get("data")}) for event in events)
+    return "\n".join(raw_json({"t_s": round(event.t_s, 3), "kind": event.kind,
+                               "message": event.message, "data": event.data}) for event in events)
 
 
-def _row(first: dict[str, Any], label: str, css: str, text: str, group: list[dict[str, Any]]) -> dict[str, Any]:
-    return {"t_s": first["t_s"], "t": format_elapsed(first["t_s"]), "at": format_utc(first.get("at")),
+def _row(first: StoredEvent, label: str, css: str, text: str, group: list[StoredEvent]) -> dict[str, Any]:
+    return {"t_s": first.t_s, "t": format_elapsed(first.t_s), "at": format_utc(first.at),
             "kind": label, "class": css, "text": text, "raw": _raw(group)}
 
 
-def event_sentence(event: dict[str, Any]) -> str:
+def event_sentence(event: StoredEvent) -> str:
     """One event's line: phases in words, the rest as the recorder worded them."""
-    data = event.get("data") if isinstance(event.get("data"), dict) else {}
-    if event["kind"] == "phase" and data:
+    data = event.data
+    if event.kind == "phase" and data:
         return f"{phase_title(data, 'phase')}: {phase_load(data)}"
-    if event["kind"] == "warmup_end":
+    if event.kind == "warmup_end":
         return "warm-up over: from here on, windows are judged"
-    return str(event.get("message") or event["kind"].replace("_", " "))
+    return str(event.message or event.kind.replace("_", " "))
 
 
-def _is_match(event: dict[str, Any]) -> bool:
+def _is_match(event: StoredEvent) -> bool:
     """A canary answer that matched the reference (the first answer, the reference itself, is not)."""
-    data = event.get("data") if isinstance(event.get("data"), dict) else {}
-    return event["kind"] == "canary" and data.get("reference") is False
+    data = event.data
+    return event.kind == "canary" and data.get("reference") is False
 
 
-def _canary_row(group: list[dict[str, Any]]) -> dict[str, Any]:
-    span = f"{format_elapsed(group[0]['t_s'])} to +{format_elapsed(group[-1]['t_s'])}"
+def _canary_row(group: list[StoredEvent]) -> dict[str, Any]:
+    span = f"{format_elapsed(group[0].t_s)} to +{format_elapsed(group[-1].t_s)}"
     text = (f"{len(group)} canary answers the same as the reference, +{span}" if len(group) > 1
             else event_sentence(group[0]))
     return _row(group[0], "canary", "other", text, group)
 
 
-def grouped_rows(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def grouped_rows(events: list[StoredEvent]) -> list[dict[str, Any]]:
     """Events as rows: one per probe, one per run of matching canaries, one per other event; in time order."""
     rows, probes, order, open_key, matches = [], {}, [], None, []
     for event in events:
-        if event["kind"] in PROBE_KINDS:
+        if event.kind in PROBE_KINDS:
             key = _probe_key(event, open_key)
             if key not in probes:
                 probes[key], _ = [], order.append(key)
             probes[key].append(event)
-            open_key = None if event["kind"] == "probe_end" else key
+            open_key = None if event.kind == "probe_end" else key
             continue
         if _is_match(event):
             matches.append(event)
@@ -178,7 +179,7 @@ def grouped_rows(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if matches:
             rows.append(_canary_row(matches))
             matches = []
-        rows.append(_row(event, event["kind"].replace("_", " "), event_class(event["kind"]),
+        rows.append(_row(event, event.kind.replace("_", " "), event_class(event.kind),
                          event_sentence(event), [event]))
     if matches:
         rows.append(_canary_row(matches))
@@ -186,7 +187,7 @@ def grouped_rows(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return sorted(rows, key=lambda row: row["t_s"])
 
 
-def events_table(events: list[dict[str, Any]]) -> dict[str, Any]:
+def events_table(events: list[StoredEvent]) -> dict[str, Any]:
     """The Events section: grouped rows in time order (capped, with the number left out)."""
     rows = grouped_rows(events)
     return {"rows": rows[:MAX_EVENT_ROWS], "left_out": max(len(rows) - MAX_EVENT_ROWS, 0),

@@ -8,7 +8,6 @@ import os
 import signal
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 import psutil
 from sqlalchemy import update
@@ -17,14 +16,15 @@ from soak.contracts import Summary
 from soak.errors import ConfigError
 from soak.run.finalise import finalise_run
 from soak.store.models import Run
+from soak.store.records import StoredRun
 from soak.store.store import Store
 
 log = logging.getLogger(__name__)
 
 
-def end_left_server(run: dict[str, Any]) -> str | None:
+def end_left_server(run: StoredRun) -> str | None:
     """SIGTERM the recorded server process group, only if its leader still runs the recorded command."""
-    pgid, recorded = run.get("server_pgid"), run.get("server_cmd")
+    pgid, recorded = run.server_pgid, run.server_cmd
     if not pgid or not recorded:
         return None
     try:
@@ -39,22 +39,22 @@ def end_left_server(run: dict[str, Any]) -> str | None:
     return f"sent SIGTERM to the left-behind server group {pgid}"
 
 
-def mark_ended_at_last_heartbeat(store: Store, run: dict[str, Any]) -> None:
+def mark_ended_at_last_heartbeat(store: Store, run: StoredRun) -> None:
     """A killed soak never wrote its end: take its last heartbeat as the end of what was collected."""
-    ended_at = run.get("heartbeat_at") or run["started_at"]
-    duration_s = (datetime.fromisoformat(ended_at) - datetime.fromisoformat(run["started_at"])).total_seconds()
+    ended_at = run.heartbeat_at or run.started_at
+    duration_s = (datetime.fromisoformat(ended_at) - datetime.fromisoformat(run.started_at)).total_seconds()
     with store.writing() as session:
-        session.execute(update(Run).where(Run.id == run["id"]).values(ended_at=ended_at, duration_s=duration_s))
+        session.execute(update(Run).where(Run.id == run.id).values(ended_at=ended_at, duration_s=duration_s))
 
 
-def close_run(store: Store, run: dict[str, Any], gates_file: Path | None) -> Summary:
+def close_run(store: Store, run: StoredRun, gates_file: Path | None) -> Summary:
     """Finalise an aborted (or already finished) run; a run whose soak is alive is refused."""
-    if run["status"] == "running":
-        raise ConfigError(f"run {run['id']} is still running (soak pid {run['soak_pid']}): stop it first")
+    if run.status == "running":
+        raise ConfigError(f"run {run.id} is still running (soak pid {run.soak_pid}): stop it first")
     note = end_left_server(run)
     if note:
         log.warning(note)
-    status = "aborted" if run["status"] in ("running", "aborted") else run["status"]
-    if not run.get("ended_at"):
+    status = "aborted" if run.status in ("running", "aborted") else run.status
+    if not run.ended_at:
         mark_ended_at_last_heartbeat(store, run)
-    return finalise_run(store, run["id"], stopped_early=status != "completed", gates_file=gates_file, status=status)
+    return finalise_run(store, run.id, stopped_early=status != "completed", gates_file=gates_file, status=status)

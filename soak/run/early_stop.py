@@ -11,6 +11,7 @@ nothing but a poll per tick.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import math
@@ -108,7 +109,7 @@ def look_at(store: Store, run_id: str, gates: Gates, windows: int) -> Look:
     from soak.analysis.loader import load_run_data
 
     run = store.get_run(run_id)
-    run["duration_s"] = run["warmup_s"] + windows * run["window_s"]
+    run = dataclasses.replace(run, duration_s=run.warmup_s + windows * run.window_s)
     data = load_run_data(store, run, stopped_early=True)
     return judge_look(data, gates, windows)
 

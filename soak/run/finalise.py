@@ -5,6 +5,7 @@ Used at the end of `soak start`, by `soak close` for an aborted run, and by `soa
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from pathlib import Path
@@ -14,12 +15,13 @@ from soak.contracts import Summary, SummaryFinding, Verdict, loads_summary
 from soak.run.environment import dumps
 from soak.run.summary import build_summary
 from soak.store.models import Run
+from soak.store.records import StoredRun
 from soak.store.store import Store
 
 log = logging.getLogger(__name__)
 
 
-def analyse_stored_run(store: Store, run: dict[str, Any], stopped_early: bool, gates_file: Path | None
+def analyse_stored_run(store: Store, run: StoredRun, stopped_early: bool, gates_file: Path | None
                        ) -> tuple[list[SummaryFinding], Verdict, str]:
     """(findings, overall verdict, reason) for a stored run."""
     from soak.analysis import analyse, load_gates, overall_verdict
@@ -40,9 +42,9 @@ def baseline_comparison(store: Store, summary: Summary, baseline_id: str | None,
     from soak.analysis import compare_baseline, load_gates
 
     baseline_run = store.get_run(baseline_id)
-    if not baseline_run.get("summary_json"):
+    if not baseline_run.summary_json:
         return {"run_id": baseline_id, "rows": [], "note": "the baseline run has no summary yet"}
-    finding, rows = compare_baseline(summary.to_json_dict(), loads_summary(baseline_run["summary_json"]),
+    finding, rows = compare_baseline(summary.to_json_dict(), loads_summary(baseline_run.summary_json),
                                      load_gates(gates_file))
     summary.findings.append(SummaryFinding.model_validate(finding.to_dict()))
     return {"run_id": baseline_id, "rows": rows}
@@ -64,18 +66,18 @@ def apply_baseline_verdict(summary: Summary, gates_file: Path | None = None, sto
     summary.verdict, summary.verdict_reason = overall_verdict(findings, load_gates(gates_file), stopped_early)
 
 
-def write_outputs(store: Store, run: dict[str, Any], summary: Summary, baseline: dict[str, Any] | None,
+def write_outputs(store: Store, run: StoredRun, summary: Summary, baseline: dict[str, Any] | None,
                   report_dir: Path | None = None) -> None:
     """report.html and summary.json in `report_dir`, by default the run's folder (the summary records
     where the report is)."""
     from soak.report import render_report
 
-    run_dir = Path(report_dir or run["out_dir"])
+    run_dir = Path(report_dir or run.out_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     report_path = run_dir / "report.html"
     summary.report_html = str(report_path)
     document = summary.to_json_dict()
-    render_report(store, run["id"], document, report_path, baseline=baseline)
+    render_report(store, run.id, document, report_path, baseline=baseline)
     (run_dir / "summary.json").write_text(json.dumps(document, indent=2, default=str) + "\n", encoding="utf-8")
 
 
@@ -100,7 +102,7 @@ def finalise_run(store: Store, run_id: str, stopped_early: bool, gates_file: Pat
     """
     run = store.get_run(run_id)
     if status:
-        run["status"] = status
+        run = dataclasses.replace(run, status=status)
     findings, verdict, reason = analyse_stored_run(store, run, stopped_early, gates_file)
     summary = build_summary(run, store, findings, verdict, reason, report_html=None)
     comparison = baseline_comparison(store, summary, baseline, gates_file)

@@ -8,13 +8,12 @@ writes when it ends. The live view (soak.web) renders the same summary.
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 from soak.contracts import Summary
 from soak.run.finalise import analyse_stored_run, apply_baseline_verdict, baseline_comparison
 from soak.run.summary import build_summary
+from soak.store.records import StoredRun
 from soak.store.store import Store
 from soak.units import format_duration
 
@@ -22,18 +21,7 @@ IN_PROGRESS_HTML = "report-in-progress.html"
 IN_PROGRESS_JSON = "summary-in-progress.json"
 
 
-def elapsed_s(run: dict[str, Any], now: datetime | None = None) -> float:
-    """Seconds since the run started (to its end, once it has one)."""
-    started = datetime.fromisoformat(run["started_at"])
-    end = datetime.fromisoformat(run["ended_at"]) if run.get("ended_at") else (now or datetime.now(UTC))
-    if started.tzinfo is None:
-        started = started.replace(tzinfo=UTC)
-    if end.tzinfo is None:
-        end = end.replace(tzinfo=UTC)
-    return max((end - started).total_seconds(), 0.0)
-
-
-def in_progress_summary(store: Store, run: dict[str, Any], gates_file: Path | None = None) -> Summary:
+def in_progress_summary(store: Store, run: StoredRun, gates_file: Path | None = None) -> Summary:
     """The summary of what a running run has stored so far, marked `in_progress`; its verdict is provisional.
 
     The checks judge the data as it stands (not as a run stopped early: the run has not stopped), and the
@@ -45,9 +33,9 @@ def in_progress_summary(store: Store, run: dict[str, Any], gates_file: Path | No
     return summary
 
 
-def mark_provisional(summary: Summary, run: dict[str, Any]) -> None:
+def mark_provisional(summary: Summary, run: StoredRun) -> None:
     """Prefix the verdict's reason with how far the run has got, so no one reads it as the final word."""
-    so_far = f"{format_duration(elapsed_s(run))} of {format_duration(run['planned_duration_s'])}"
+    so_far = f"{format_duration(run.elapsed_s())} of {format_duration(run.planned_duration_s)}"
     summary.verdict_reason = f"provisional, the run is in progress ({so_far}): {summary.verdict_reason}"
 
 
@@ -63,7 +51,7 @@ def write_in_progress_report(store: Store, run_id: str, gates_file: Path | None 
     comparison = baseline_comparison(store, summary, baseline, gates_file)
     apply_baseline_verdict(summary, gates_file)
     mark_provisional(summary, run)
-    folder = Path(report_dir or run["out_dir"])
+    folder = Path(report_dir or run.out_dir)
     summary.report_html = str(folder / IN_PROGRESS_HTML)
     document = summary.to_json_dict()
     render_report(store, run_id, document, folder / IN_PROGRESS_HTML, baseline=comparison)

@@ -6,7 +6,6 @@ P99s cover the windows after the warm-up.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import func, select
@@ -50,17 +49,15 @@ def _measured_p99_ms(store: Store, run_id: str) -> P99Ms:
 def read_progress(store: Store, run_id: str) -> Progress:
     """Elapsed and remaining time, requests, errors, P99s and server memory of a run."""
     run = store.get_run(run_id)
-    started = datetime.fromisoformat(run["started_at"])
-    end = datetime.fromisoformat(run["ended_at"]) if run["ended_at"] else datetime.now(UTC)
-    elapsed_s = (end - started).total_seconds()
+    elapsed_s = run.elapsed_s()
     requests, errors = _measured_counts(store, run_id)
     return Progress(
-        stage=stage_at(elapsed_s, run["warmup_s"]) if run["status"] == "running" else None,
-        run_id=run_id, status=run["status"], verdict=run["verdict"], elapsed_s=elapsed_s,
-        duration_s=run["planned_duration_s"], remaining_s=max(run["planned_duration_s"] - elapsed_s, 0.0),
-        requests=requests, errors=errors, rate_rps=measured_rate_rps(requests, elapsed_s, run["warmup_s"]),
+        stage=stage_at(elapsed_s, run.warmup_s) if run.status == "running" else None,
+        run_id=run_id, status=run.status, verdict=run.verdict, elapsed_s=elapsed_s,
+        duration_s=run.planned_duration_s, remaining_s=max(run.planned_duration_s - elapsed_s, 0.0),
+        requests=requests, errors=errors, rate_rps=measured_rate_rps(requests, elapsed_s, run.warmup_s),
         p99_ms=_measured_p99_ms(store, run_id), server_rss_bytes=_latest_server_rss_bytes(store, run_id),
-        heartbeat_at=run["heartbeat_at"], out_dir=run["out_dir"],
+        heartbeat_at=run.heartbeat_at, out_dir=run.out_dir,
     )
 
 

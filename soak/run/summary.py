@@ -29,6 +29,7 @@ from soak.contracts import (
 from soak.slo import stored_slo_ms
 from soak.store.histograms import merged_percentiles
 from soak.store.models import ALL_SCENARIOS, ERROR_CLASSES, LatencyWindowRow, RequestWindowRow
+from soak.store.records import StoredEvent, StoredRun
 from soak.store.store import Store
 
 SUMMARY_METRICS = tuple(LatencyMs.model_fields)  # ttft, itl, e2e
@@ -57,9 +58,9 @@ def latency_summary(store: Store, run_id: str) -> LatencyMs:
     return LatencyMs(**result)
 
 
-def goodput_of(store: Store, run: dict[str, Any]) -> SummaryGoodput | None:
+def goodput_of(store: Store, run: StoredRun) -> SummaryGoodput | None:
     """The share of requests meeting the run's `--slo` after warm-up, overall and per window; None without one."""
-    rows = [row for row in store.read_rows(RequestWindowRow, run["id"], scenario=ALL_SCENARIOS)
+    rows = [row for row in store.read_rows(RequestWindowRow, run.id, scenario=ALL_SCENARIOS)
             if row["window_index"] >= 0 and row.get("slo_met") is not None]
     if not rows:
         return None
@@ -67,16 +68,16 @@ def goodput_of(store: Store, run: dict[str, Any]) -> SummaryGoodput | None:
                              good=row["slo_met"], share=row["slo_met"] / finished)
                for row in rows if (finished := row["requests"] - row["cancelled"]) > 0]
     requests, good = sum(w.requests for w in windows), sum(w.good for w in windows)
-    return SummaryGoodput(slo_ms=stored_slo_ms(run), requests=requests, good=good,
+    return SummaryGoodput(slo_ms=stored_slo_ms(run.config), requests=requests, good=good,
                           share=good / requests if requests else None, windows=windows)
 
 
-def largest_counts(events: list[dict[str, Any]], kind: str, key: tuple[str, ...]) -> list[dict[str, Any]]:
+def largest_counts(events: list[StoredEvent], kind: str, key: tuple[str, ...]) -> list[dict[str, Any]]:
     """The data of `kind` events, one per group (`key` fields), the one with the largest count; most first."""
     best: dict[tuple[Any, ...], dict[str, Any]] = {}
     for event in events:
-        data = event.get("data") or {}
-        if event["kind"] != kind or not isinstance(data.get("count"), int):
+        data = event.data
+        if event.kind != kind or not isinstance(data.get("count"), int):
             continue
         group = tuple(data.get(name) for name in key)
         if group not in best or data["count"] > best[group]["count"]:
@@ -84,68 +85,68 @@ def largest_counts(events: list[dict[str, Any]], kind: str, key: tuple[str, ...]
     return sorted(best.values(), key=lambda data: -data["count"])
 
 
-def error_messages(events: list[dict[str, Any]]) -> list[ErrorMessage]:
+def error_messages(events: list[StoredEvent]) -> list[ErrorMessage]:
     """Failed requests grouped by message (the ledger's `error_message` events)."""
     return [ErrorMessage.model_validate(data) for data in largest_counts(events, EventKind.ERROR_MESSAGE, ("message",))]
 
 
-def validation_gaps(events: list[dict[str, Any]]) -> list[ValidationGap]:
+def validation_gaps(events: list[StoredEvent]) -> list[ValidationGap]:
     """200s where a refusal was expected, per scenario and expectation (the ledger's `validation_gap` events)."""
     groups = largest_counts(events, EventKind.VALIDATION_GAP, ("scenario", "expectation"))
     return [ValidationGap.model_validate(data) for data in groups]
 
 
-def context_of(events: list[dict[str, Any]]) -> SummaryContext | None:
+def context_of(events: list[StoredEvent]) -> SummaryContext | None:
     """The context length the load stage used (its `context_length` event), if recorded."""
-    found = [event["data"] for event in events if event["kind"] == EventKind.CONTEXT_LENGTH and event.get("data")]
+    found = [event.data for event in events if event.kind == EventKind.CONTEXT_LENGTH and event.data]
     return SummaryContext.model_validate(found[-1]) if found else None
 
 
-def trace_of(store: Store, run: dict[str, Any], events: list[dict[str, Any]]) -> SummaryTrace | None:
+def trace_of(store: Store, run: StoredRun, events: list[StoredEvent]) -> SummaryTrace | None:
     """The trace the run replayed (its `trace` event) beside what was sent of it; None without --trace."""
-    found = [event["data"] for event in events if event["kind"] == EventKind.TRACE and event.get("data")]
+    found = [event.data for event in events if event.kind == EventKind.TRACE and event.data]
     if not found:
         return None
-    windows = store.read_rows(RequestWindowRow, run["id"], scenario=ALL_SCENARIOS)
-    return trace_summary(found[-1], windows, run.get("duration_s"))
+    windows = store.read_rows(RequestWindowRow, run.id, scenario=ALL_SCENARIOS)
+    return trace_summary(found[-1], windows, run.duration_s)
 
 
-def target_of(run: dict[str, Any], events: list[dict[str, Any]]) -> SummaryTarget:
+def target_of(run: StoredRun, events: list[StoredEvent]) -> SummaryTarget:
     """The server loaded: kind, URL, model, the dialect its /metrics was read in, and what it left unmeasured."""
-    dialects = [event["data"] for event in events if event["kind"] == EventKind.SERVER_DIALECT and event.get("data")]
-    missing = not_measured(Event(t_s=e["t_s"], kind=e["kind"], data=e.get("data") or {}) for e in events)
-    return SummaryTarget(kind=run["target_kind"], url=run["target_url"], model=run["model"],
+    dialects = [event.data for event in events if event.kind == EventKind.SERVER_DIALECT and event.data]
+    missing = not_measured(Event(t_s=e.t_s, kind=e.kind, data=e.data) for e in events)
+    return SummaryTarget(kind=run.target_kind, url=run.target_url, model=run.model,
                          dialect=dialects[-1].get("dialect") if dialects else None, not_measured=missing or None)
 
 
-def workers_of(events: list[dict[str, Any]]) -> SummaryWorkers | None:
+def workers_of(events: list[StoredEvent]) -> SummaryWorkers | None:
     """The load workers the run started with (`workers_joined`) and those it lost (`worker_lost`), if it had any."""
-    joined = [event["data"] for event in events if event["kind"] == EventKind.WORKERS_JOINED and event.get("data")]
+    joined = [event.data for event in events if event.kind == EventKind.WORKERS_JOINED and event.data]
     if not joined:
         return None
     workers = joined[-1].get("workers") or []
-    lost = [LostWorker(t_s=event["t_s"], **{key: event["data"].get(key) for key in
+    lost = [LostWorker(t_s=event.t_s, **{key: event.data.get(key) for key in
                                              ("index", "host", "pid", "why", "unseen_s", "on_loss")})
-            for event in events if event["kind"] == EventKind.WORKER_LOST]
+            for event in events if event.kind == EventKind.WORKER_LOST]
     return SummaryWorkers(joined=len(workers), remote=sum(not w.get("local") for w in workers), lost=lost)
 
 
-def stop_reason(events: list[dict[str, Any]]) -> str | None:
+def stop_reason(events: list[StoredEvent]) -> str | None:
     """Why the run ended, as its `run_end` event says (None while it runs, or for a killed run)."""
-    ends = [event for event in events if event["kind"] == EventKind.RUN_END]
-    return (ends[-1]["message"] or None) if ends else None
+    ends = [event for event in events if event.kind == EventKind.RUN_END]
+    return (ends[-1].message or None) if ends else None
 
 
-def build_summary(run: dict[str, Any], store: Store, findings: list[SummaryFinding], verdict: Verdict,
+def build_summary(run: StoredRun, store: Store, findings: list[SummaryFinding], verdict: Verdict,
                   reason: str, report_html: str | None) -> Summary:
     """The summary of a stored run (docs/summary.md)."""
-    events = store.read_events(run["id"])
+    events = store.read_events(run.id)
     return Summary(
-        run_id=run["id"], status=run["status"], started_at=run["started_at"], ended_at=run["ended_at"],
-        duration_s=run["duration_s"], planned_duration_s=run["planned_duration_s"],
-        target=target_of(run, events), labels=run.get("labels") or None,
+        run_id=run.id, status=run.status, started_at=run.started_at, ended_at=run.ended_at,
+        duration_s=run.duration_s, planned_duration_s=run.planned_duration_s,
+        target=target_of(run, events), labels=run.labels or None,
         verdict=verdict, verdict_reason=reason, findings=findings,
-        totals=request_totals(store, run["id"]), latency_ms=latency_summary(store, run["id"]),
+        totals=request_totals(store, run.id), latency_ms=latency_summary(store, run.id),
         context=context_of(events), error_messages=error_messages(events), validation_gaps=validation_gaps(events),
         workers=workers_of(events), goodput=goodput_of(store, run), trace=trace_of(store, run, events),
         report_html=report_html,

@@ -11,6 +11,8 @@ from typing import Any
 from sqlalchemy import select
 
 from soak.contracts import loads_summary
+from soak.store.models import Run
+from soak.store.records import StoredRun
 from soak.store.schedule_models import ScheduleEvent
 from soak.store.store import Store
 
@@ -20,22 +22,19 @@ NO_SUMMARY_SCHEMA = "soak.run.summary/1"
 
 
 def last_run(store: Store, name: str) -> dict[str, Any] | None:
-    """The newest run tagged with this schedule (or, failing that, named by its events), with verdict."""
-    from soak.store.models import Run
-    from soak.store.queries import effective_status, row_to_dict
-
+    """The newest run tagged with this schedule (or, failing that, named by its events), with verdict: the few
+    fields `soak schedule list` shows (JSON)."""
     query = select(Run).where(Run.schedule_name == name).order_by(Run.id.desc()).limit(1)
-    found = [row_to_dict(run) for run in store.scalars(query)]
+    found = store.runs(query)
     if not found:
         run_ids = select(ScheduleEvent.run_id).where(ScheduleEvent.schedule_name == name,
                                                      ScheduleEvent.run_id.is_not(None))
-        found = [row_to_dict(run) for run in store.scalars(select(Run).where(Run.id.in_(run_ids))
-                                                           .order_by(Run.id.desc()).limit(1))]
+        found = store.runs(select(Run).where(Run.id.in_(run_ids)).order_by(Run.id.desc()).limit(1))
     if not found:
         return None
     run = found[0]
-    return {"id": run["id"], "status": effective_status(run), "verdict": run["verdict"],
-            "started_at": run["started_at"], "ended_at": run["ended_at"]}
+    return {"id": run.id, "status": run.status, "verdict": run.verdict, "started_at": run.started_at,
+            "ended_at": run.ended_at}
 
 
 def describe_exit(exit_code: int) -> str:
@@ -99,14 +98,11 @@ def read_outcome(store: Store, out_dir: Path, pid: int, spawned_epoch_s: float, 
     return outcome_of_run(run, out_dir, exit_code, log_path)
 
 
-def run_started_by(store: Store, pid: int, since_epoch_s: float) -> dict[str, Any] | None:
-    """The run row written by process `pid` after `since_epoch_s` (PIDs are reused, hence the time)."""
-    from soak.store.models import Run
-    from soak.store.queries import row_to_dict
-
+def run_started_by(store: Store, pid: int, since_epoch_s: float) -> StoredRun | None:
+    """The run written by process `pid` after `since_epoch_s` (PIDs are reused, hence the time)."""
     query = (select(Run).where(Run.soak_pid == pid, Run.t0_epoch_s >= since_epoch_s - 1.0)
              .order_by(Run.id.desc()).limit(1))
-    found = [row_to_dict(run) for run in store.scalars(query)]
+    found = store.runs(query)
     return found[0] if found else None
 
 
@@ -115,17 +111,15 @@ def _exited_status(status: str | None) -> str | None:
     return "aborted" if status == "running" else status
 
 
-def outcome_of_run(run: dict[str, Any], out_dir: Path, exit_code: int, log_path: Path) -> FireOutcome:
+def outcome_of_run(run: StoredRun, out_dir: Path, exit_code: int, log_path: Path) -> FireOutcome:
     """The outcome of a run that recorded itself: its summary.json when it wrote one, else its row."""
-    from soak.store.queries import effective_status
-
     summary = run_summary(run, out_dir)
     if summary is not None:
-        return FireOutcome(exit_code, log_path, run["id"], _exited_status(summary.get("status")),
+        return FireOutcome(exit_code, log_path, run.id, _exited_status(summary.get("status")),
                            summary.get("verdict"), summary.get("verdict_reason"), summary=summary)
-    reason = run["verdict_reason"] or "the run left no summary (it crashed or was killed)"
-    return FireOutcome(exit_code, log_path, run["id"], _exited_status(effective_status(run)), run["verdict"],
-                       reason, started_at=run["started_at"], ended_at=run["ended_at"])
+    reason = run.verdict_reason or "the run left no summary (it crashed or was killed)"
+    return FireOutcome(exit_code, log_path, run.id, _exited_status(run.status), run.verdict,
+                       reason, started_at=run.started_at, ended_at=run.ended_at)
 
 
 def outcome_without_run(exit_code: int, log_path: Path) -> FireOutcome:
@@ -135,13 +129,13 @@ def outcome_without_run(exit_code: int, log_path: Path) -> FireOutcome:
     return FireOutcome(exit_code, log_path, None, "crashed", None, f"{reason}: {tail}" if tail else reason)
 
 
-def run_summary(run: dict[str, Any], out_dir: Path) -> dict[str, Any] | None:
+def run_summary(run: StoredRun, out_dir: Path) -> dict[str, Any] | None:
     """The run's summary.json: from its folder, else the database; None when it wrote none."""
-    for path in (Path(run["out_dir"]) / "summary.json", out_dir / run["id"] / "summary.json"):
+    for path in (Path(run.out_dir) / "summary.json", out_dir / run.id / "summary.json"):
         summary = _read_json(path)
         if summary:
             return summary
-    return loads_summary(run.get("summary_json"))
+    return loads_summary(run.summary_json)
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:

@@ -31,6 +31,7 @@ from soak.store.models import (
     Run,
     ServerSample,
 )
+from soak.store.records import StoredRun
 from soak.store.store import Store
 
 FORMATS = ("csv", "parquet")
@@ -80,14 +81,14 @@ def time_at(t0_epoch_s: float, offset_s: float | None) -> datetime | None:
     return datetime.fromtimestamp(int((t0_epoch_s + offset_s) * 1000) / 1000, UTC)  # whole ms: Parquet's unit
 
 
-def stored_table(store: Store, model: type, run: dict[str, Any]) -> Table:
+def stored_table(store: Store, model: type, run: StoredRun) -> Table:
     """A stored table's rows of one run, with the absolute `time` column when it has a run-relative one."""
     columns = [column for column in model.__table__.columns if column.name not in LEFT_OUT]
     offset = next((name for name in ("t_s", "start_s", "intended_s") if name in model.__table__.columns), None)
     kinds = [(column.name, _kind(column)) for column in columns] + ([("time", "time")] if offset else [])
     order = [model.__table__.columns[name] for name in ("t_s", "window_index", "start_s", "intended_s")
              if name in model.__table__.columns][:1]
-    query = select(*columns).where(model.run_id == run["id"]).order_by(*order)
+    query = select(*columns).where(model.run_id == run.id).order_by(*order)
 
     at = [column.name for column in columns].index(offset) if offset else None
 
@@ -98,7 +99,7 @@ def stored_table(store: Store, model: type, run: dict[str, Any]) -> Table:
                 if at is None:
                     yield [tuple(row) for row in part]
                 else:
-                    yield [(*row, time_at(run["t0_epoch_s"], row[at])) for row in part]
+                    yield [(*row, time_at(run.t0_epoch_s, row[at])) for row in part]
 
     return Table(model.__tablename__, kinds, batches)
 
@@ -112,9 +113,9 @@ def finding_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
-def findings_table(run: dict[str, Any]) -> Table:
+def findings_table(run: StoredRun) -> Table:
     """The findings of the run's stored summary (none for a run not yet finalised)."""
-    summary = loads_summary(run.get("summary_json")) or {}
+    summary = loads_summary(run.summary_json) or {}
     kinds = {"value": "float", "ci_low": "float", "ci_high": "float", "threshold": "float",
              "detection_limit": "float"}
     rows = [tuple(row[name] for name in FINDING_COLUMNS) for row in finding_rows(summary)]
@@ -122,10 +123,10 @@ def findings_table(run: dict[str, Any]) -> Table:
                  lambda: iter([rows] if rows else []))
 
 
-def run_table(run: dict[str, Any]) -> Table:
+def run_table(run: StoredRun) -> Table:
     """The run itself as one row: identity, plan, outcome, labels and environment (both as JSON text)."""
-    row = {name: run.get(name) for name in RUN_COLUMNS}
-    row["labels"], row["environment"] = json.dumps(run.get("labels") or {}), json.dumps(run.get("environment") or {})
+    row = {name: getattr(run, name) for name in RUN_COLUMNS}
+    row["labels"], row["environment"] = json.dumps(run.labels), json.dumps(run.environment)
     kinds = {"duration_s": "float", "planned_duration_s": "float", "warmup_s": "float", "window_s": "float"}
     return Table(Run.__tablename__, [(name, kinds.get(name, "text")) for name in RUN_COLUMNS],
                  lambda: iter([[tuple(row[name] for name in RUN_COLUMNS)]]))
@@ -174,7 +175,7 @@ def write_parquet(table: Table, path: Path) -> int:
     return count
 
 
-def run_tables(store: Store, run: dict[str, Any]) -> list[Table]:
+def run_tables(store: Store, run: StoredRun) -> list[Table]:
     """Every table of one run, in file order: the run, its findings, then the stored tables."""
     return [run_table(run), findings_table(run), *(stored_table(store, model, run) for model in TABLES)]
 

@@ -11,7 +11,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 from sqlalchemy import delete
 
@@ -29,6 +28,7 @@ from soak.store.models import (
     RunLabel,
     ServerSample,
 )
+from soak.store.records import StoredRun
 from soak.store.store import Store
 
 # Every table holding a run's rows, children first (the runs row goes last, whatever the foreign keys do).
@@ -41,9 +41,9 @@ class PrunePlan:
     """Which runs a prune deletes and which old ones it keeps, and why."""
 
     cutoff: str
-    delete: list[dict[str, Any]] = field(default_factory=list)
-    kept_running: list[dict[str, Any]] = field(default_factory=list)
-    kept_labelled: list[dict[str, Any]] = field(default_factory=list)
+    delete: list[StoredRun] = field(default_factory=list)
+    kept_running: list[StoredRun] = field(default_factory=list)
+    kept_labelled: list[StoredRun] = field(default_factory=list)
 
 
 @dataclass
@@ -57,8 +57,8 @@ class PruneResult:
     db_bytes_after: int | None = None
 
 
-def _started(run: dict[str, Any]) -> datetime:
-    started = datetime.fromisoformat(run["started_at"])
+def _started(run: StoredRun) -> datetime:
+    started = datetime.fromisoformat(run.started_at)
     return started if started.tzinfo else started.replace(tzinfo=UTC)
 
 
@@ -74,9 +74,9 @@ def plan_prune(store: Store, older_than_s: float, keep_labels: dict[str, str] | 
     for run in reversed(store.list_runs()):  # oldest first
         if _started(run) >= cutoff:
             continue
-        if run["status"] == "running":
+        if run.status == "running":
             plan.kept_running.append(run)
-        elif _has_any(run["labels"], keep_labels or {}):
+        elif _has_any(run.labels, keep_labels or {}):
             plan.kept_labelled.append(run)
         else:
             plan.delete.append(run)
@@ -85,7 +85,7 @@ def plan_prune(store: Store, older_than_s: float, keep_labels: dict[str, str] | 
 
 def still_running(store: Store, run_id: str) -> bool:
     """Whether the run reads as running now (checked again right before it is deleted)."""
-    return store.get_run(run_id)["status"] == "running"
+    return store.get_run(run_id).status == "running"
 
 
 def delete_run_rows(store: Store, run_id: str) -> None:
@@ -99,15 +99,15 @@ def delete_run_rows(store: Store, run_id: str) -> None:
         raise StorageError(f"cannot delete run {run_id}: {exc}") from None
 
 
-def remove_run_folder(run: dict[str, Any]) -> bool:
+def remove_run_folder(run: StoredRun) -> bool:
     """Remove the run's own folder — only a folder named after the run, so a stray path never costs more."""
-    folder = Path(run.get("out_dir") or "")
-    if folder.name != run["id"] or not folder.is_dir():
+    folder = Path(run.out_dir or "")
+    if folder.name != run.id or not folder.is_dir():
         return False
     try:
         shutil.rmtree(folder)
     except OSError as exc:
-        raise StorageError(f"run {run['id']} is deleted from the database but its folder {folder} is not: "
+        raise StorageError(f"run {run.id} is deleted from the database but its folder {folder} is not: "
                            f"{exc.strerror or exc}") from None
     return True
 
@@ -118,14 +118,14 @@ def prune(store: Store, plan: PrunePlan, say: Callable[[str], None] | None = Non
     say = say or (lambda _text: None)
     result = PruneResult(plan=plan, db_bytes_before=store.size_bytes())
     for run in plan.delete:
-        if still_running(store, run["id"]):  # a `soak close` or a resumed host may have changed it since the plan
+        if still_running(store, run.id):  # a `soak close` or a resumed host may have changed it since the plan
             plan.kept_running.append(run)
             continue
-        say(f"deleting {run['id']}…")
-        delete_run_rows(store, run["id"])
-        result.deleted.append(run["id"])
+        say(f"deleting {run.id}…")
+        delete_run_rows(store, run.id)
+        result.deleted.append(run.id)
         if remove_run_folder(run):
-            result.folders_removed.append(run["out_dir"])
+            result.folders_removed.append(run.out_dir)
     if result.deleted and store.dialect == "sqlite":
         say("giving the space back (VACUUM)…")
         store.vacuum()

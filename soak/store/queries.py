@@ -35,25 +35,25 @@ def _pid_alive(pid: int | None) -> bool:
     return True
 
 
-def _ran_here(run: dict[str, Any]) -> bool:
+def _ran_here(run: Run) -> bool:
     try:
-        return json.loads(run.get("environment_json") or "{}").get("host") == socket.gethostname()
+        return json.loads(run.environment_json or "{}").get("host") == socket.gethostname()
     except ValueError:
         return False
 
 
-def effective_status(run: dict[str, Any], now: datetime | None = None) -> str:
+def effective_status(run: Run, now: datetime | None = None) -> str:
     """The stored status, except that a "running" run whose soak is gone reads as aborted.
 
     Gone = its soak PID is dead on this host, or (for a run started on another host sharing the database)
     its heartbeat is older than STALE_HEARTBEAT_S.
     """
-    if run["status"] != "running":
-        return run["status"]
+    if run.status != "running":
+        return run.status
     if _ran_here(run):
-        return "running" if _pid_alive(run.get("soak_pid")) else "aborted"
+        return "running" if _pid_alive(run.soak_pid) else "aborted"
     now = now or datetime.now(UTC)
-    beat = run.get("heartbeat_at") or run["started_at"]
+    beat = run.heartbeat_at or run.started_at
     age_s = (now - datetime.fromisoformat(beat)).total_seconds()
     return "aborted" if age_s > STALE_HEARTBEAT_S else "running"
 

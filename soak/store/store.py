@@ -8,7 +8,6 @@ empty file, and the store refuses to write (on SQLite the connections are query-
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -23,6 +22,7 @@ from soak.locations import Locations
 from soak.store.db import create_db_engine, migrate, require_sqlite_file
 from soak.store.models import Base, EventRow, Run, RunLabel
 from soak.store.queries import effective_status, row_to_dict, with_labels
+from soak.store.records import StoredEvent, StoredRun
 from soak.store.writer import StoreWriter
 
 LABEL_BATCH = 500  # run ids per IN (…): under every database's bound-parameter limit
@@ -104,36 +104,28 @@ class Store:
         except SQLAlchemyError as exc:
             raise StorageError(f"cannot read the database: {getattr(exc, 'orig', None) or exc}") from None
 
-    def list_runs(self, limit: int | None = None, labels: dict[str, str] | None = None) -> list[dict[str, Any]]:
-        """Runs, newest first, each with its effective status and its `labels`; with `labels`, only the runs
-        carrying all of them."""
-        query = with_labels(select(Run).order_by(Run.id.desc()), labels)
-        if limit:
-            query = query.limit(limit)
-        runs = [row_to_dict(run) for run in self.scalars(query)]
-        labels_of = self.run_labels([run["id"] for run in runs])
-        for run in runs:
-            run["status"] = effective_status(run)
-            run["labels"] = labels_of[run["id"]]
-        return runs
+    def runs(self, query) -> list[StoredRun]:  # query: a select of Run
+        """The runs a select of `Run` finds, each with its labels and effective status."""
+        rows = self.scalars(query)
+        labels_of = self.run_labels([row.id for row in rows])
+        return [StoredRun.from_row(row, labels_of[row.id], effective_status(row)) for row in rows]
 
-    def get_run(self, run_id: str) -> dict[str, Any]:
-        """One run with its effective status, config, environment and labels; UnknownRunError when there is
-        none."""
-        rows = [row_to_dict(run) for run in self.scalars(select(Run).where(Run.id == run_id))]
-        if not rows:
+    def list_runs(self, limit: int | None = None, labels: dict[str, str] | None = None) -> list[StoredRun]:
+        """Runs, newest first; with `labels`, only the runs carrying all of them."""
+        query = with_labels(select(Run).order_by(Run.id.desc()), labels)
+        return self.runs(query.limit(limit) if limit else query)
+
+    def get_run(self, run_id: str) -> StoredRun:
+        """One run; UnknownRunError when there is none."""
+        found = self.runs(select(Run).where(Run.id == run_id))
+        if not found:
             raise UnknownRunError(f"unknown run id {run_id!r} in {self.url}")
-        run = rows[0]
-        run["status"] = effective_status(run)
-        run["config"] = json.loads(run["config_json"])
-        run["environment"] = json.loads(run["environment_json"])
-        run["labels"] = self.run_labels([run_id])[run_id]
-        return run
+        return found[0]
 
     def latest_run_id(self) -> str | None:
         """The id of the newest run, or None."""
         runs = self.list_runs(limit=1)
-        return runs[0]["id"] if runs else None
+        return runs[0].id if runs else None
 
     def run_labels(self, run_ids: list[str]) -> dict[str, dict[str, str]]:
         """run id → its labels (sorted by key), for the given runs."""
@@ -156,12 +148,10 @@ class Store:
             query = query.order_by(order)
         return [row_to_dict(row) for row in self.scalars(query)]
 
-    def read_events(self, run_id: str) -> list[dict[str, Any]]:
-        """A run's events in time order, with `data` decoded."""
-        events = self.read_rows(EventRow, run_id)
-        for stored in events:
-            stored["data"] = json.loads(stored["data_json"]) if stored["data_json"] else {}
-        return events
+    def read_events(self, run_id: str) -> list[StoredEvent]:
+        """A run's events in time order."""
+        query = select(EventRow).where(EventRow.run_id == run_id).order_by(EventRow.t_s, EventRow.id)
+        return [StoredEvent.from_row(row) for row in self.scalars(query)]
 
     # -- writing outside a run's writer ----------------------------------------------------------------
     @contextmanager

@@ -18,7 +18,8 @@ from soak.report.context import build_context
 from soak.report.formatting import format_span, format_utc
 from soak.report.render import environment, render_html
 from soak.report.sections import verdict_class
-from soak.run.in_progress import elapsed_s, in_progress_summary, mark_provisional
+from soak.run.in_progress import in_progress_summary, mark_provisional
+from soak.store.records import StoredRun
 from soak.store.store import Store
 
 INDEX_TEMPLATE = "live_index.html.j2"
@@ -61,7 +62,7 @@ class LivePages:
             html = render_html(build_context(self.store, run_id, self._summary(run)),
                                live={"refresh_s": self._refresh_text(), "plotly_url": PLOTLY_URL})
             build_s = time.monotonic() - started
-            finished = run["status"] != "running"
+            finished = run.status != "running"
             self._remember(run_id, html, FINISHED_CACHE_S if finished else max(self.refresh_s / 2,
                                                                                BUILD_DUTY_FACTOR * build_s))
             return html
@@ -73,12 +74,12 @@ class LivePages:
             runs=runs, refresh_s=self._refresh_text(), generated_at=_now_text(),
             database=self.store.url, soak_version=_version())
 
-    def _summary(self, run: dict[str, Any]) -> dict[str, Any] | None:
+    def _summary(self, run: StoredRun) -> dict[str, Any] | None:
         """A running run's summary so far; a finished run's stored one (None); one never finalised, analysed."""
-        if run["status"] != "running" and run.get("summary_json"):
+        if run.status != "running" and run.summary_json:
             return None
         summary = in_progress_summary(self.store, run)
-        if run["status"] == "running":
+        if run.status == "running":
             mark_provisional(summary, run)
         else:  # killed and not yet closed: what was stored, and not in progress any more
             summary.in_progress = None
@@ -93,12 +94,14 @@ class LivePages:
         return f"{self.refresh_s:g}"
 
 
-def _index_row(run: dict[str, Any]) -> dict[str, Any]:
-    """One row of the run picker."""
-    duration = run["duration_s"] if run["status"] != "running" else elapsed_s(run)
-    return {**run, "verdict_class": verdict_class(run.get("verdict")), "started": format_utc(run.get("started_at")),
-            "duration": format_span(duration) + (" so far" if run["status"] == "running" else ""),
-            "labels": ", ".join(f"{k}={v}" for k, v in (run.get("labels") or {}).items())}
+def _index_row(run: StoredRun) -> dict[str, Any]:
+    """One row of the run picker (what its template shows)."""
+    running = run.status == "running"
+    duration = run.elapsed_s() if running else run.duration_s
+    return {"id": run.id, "status": run.status, "verdict": run.verdict, "verdict_class": verdict_class(run.verdict),
+            "started": format_utc(run.started_at), "duration": format_span(duration) + (" so far" if running else ""),
+            "target_kind": run.target_kind, "model": run.model,
+            "labels": ", ".join(f"{k}={v}" for k, v in run.labels.items())}
 
 
 def _now_text() -> str:

@@ -80,19 +80,19 @@ def store(tmp_path):
 
 def test_runs_filter_on_every_label_given(store):
     store, _ = store
-    ids = lambda labels: [run["id"] for run in store.list_runs(labels=labels)]  # noqa: E731
+    ids = lambda labels: [run.id for run in store.list_runs(labels=labels)]  # noqa: E731
     assert ids({"model": "m"}) == ["20261201T000000Z-0004", "20260102T000000Z-0002", "20260101T000000Z-0001"]
     assert ids({"model": "m", "release": "1.4.1"}) == ["20260101T000000Z-0001"]
     assert ids({"model": "other"}) == []
-    assert store.get_run("20260102T000000Z-0002")["labels"] == {"model": "m", "release": "1.4.2"}
+    assert store.get_run("20260102T000000Z-0002").labels == {"model": "m", "release": "1.4.2"}
 
 
 def test_prune_plan_keeps_the_running_and_labelled_runs(store):
     store, _ = store
     plan = plan_prune(store, 90 * 86400, {"release": "1.4.2"})
-    assert [run["id"] for run in plan.delete] == ["20260101T000000Z-0001"]
-    assert [run["id"] for run in plan.kept_running] == ["20260103T000000Z-0003"]
-    assert [run["id"] for run in plan.kept_labelled] == ["20260102T000000Z-0002"]
+    assert [run.id for run in plan.delete] == ["20260101T000000Z-0001"]
+    assert [run.id for run in plan.kept_running] == ["20260103T000000Z-0003"]
+    assert [run.id for run in plan.kept_labelled] == ["20260102T000000Z-0002"]
 
 
 def test_prune_deletes_every_row_and_the_folder_and_gives_the_space_back(store):
@@ -163,10 +163,10 @@ def test_parquet_without_pyarrow_names_the_extra_and_writes_nothing(store, tmp_p
 def test_a_run_that_reads_running_when_its_turn_comes_is_kept(store):
     store, folders = store
     plan = plan_prune(store, 90 * 86400)
-    assert "20260101T000000Z-0001" in [run["id"] for run in plan.delete]
+    assert "20260101T000000Z-0001" in [run.id for run in plan.delete]
     with store.engine.begin() as connection:  # its soak came back to life since the plan (as `soak close` might race)
         connection.execute(update(Run).where(Run.id == "20260101T000000Z-0001").values(status="running",
                                                                                         soak_pid=os.getpid()))
     result = prune(store, plan)
     assert "20260101T000000Z-0001" not in result.deleted and folders["old"].exists()
-    assert "20260101T000000Z-0001" in [run["id"] for run in plan.kept_running]
+    assert "20260101T000000Z-0001" in [run.id for run in plan.kept_running]

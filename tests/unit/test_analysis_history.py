@@ -5,7 +5,7 @@ The runs are a real reference run's summary.json (tests/unit/data) with the figu
 
 from __future__ import annotations
 
-import copy
+import dataclasses
 import json
 from pathlib import Path
 
@@ -14,6 +14,7 @@ import pytest
 from soak.analysis import compare_baseline
 from soak.analysis.gates import Gates
 from soak.analysis.history import HistoryRun, build_history, environment_changes, from_stored, select_checks
+from support.records import stored_run
 
 REFERENCE = Path(__file__).parent / "data" / "reference_run_summary.json"
 ENVIRONMENT = {"soak": "0.1.0", "vllm": "0.6.1", "torch": "2.4.0", "driver": "550.54", "gpus": [{"name": "H200"}],
@@ -84,13 +85,12 @@ def test_a_run_without_summary_is_a_row_and_the_next_compares_with_the_last_fina
 
 def test_from_stored_reads_the_run_row_of_the_store():
     data = summary("r1", 40.0)
-    stored = {"id": "r1", "started_at": "2026-12-01T10:00:00+00:00", "status": "completed", "model": "m",
-              "labels": {"release": "1"}, "summary_json": json.dumps(data), "environment_json": json.dumps(ENVIRONMENT),
-              "config_json": json.dumps({"target": {"serve_args": ["--a"]}})}
+    stored = stored_run(started_at="2026-12-01T10:00:00+00:00", model="m", labels={"release": "1"},
+                        summary_json=json.dumps(data), environment=ENVIRONMENT, config={"target": {"serve_args": ["--a"]}})
     history_run = from_stored(stored)
     assert history_run.summary == data and history_run.labels == {"release": "1"}
     assert history_run.environment["model"] == "m" and history_run.environment["serve_args"] == ["--a"]
-    no_summary = from_stored({**copy.deepcopy(stored), "summary_json": None})
+    no_summary = from_stored(dataclasses.replace(stored, summary_json=None))
     assert no_summary.summary is None
 
 

@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 
 from soak.store.export import TABLES, findings_table, run_table, stored_table
+from support.records import stored_run
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "export.md"
 HEADING = re.compile(r"^### `(\w+)`")
@@ -24,7 +25,7 @@ def documented() -> dict[str, list[tuple[str, str]]]:
 
 
 def exported() -> dict[str, list[tuple[str, str]]]:
-    run = {"id": "r", "t0_epoch_s": 0.0}
+    run = stored_run(id="r")
     tables = [run_table(run), findings_table(run), *(stored_table(None, model, run) for model in TABLES)]
     return {table.name: table.columns for table in tables}
 

@@ -7,18 +7,19 @@ from typing import Any
 from soak.load.records import RequestRecord
 from soak.run.ledger import MAX_GROUPS, OTHER_MESSAGE, OutcomeLedger
 from soak.run.summary import error_messages, validation_gaps
+from soak.store.records import StoredEvent
 
 CONTEXT_400 = "HTTP 400: request (1719 tokens) exceeds the available context size (1024 tokens)"
 
 
 class EventList:
-    """Events as `read_events` gives them back: kind, message, decoded data."""
+    """Events as `read_events` gives them back."""
 
     def __init__(self) -> None:
-        self.events: list[dict[str, Any]] = []
+        self.events: list[StoredEvent] = []
 
     def event(self, kind: str, message: str = "", data: dict[str, Any] | None = None) -> None:
-        self.events.append({"kind": str(kind), "message": message, "data": dict(data or {})})
+        self.events.append(StoredEvent(t_s=0.0, kind=kind, message=message, data=dict(data or {})))
 
 
 def record(scenario: str = "mixed", error_class: str | None = None, message: str | None = None, status: int | None = None,
@@ -34,9 +35,9 @@ def test_nine_context_errors_are_one_group_recorded_at_once_and_at_the_end():
     ledger = OutcomeLedger(sink)
     for _ in range(9):
         ledger.add(record("long_tail", "http_4xx", CONTEXT_400, 400))
-    assert [e["message"] for e in sink.events] == [f"1 × {CONTEXT_400}"]  # a killed run still names it
+    assert [e.message for e in sink.events] == [f"1 × {CONTEXT_400}"]  # a killed run still names it
     ledger.close()
-    assert sink.events[-1]["message"] == f"9 × {CONTEXT_400}"
+    assert sink.events[-1].message == f"9 × {CONTEXT_400}"
     [group] = error_messages(sink.events)
     assert (group.count, group.status_code, group.error_class, group.message, group.scenarios) == (
         9, 400, "http_4xx", CONTEXT_400, ["long_tail"])
@@ -48,7 +49,7 @@ def test_counts_are_recorded_at_1_10_100_and_the_end():
     for _ in range(150):
         ledger.add(record(error_class="timeout", message="no response within 300s"))
     ledger.close()
-    assert [e["data"]["count"] for e in sink.events] == [1, 10, 100, 150]
+    assert [e.data["count"] for e in sink.events] == [1, 10, 100, 150]
     assert error_messages(sink.events)[0].count == 150
 
 

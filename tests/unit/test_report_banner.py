@@ -6,9 +6,10 @@ import pytest
 
 from soak.report.render import environment
 from soak.report.sections import header
+from support.records import stored_run
 
-RUN = {"id": "20261204T150000Z-ab12", "status": "completed", "planned_duration_s": 600.0,
-       "started_at": "2026-12-04T15:00:00+00:00", "ended_at": "2026-12-04T15:10:00+00:00"}
+RUN = stored_run(id="20261204T150000Z-ab12", started_at="2026-12-04T15:00:00+00:00",
+                 ended_at="2026-12-04T15:10:00+00:00")
 
 
 @pytest.mark.parametrize("verdict", ["PASS", "FAIL", "SUSPECT", "INCONCLUSIVE", "INVALID"])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from soak.report.markers import build_markers, event_class, legend_items, marker_shapes, marker_trace, plotly_text
+from support.records import stored_event
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -21,7 +22,7 @@ def test_event_class(kind, expected):
 
 
 def events(*items):
-    return [{"t_s": t, "kind": kind, "message": message} for t, kind, message in items]
+    return [stored_event(t, kind, message=message) for t, kind, message in items]
 
 
 def test_markers_pair_probes_and_skip_duplicate_warm_up():

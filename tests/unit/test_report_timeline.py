@@ -5,12 +5,13 @@ from __future__ import annotations
 import re
 
 from soak.report.timeline import event_sentence, events_table, grouped_rows, phase_load, phases
+from soak.store.records import StoredEvent
 
 MIB = 2**20
 
 
 def event(t_s, kind, message="", **data):
-    return {"t_s": t_s, "at": "2026-12-03T08:00:00+00:00", "kind": kind, "message": message, "data": data or None}
+    return StoredEvent(t_s=t_s, at="2026-12-03T08:00:00+00:00", kind=kind, message=message, data=data)
 
 
 def test_each_phase_kind_reads_as_a_sentence():
@@ -85,7 +86,7 @@ def test_rows_keep_time_order_and_visible_text_has_no_data():
     events = [event(0.0, "server_start", "reference server at http://127.0.0.1:1", pid=5, cmd=["python", "-m", "x"]),
               event(5.0, "probe_start", index=0), event(6.0, "probe_end", index=0),
               event(5.5, "warmup_end", "warm-up over", t=1.8e9)]
-    table = events_table(sorted(events, key=lambda e: e["t_s"]))
+    table = events_table(sorted(events, key=lambda e: e.t_s))
     assert [row["t_s"] for row in table["rows"]] == sorted(row["t_s"] for row in table["rows"])
     assert table["recorded"] == 4 and len(table["rows"]) == 3
     for row in table["rows"]:

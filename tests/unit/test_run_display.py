@@ -5,17 +5,17 @@ from datetime import UTC, datetime, timedelta
 
 from soak.cli.runs import _duration_text
 from soak.run.conductor import setup_run_logging
+from support.records import stored_run
 
 
 def test_a_running_run_shows_how_long_it_has_run():
     started = (datetime.now(UTC) - timedelta(minutes=12)).isoformat()
-    text = _duration_text({"status": "running", "started_at": started, "duration_s": None})
+    text = _duration_text(stored_run(status="running", started_at=started))
     assert text == "12m so far"
 
 
 def test_a_finished_run_shows_its_duration():
-    assert "so far" not in _duration_text({"status": "finished", "started_at": "2026-01-01T00:00:00+00:00",
-                                           "duration_s": 90.0})
+    assert "so far" not in _duration_text(stored_run(status="finished", duration_s=90.0))
 
 
 def test_run_log_leaves_out_the_schedulers_running_job_lines(tmp_path):

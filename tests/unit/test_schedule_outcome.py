@@ -9,14 +9,14 @@ from datetime import UTC, datetime
 import pytest
 
 from soak.schedule.outcome import describe_exit, outcome_of_run, outcome_without_run
+from support.records import stored_run
 
 
 def run_row(tmp_path, **overrides):
     row = {"id": "20260101T000000Z-abcd", "out_dir": str(tmp_path / "run"), "status": "completed",
-           "verdict": "PASS", "verdict_reason": "all checks passed", "summary_json": None,
-           "started_at": datetime.now(UTC).isoformat(), "ended_at": None, "soak_pid": None,
-           "environment_json": "{}", "heartbeat_at": datetime.now(UTC).isoformat()}
-    return row | overrides
+           "verdict": "PASS", "verdict_reason": "all checks passed", "started_at": datetime.now(UTC).isoformat(),
+           "heartbeat_at": datetime.now(UTC).isoformat()}
+    return stored_run(**row | overrides)
 
 
 def test_describe_exit_names_codes_and_signals():
@@ -39,7 +39,7 @@ def test_a_start_that_recorded_no_run_reports_the_last_log_line(tmp_path):
 
 def test_a_written_summary_is_the_payload_and_a_running_status_reads_aborted(tmp_path):
     run = run_row(tmp_path)
-    summary = {"schema": "soak.run.summary/1", "run_id": run["id"], "status": "running", "verdict": "FAIL",
+    summary = {"schema": "soak.run.summary/1", "run_id": run.id, "status": "running", "verdict": "FAIL",
                "verdict_reason": "leak", "totals": {"requests": 3}, "report_html": "r.html"}
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "summary.json").write_text(json.dumps(summary))
@@ -58,7 +58,7 @@ def test_without_a_summary_file_the_database_or_the_row_speaks(tmp_path, stored)
     if stored:
         assert payload == summary
     else:
-        assert payload == {"schema": "soak.run.summary/1", "run_id": run["id"], "status": "failed",
-                           "started_at": run["started_at"], "ended_at": None, "verdict": None,
+        assert payload == {"schema": "soak.run.summary/1", "run_id": run.id, "status": "failed",
+                           "started_at": run.started_at, "ended_at": None, "verdict": None,
                            "verdict_reason": "the run left no summary (it crashed or was killed)",
                            "report_html": None}

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
+
 import pytest
 from sqlalchemy import text
 from sqlalchemy.exc import OperationalError
 
+from soak.contracts import EventKind
 from soak.errors import MissingDatabaseError, StorageError, UnknownRunError
 from soak.locations import resolve_locations
 from soak.store import Store
 from soak.store.models import EventRow, Run, RunLabel
+from soak.store.records import StoredEvent, StoredRun
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -36,11 +41,11 @@ def test_what_the_writer_queued_is_read_back_through_the_store_of_the_same_locat
     locations = resolve_locations(out=str(tmp_path), environ={})
     write_two_runs(locations.db_url)
     with Store.open(locations, read_only=True) as store:
-        assert [run["id"] for run in store.list_runs()] == ["r2", "r1"]
-        assert [run["id"] for run in store.list_runs(labels={"release": "1.4"})] == ["r2"]
+        assert [run.id for run in store.list_runs()] == ["r2", "r1"]
+        assert [run.id for run in store.list_runs(labels={"release": "1.4"})] == ["r2"]
         assert store.latest_run_id() == "r2"
-        assert store.get_run("r2")["labels"] == {"release": "1.4"}
-        assert [event["data"] for event in store.read_events("r2")] == [{"rate": 3}]
+        assert store.get_run("r2").labels == {"release": "1.4"}
+        assert [event.data for event in store.read_events("r2")] == [{"rate": 3}]
         with pytest.raises(UnknownRunError, match="'r9'.*soak.db"):
             store.get_run("r9")
 
@@ -63,4 +68,17 @@ def test_read_only_refuses_every_write(tmp_path):
     with pytest.raises(OperationalError, match="readonly"), store.engine.begin() as connection:
         connection.execute(text("DELETE FROM runs"))  # even past the store's methods, SQLite is query-only
     store.close()
-    assert [run["id"] for run in Store.open(db_url, read_only=True).list_runs()] == ["r2", "r1"]
+    assert [run.id for run in Store.open(db_url, read_only=True).list_runs()] == ["r2", "r1"]
+
+
+def test_runs_and_events_come_back_as_typed_records(tmp_path):
+    db_url = f"sqlite:///{tmp_path / 'soak.db'}"
+    write_two_runs(db_url)
+    with Store.open(db_url, read_only=True) as store:
+        run = store.get_run("r2")
+        (event,) = store.read_events("r2")
+    assert isinstance(run, StoredRun) and isinstance(event, StoredEvent)
+    assert event.kind is EventKind.PHASE and event.t_s == 1.0
+    assert run.as_dict()["labels"] == {"release": "1.4"} and json.dumps(run.as_dict()) and json.dumps(event.as_dict())
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        run.status = "completed"

@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 from soak.analysis.loader import build_windows, worker_loss_spans
+from soak.store.records import StoredEvent
+from support.records import stored_event, stored_run
 
-RUN = {"warmup_s": 10.0, "window_s": 10.0}
+RUN = stored_run(warmup_s=10.0, window_s=10.0)
 
 
-def lost(t_s: float, unseen_s: float | None) -> dict:
-    return {"t_s": t_s, "kind": "worker_lost", "data": {"unseen_s": unseen_s}}
+def lost(t_s: float, unseen_s: float | None) -> StoredEvent:
+    return stored_event(t_s, "worker_lost", {"unseen_s": unseen_s})
 
 
 def test_the_silence_runs_from_the_last_status_to_the_loss():
-    events = [lost(34.0, 5.5), {"t_s": 40.0, "kind": "phase", "data": {}}, lost(61.0, None)]
+    events = [lost(34.0, 5.5), stored_event(40.0, "phase"), lost(61.0, None)]
     assert worker_loss_spans(events) == [(28.5, 34.0), (61.0, 61.0)]
 
 

@@ -18,6 +18,7 @@ from soak.analysis.loader import build_windows
 from soak.config import RunConfig
 from soak.load.plan import Segment
 from soak.load.worker import SharedBoard
+from soak.store import Store
 
 SHORT_RUN = ["--warmup", "5s", "--window", "5s", "--sample-every", "1s", "--no-idle-probes", "--canary-every", "0"]
 
@@ -313,15 +314,10 @@ def _requests_per_window(out: Path) -> dict[int, int]:
 
 
 def _windows(out: Path) -> tuple:
-    db = sqlite3.connect(out / "soak.db")
-    db.row_factory = sqlite3.Row
-    try:
-        run = dict(db.execute("select * from runs").fetchone())
-        events = [{**dict(row), "data": json.loads(row["data_json"] or "{}")}
-                  for row in db.execute("select * from events order by t_s")]
-    finally:
-        db.close()
-    return build_windows(run, min(run["duration_s"], run["planned_duration_s"]), events)
+    with Store.open(f"sqlite:///{out / 'soak.db'}", read_only=True) as store:
+        (run,) = store.list_runs()
+        events = store.read_events(run.id)
+    return build_windows(run, min(run.duration_s, run.planned_duration_s), events)
 
 
 def test_a_larger_share_takes_effect_from_now_and_scales_the_rate():
