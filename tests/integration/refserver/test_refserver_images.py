@@ -1,0 +1,87 @@
+"""Image parts on the reference server over real HTTP: tokens and preprocessing time by size, the image-leak fault
+kept per distinct picture, the --no-… switches that refuse a feature as a text-only or plain server does, and
+soak's capability probes against both."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from soak.load.images import ImageSpec, data_uri, image_part
+from soak.target.capabilities import probe_capabilities, unsupported
+
+pytestmark = pytest.mark.timeout(120)
+
+KiB = 1024
+
+
+def ask_with_images(server, *specs: ImageSpec, max_tokens: int = 2, stream: bool = False):
+    content = [{"type": "text", "text": "What is in the picture?"}, *(image_part(data_uri(s)) for s in specs)]
+    body = {"model": "soak-reference", "messages": [{"role": "user", "content": content}], "max_tokens": max_tokens}
+    if stream:
+        body |= {"stream": True, "stream_options": {"include_usage": True}}
+    return server.post("/v1/chat/completions", body)
+
+
+def timed(call) -> tuple[object, float]:
+    started = time.perf_counter()
+    result = call()
+    return result, time.perf_counter() - started
+
+
+def test_an_image_costs_tokens_by_patch_and_time_by_pixels(start_refserver):
+    server = start_refserver("--image-cost", "1s")  # a second per megapixel: 768² costs about 0.59 s
+    text_only = server.chat("What is in the picture?", max_tokens=2).json()["usage"]["prompt_tokens"]
+    small, small_s = timed(lambda: ask_with_images(server, ImageSpec(64, "png", 1)))
+    large, large_s = timed(lambda: ask_with_images(server, ImageSpec(768, "jpeg", 1)))
+    assert small.status_code == large.status_code == 200, (small.text, large.text)
+    # one token per 32-pixel patch, behind a 9-character mark
+    assert small.json()["usage"]["prompt_tokens"] - text_only == 2 * 2 + len("<|image|>")
+    assert large.json()["usage"]["prompt_tokens"] - text_only == 24 * 24 + len("<|image|>")
+    assert large_s >= 0.59 and small_s < large_s - 0.4, (small_s, large_s)
+    streamed = ask_with_images(server, ImageSpec(256, "png", 2), stream=True)
+    assert streamed.status_code == 200 and streamed.text.rstrip().endswith("data: [DONE]")
+
+
+def test_image_leak_keeps_bytes_per_distinct_picture(start_refserver):
+    server = start_refserver("--fault", "image-leak=512KiB", "--image-cost", "0")
+    first, again, other = ImageSpec(64, "png", 7), ImageSpec(64, "png", 7), ImageSpec(64, "jpeg", 7)
+    assert ask_with_images(server, first, other).status_code == 200
+    assert ask_with_images(server, again).status_code == 200  # the same picture: nothing more kept
+    state = server.debug()
+    assert state["images_kept"] == 2 and state["image_leak_bytes"] == 2 * 512 * KiB, state
+    assert server.chat("plain text").status_code == 200
+    assert server.debug()["image_leak_bytes"] == 2 * 512 * KiB
+
+
+@pytest.mark.parametrize(("url", "said"), [
+    ("http://example.com/cat.png", "only data:image/"),
+    ("data:image/png;base64,not base64!", "not valid base64"),
+    ("data:image/png;base64,aGVsbG8=", "not a picture"),
+])
+def test_a_bad_image_is_a_400_naming_what_is_wrong(shared_refserver, url, said):
+    body = {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": url}}]}],
+            "max_tokens": 1}
+    response = shared_refserver.post("/v1/chat/completions", body)
+    assert response.status_code == 400 and said in response.json()["error"]["message"], response.text
+
+
+def test_capabilities_of_a_full_server_and_of_one_refusing_each_feature(shared_refserver, start_refserver):
+    found = probe_capabilities(shared_refserver.url, "soak-reference")
+    assert {name: c.supported for name, c in found.items()} == {
+        "adapters": False, "json_schema": True, "tools": True, "images": True}
+    assert unsupported(["mixed", "structured", "tools", "multimodal"], found) == []
+
+    plain = start_refserver("--no-images", "--no-tools", "--no-json-schema")
+    found = probe_capabilities(plain.url, "soak-reference")
+    assert [found[name].supported for name in ("json_schema", "tools", "images")] == [False, False, False]
+    assert found["images"].answer == ("HTTP 400: soak-reference is a text-only model: it does not accept image_url "
+                                      "content parts")
+    lacking = unsupported(["chat_short", "multimodal", "tools", "structured"], found)
+    assert [(item.scenario, item.feature) for item in lacking] == [
+        ("multimodal", "images"), ("tools", "tools"), ("structured", "json_schema")]
+    assert lacking[0].line().startswith("scenario multimodal needs image_url content parts, which the server "
+                                        "refused: HTTP 400: ")
+    # the switches refuse only what they name: plain text still answers
+    assert plain.chat("hello").status_code == 200
