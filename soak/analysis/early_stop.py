@@ -159,17 +159,6 @@ def client_lateness(run: RunData, gates: Gates) -> str | None:
     return lateness(finding) if finding.verdict == INVALID else None
 
 
-def first_stop(run: RunData, gates: Gates, rule: StopRule | None = None) -> StopDecision | None:
-    """Replay every look over a whole run (the bench and the tests): the decision that would have stopped it."""
-    planned = planned_window_count(run.planned_duration_s, run.warmup_s, run.window_s)
-    sequence = SequentialStop(gates, planned, rule)
-    for count in sequence.looks:
-        decision = sequence.record(judge_look(run, sequence.gates, count))
-        if decision:
-            return decision
-    return None
-
-
 # -- the run so far ---------------------------------------------------------------------------------------
 def cut_run(run: RunData, windows: int) -> RunData:
     """`run` as it stood at the end of its `windows`-th complete window: later windows, samples,

@@ -96,17 +96,6 @@ class PagedAttention:
         return blocks.index_select(0, self.tables.reshape(-1)).view(rows, width * self.cache.block_size, *slots.shape[1:])
 
 
-class DenseAttention:
-    """Plain causal attention over the given tokens, no cache: the reference the paged path must match."""
-
-    def __init__(self, num_tokens: int, device: str = "cpu") -> None:
-        self.positions = torch.arange(num_tokens, device=device)[None, :]
-        self.mask = torch.ones(num_tokens, num_tokens, dtype=torch.bool, device=device).tril()[None, None]
-
-    def exchange(self, layer: int, keys: torch.Tensor, values: torch.Tensor):
-        return keys, values, self.mask
-
-
 def _bucketed(length: int) -> int:
     return length if length == 1 else -(-length // QUERY_BUCKET) * QUERY_BUCKET
 
@@ -176,14 +165,6 @@ class TinyTransformer(nn.Module):
         hidden = self.hidden(tokens, attention)
         last = torch.tensor([len(c.tokens) - 1 for c in chunks], device=cache.device)
         return self.logits(hidden[torch.arange(len(chunks), device=cache.device), last]).float().cpu()
-
-    @torch.inference_mode()
-    def dense_logits(self, tokens: Sequence[int]) -> torch.Tensor:
-        """Logits [length, vocab] at every position, without any cache (reference path for tests)."""
-        device = self.vocab_bias.device
-        attention = DenseAttention(len(tokens), device)
-        hidden = self.hidden(torch.tensor([list(tokens)], device=device), attention)
-        return self.logits(hidden[0]).float().cpu()
 
 
 def _vocab_bias(vocab_size: int) -> torch.Tensor:

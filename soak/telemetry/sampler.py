@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -297,13 +296,3 @@ class Telemetry:
         self.recorder.event(EventKind.PROBE_READING, f"idle probe {index}: kv={data['kv_usage']} running={data['running']}",
                             data)
         return data
-
-
-def wait_until(condition: Callable[[], bool], timeout_s: float, poll_s: float = 0.05) -> bool:
-    """Poll `condition` until true or the timeout; cooperative under gevent."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(poll_s)
-    return condition()

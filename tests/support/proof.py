@@ -21,11 +21,11 @@ from soak.analysis.inputs import (
     RunData,
 )
 from soak.analysis.verdict import overall_verdict, required_checks
-from soak.analysis.windows import plan_windows
 from soak.config import default_warmup_s, default_window_s
 
 from .synthetic import (
     bare_run,
+    plan_windows,
 )
 
 

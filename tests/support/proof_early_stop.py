@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from soak.analysis.early_stop import StopRule, first_stop
+from soak.analysis.early_stop import SequentialStop, StopDecision, StopRule, judge_look, planned_window_count
 from soak.analysis.gates import Gates
 from soak.analysis.inputs import LatencyWindow, ProcessSeries, RunData
 from soak.config import STOP_ON_FAIL_WINDOWS_PER_RUN
@@ -24,6 +24,17 @@ from .proof_leaks import rss_threshold_bytes_per_h, tree_run, vram_run
 from .synthetic import LatencyModel, latency_series
 
 RunBuilder = Callable[[np.random.Generator, Scenario, float, Gates], RunData]
+
+
+def first_stop(run: RunData, gates: Gates, rule: StopRule | None = None) -> StopDecision | None:
+    """Replay every look over a whole run (the proof's stopping runs): the decision that would have stopped it."""
+    planned = planned_window_count(run.planned_duration_s, run.warmup_s, run.window_s)
+    sequence = SequentialStop(gates, planned, rule)
+    for count in sequence.looks:
+        decision = sequence.record(judge_look(run, sequence.gates, count))
+        if decision:
+            return decision
+    return None
 
 
 def run_rss(rng: np.random.Generator, scenario: Scenario, multiple: float, gates: Gates) -> RunData:

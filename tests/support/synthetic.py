@@ -30,10 +30,30 @@ from soak.analysis.inputs import (
     ServerSeries,
     WindowInfo,
 )
-from soak.analysis.windows import default_warmup_s, default_window_s, plan_windows
+from soak.analysis.windows import default_warmup_s, default_window_s
 
 MIB = 2**20
 HOUR_S = 3600.0
+
+
+def plan_windows(run_s: float, warmup_s: float | None = None, window_s: float | None = None,
+                 probe_spans_s: tuple[tuple[float, float], ...] = ()) -> tuple[WindowInfo, ...]:
+    """Window 0 is the warm-up; then windows of `window_s` up to `run_s`.
+
+    A window overlapping any (start_s, end_s) of `probe_spans_s` is excluded as "probe".
+    The analysis takes windows as given (the loader builds them from the stored run); this planner builds
+    them for synthetic runs.
+    """
+    warmup_s = default_warmup_s(run_s) if warmup_s is None else warmup_s
+    window_s = default_window_s(run_s, warmup_s) if window_s is None else window_s
+    windows = [WindowInfo(0, 0.0, warmup_s, "warmup")]
+    start_s = warmup_s
+    while start_s + 0.5 * window_s <= run_s:
+        end_s = min(start_s + window_s, run_s)
+        in_probe = any(a < end_s and b > start_s for a, b in probe_spans_s)
+        windows.append(WindowInfo(len(windows), start_s, end_s, "probe" if in_probe else None))
+        start_s = end_s
+    return tuple(windows)
 
 
 def ar1(rng: np.random.Generator, n: int, phi: float, sd: float) -> np.ndarray:

@@ -11,8 +11,7 @@ from soak.analysis import analyse
 from soak.analysis.findings import FAIL, INCONCLUSIVE, INVALID, PASS, SKIPPED, SUSPECT
 from soak.analysis.gates import Gates
 from soak.analysis.next_steps import length_text, requests_for_budget
-from soak.analysis.windows import plan_windows
-from support.synthetic import MIB, RunModel, synthetic_run, with_changes
+from support.synthetic import MIB, RunModel, plan_windows, synthetic_run, with_changes
 
 BASE = RunModel(run_s=6 * 3600.0, rate_per_s=4.0, probe_every_s=1200.0)
 

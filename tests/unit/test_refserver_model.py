@@ -7,6 +7,7 @@ import torch
 from soak.refserver.model import Chunk, ModelConfig, PagedKVCache, build_model
 from soak.refserver.sampling import SamplingParams, sample_token
 from soak.refserver.tokenizer import BOS_ID, EOS_ID, IncrementalDecoder, encode
+from support.dense_model import dense_logits
 
 CONFIG = ModelConfig()
 
@@ -28,7 +29,7 @@ def test_same_seed_same_weights():
 
 def test_paged_prefill_then_decode_matches_dense(model):
     tokens = encode("paged attention must equal the dense reference, token by token")
-    reference = model.dense_logits(tokens)
+    reference = dense_logits(model, tokens)
     cache = PagedKVCache(CONFIG, num_blocks=32, block_size=4)
     blocks = [17, 3, 29, 8, 0, 21, 12, 5, 30, 14, 9, 25, 1, 18, 6, 27, 11]  # scattered on purpose
     assert _close(model.paged_logits(cache, [Chunk(tokens[:10], 0, blocks)])[0], reference[9])
@@ -41,12 +42,12 @@ def test_batched_rows_do_not_see_each_other(model):
     first, second = encode("first sequence"), encode("a rather longer second sequence")
     cache = PagedKVCache(CONFIG, num_blocks=32, block_size=4)
     batch = model.paged_logits(cache, [Chunk(first, 0, list(range(0, 8))), Chunk(second, 0, list(range(8, 18)))])
-    assert _close(batch[0], model.dense_logits(first)[-1])
-    assert _close(batch[1], model.dense_logits(second)[-1])
+    assert _close(batch[0], dense_logits(model, first)[-1])
+    assert _close(batch[1], dense_logits(model, second)[-1])
 
 
 def test_greedy_never_picks_specials_and_mostly_printable(model):
-    logits = model.dense_logits(encode("hello"))[-1]
+    logits = dense_logits(model, encode("hello"))[-1]
     probs = torch.softmax(logits, -1)
     assert probs[BOS_ID] == 0 and probs[EOS_ID + 1:].sum() == 0
     assert probs[32:127].sum() + probs[ord("\n")] > 0.9
