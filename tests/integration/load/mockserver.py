@@ -108,8 +108,16 @@ def error(status: int, message: str) -> JSONResponse:
 
 def prompt_bytes(kind: str, body: dict) -> int:
     if kind == "chat":
-        return sum(len(str(m.get("content", "")).encode()) for m in body.get("messages") or [] if isinstance(m, dict))
+        return sum(len(_text_of(m.get("content", "")).encode()) for m in body.get("messages") or []
+                   if isinstance(m, dict))
     return len(str(body.get("prompt", "")).encode())
+
+
+def _text_of(content: object) -> str:
+    """A message's text: its text parts when it has parts (an image part costs nothing here)."""
+    if isinstance(content, list):
+        return "".join(str(part.get("text", "")) for part in content if isinstance(part, dict))
+    return str(content)
 
 
 def validate(kind: str, body: object, max_model_len: int) -> JSONResponse | None:

@@ -112,6 +112,18 @@ def test_dataset_replays_sharegpt_json_and_jsonl(mock_server, tmp_path):
 
 
 @pytest.mark.timeout(30)
+def test_multimodal_sends_png_and_jpeg_pictures_some_repeated(mock_server):
+    model = fast(mock_server)
+    records = run_tasks(mock_server.url, "multimodal", model, per_task=12)
+    assert len(records) == 48 and all(r.kind == "chat" and r.error_class is None for r in records)
+    urls = [part["image_url"]["url"] for body in mock_server.stats(model)["bodies"]
+            for part in body["messages"][0]["content"] if part["type"] == "image_url"]
+    assert len(urls) == 48 + 12  # two_images sends two
+    assert {url.partition(";")[0] for url in urls} == {"data:image/png", "data:image/jpeg"}
+    assert len(set(urls)) < len(urls)  # a share drawn from the popular pictures
+
+
+@pytest.mark.timeout(30)
 def test_a_users_own_scenario_file_runs_by_path(mock_server, tmp_path):
     path = tmp_path / "my_scenario.py"
     path.write_text(
