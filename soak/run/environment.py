@@ -44,11 +44,15 @@ def config_hash(config: RunConfig) -> str:
 
 
 def _portable(value: Any) -> Any:
-    """`value` with every absolute path replaced by what it holds (a file) or its name (anything else)."""
+    """`value` with every absolute path — alone, or after a server flag's `=` (`--chat-template=/…`) — replaced
+    by what it holds (a file) or its name (anything else)."""
     if isinstance(value, dict):
         return {key: _portable(item) for key, item in value.items()}
     if isinstance(value, list):
         return [_portable(item) for item in value]
+    if isinstance(value, str) and value.startswith("-") and os.path.isabs(value.partition("=")[2]):
+        flag, _, path = value.partition("=")
+        return f"{flag}={_portable(path)}"
     if isinstance(value, str) and os.path.isabs(value):
         path = Path(value)
         if path.is_file() and path.stat().st_size <= HASHED_FILE_MAX_BYTES:

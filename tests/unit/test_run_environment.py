@@ -98,3 +98,18 @@ def test_the_same_setup_in_two_checkouts_hashes_the_same(tmp_path):
     assert hashes[0] == hashes[1]
     gates.write_text("[leak]\nrss_mib_per_h = 1\n")
     assert config_hash(config) != hashes[1]  # a named file counts by what it holds
+
+
+def test_a_server_flag_naming_a_file_in_the_checkout_hashes_by_the_file(tmp_path):
+    hashes = []
+    for checkout in ("a", "b"):
+        folder = tmp_path / checkout / "soak"
+        folder.mkdir(parents=True)
+        template = folder / "chat.jinja"
+        template.write_text("{{ messages }}")
+        target = TargetSettings(url="http://127.0.0.1:9", serve_args=[f"--chat-template={template}", str(folder)])
+        config = make_config(folder, scenario_file(folder)).model_copy(update={"target": target})
+        hashes.append(config_hash(config))
+    assert hashes[0] == hashes[1]
+    template.write_text("{{ other }}")
+    assert config_hash(config) != hashes[1]
