@@ -217,6 +217,30 @@ class SummaryTrace(BaseModel):
     sent_output_tokens: float | None = Field(description="mean output tokens per answered request; null without any")
 
 
+class SummaryCapability(BaseModel):
+    """One feature as the server answered when asked before the load (docs/load.md, "Capabilities")."""
+
+    supported: bool | None = Field(description="accepted, refused (a 4xx), or null: the probe could not tell")
+    answer: str = Field(description="what the server answered, e.g. `HTTP 400: …`")
+    names: list[str] = Field(default_factory=list, description="adapters: the ones /v1/models listed")
+
+
+class DroppedScenario(BaseModel):
+    """A scenario left out of the mix (--skip-unsupported) because the server refused what it needs."""
+
+    scenario: str
+    feature: str = Field(description="what it needs: `json_schema`, `tools`, `images`, …")
+    answer: str = Field(description="the server's answer to the feature's probe")
+
+
+class SummaryCapabilities(BaseModel):
+    """What the server accepted before the load, and the scenarios dropped for what it refused."""
+
+    features: dict[str, SummaryCapability] = Field(description="by feature: `adapters`, `json_schema`, `tools`, "
+                                                   "`images`")
+    dropped: list[DroppedScenario] = Field(default_factory=list)
+
+
 def trace_summary(trace: dict[str, Any], windows: list[dict[str, Any]], duration_s: float | None) -> SummaryTrace:
     """A `trace` event's figures beside what the run's request windows (all scenarios, `*`) say was sent."""
     requests, answered = sum(row["requests"] for row in windows), sum(row["ok"] for row in windows)
@@ -320,6 +344,8 @@ class Summary(BaseModel):
     workers: SummaryWorkers | None = Field(None, description="the load workers, for a run that had some")
     goodput: SummaryGoodput | None = Field(None, description="with `--slo`: the share of requests meeting it")
     trace: SummaryTrace | None = Field(None, description="with `--trace`: the trace replayed, and what was sent")
+    capabilities: SummaryCapabilities | None = Field(None, description="what the server accepted when asked before "
+                                                     "the load, and the scenarios dropped for it")
     report_html: str | None
     stop_reason: str | None = Field(None, description="why the run ended: `completed`, `stopped by SIGINT`, "
                                     "`server exited with code N`, `stopped early: …` (--stop-on-fail)")
@@ -342,6 +368,8 @@ class Summary(BaseModel):
             data.pop("goodput", None)
         if data.get("trace") is None:  # and `trace`, for a run without --trace
             data.pop("trace", None)
+        if data.get("capabilities") is None:  # and `capabilities`, for a run recorded before soak asked
+            data.pop("capabilities", None)
         return data
 
     def finding(self, check: str) -> SummaryFinding | None:

@@ -15,6 +15,7 @@ from soak.contracts import (
     LostWorker,
     Percentiles,
     Summary,
+    SummaryCapabilities,
     SummaryContext,
     SummaryFinding,
     SummaryGoodput,
@@ -111,6 +112,12 @@ def trace_of(store: Store, run: StoredRun, events: list[StoredEvent]) -> Summary
     return trace_summary(found[-1], windows, run.duration_s)
 
 
+def capabilities_of(events: list[StoredEvent]) -> SummaryCapabilities | None:
+    """What the server accepted before the load and the scenarios dropped for it (its `capabilities` event)."""
+    found = [event.data for event in events if event.kind == EventKind.CAPABILITIES and event.data]
+    return SummaryCapabilities.model_validate(found[-1]) if found else None
+
+
 def target_of(run: StoredRun, events: list[StoredEvent]) -> SummaryTarget:
     """The server loaded: kind, URL, model, the dialect its /metrics was read in, and what it left unmeasured."""
     dialects = [event.data for event in events if event.kind == EventKind.SERVER_DIALECT and event.data]
@@ -149,6 +156,7 @@ def build_summary(run: StoredRun, store: Store, findings: list[SummaryFinding], 
         totals=request_totals(store, run.id), latency_ms=latency_summary(store, run.id),
         context=context_of(events), error_messages=error_messages(events), validation_gaps=validation_gaps(events),
         workers=workers_of(events), goodput=goodput_of(store, run), trace=trace_of(store, run, events),
+        capabilities=capabilities_of(events),
         report_html=report_html,
         stop_reason=stop_reason(events),
     )
