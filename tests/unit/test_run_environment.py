@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -85,31 +86,38 @@ def test_labels_and_json_output_leave_the_hash_alone(tmp_path):
     assert config_hash(config.model_copy(update={"keep_requests": not config.keep_requests})) != config_hash(config)
 
 
-def test_the_same_setup_in_two_checkouts_hashes_the_same(tmp_path):
+def hashes_in_two_checkouts(tmp_path: Path, setup: Callable[[Path, Path], RunConfig], named: str,
+                            body: str) -> tuple[list[str], RunConfig, Path]:
+    """The config hash of one setup made in two checkouts (…/a/soak and …/b/soak), each with its own file
+    `named` holding `body`; also the second checkout's config and file."""
     hashes = []
     for checkout in ("a", "b"):
         folder = tmp_path / checkout / "soak"
         folder.mkdir(parents=True)
-        gates = folder / "gates.toml"
-        gates.write_text("[leak]\n")
-        config = make_config(folder, scenario_file(folder)).model_copy(update={"gates_file": gates,
-                                                                            "db_url": f"sqlite:///{folder}/soak.db"})
+        file = folder / named
+        file.write_text(body)
+        config = setup(folder, file)
         hashes.append(config_hash(config))
+    return hashes, config, file
+
+
+def test_the_same_setup_in_two_checkouts_hashes_the_same(tmp_path):
+    def setup(folder: Path, gates: Path) -> RunConfig:
+        return make_config(folder, scenario_file(folder)).model_copy(
+            update={"gates_file": gates, "db_url": f"sqlite:///{folder}/soak.db"})
+
+    hashes, config, gates = hashes_in_two_checkouts(tmp_path, setup, "gates.toml", "[leak]\n")
     assert hashes[0] == hashes[1]
     gates.write_text("[leak]\nrss_mib_per_h = 1\n")
     assert config_hash(config) != hashes[1]  # a named file counts by what it holds
 
 
 def test_a_server_flag_naming_a_file_in_the_checkout_hashes_by_the_file(tmp_path):
-    hashes = []
-    for checkout in ("a", "b"):
-        folder = tmp_path / checkout / "soak"
-        folder.mkdir(parents=True)
-        template = folder / "chat.jinja"
-        template.write_text("{{ messages }}")
+    def setup(folder: Path, template: Path) -> RunConfig:
         target = TargetSettings(url="http://127.0.0.1:9", serve_args=[f"--chat-template={template}", str(folder)])
-        config = make_config(folder, scenario_file(folder)).model_copy(update={"target": target})
-        hashes.append(config_hash(config))
+        return make_config(folder, scenario_file(folder)).model_copy(update={"target": target})
+
+    hashes, config, template = hashes_in_two_checkouts(tmp_path, setup, "chat.jinja", "{{ messages }}")
     assert hashes[0] == hashes[1]
     template.write_text("{{ other }}")
     assert config_hash(config) != hashes[1]
