@@ -250,7 +250,22 @@ def run_facts(run: StoredRun, events: list[StoredEvent], windows: list[dict[str,
         "totals": request_totals(windows),
         "error_classes": ERROR_CLASSES,
         "trace": trace_facts(events, windows, duration_s),
+        "capabilities": capability_facts(events),
     }
+
+
+def capability_facts(events: list[StoredEvent]) -> dict[str, Any] | None:
+    """What the server accepted when asked before the load (its `capabilities` event), and the scenarios dropped
+    for what it refused; None for a run recorded before soak asked."""
+    found = [event.data for event in events if event.kind == EventKind.CAPABILITIES and event.data]
+    if not found:
+        return None
+    words = {True: "accepted", False: "refused", None: "could not tell"}
+    listed = {**words, True: "listed", False: "none listed"}  # adapters are read from /v1/models, not refused
+    features = [{"feature": name, "verdict": (listed if name == "adapters" else words)[item.get("supported")],
+                 "answer": item.get("answer", ""),
+                 "supported": item.get("supported")} for name, item in found[-1].get("features", {}).items()]
+    return {"features": features, "dropped": found[-1].get("dropped") or []}
 
 
 def trace_facts(events: list[StoredEvent], windows: list[dict[str, Any]],
