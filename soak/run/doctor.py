@@ -283,6 +283,38 @@ def _refserver_present() -> bool:
     return importlib.util.find_spec("soak.refserver") is not None
 
 
+def check_target(url: str, wanted_model: str | None = None, headers: dict[str, str] | None = None) -> list[Check]:
+    """A running server's model and what it accepts (docs/load.md, "Capabilities"): one check for the server,
+    then one per feature, a warning where a built-in scenario needs what it refused or the probe could not tell."""
+    from soak.errors import SoakError
+    from soak.target.capabilities import probe_capabilities
+    from soak.target.openai import choose_model, list_models
+
+    url = url.rstrip("/")
+    try:
+        model = choose_model(list_models(url, headers), wanted_model, url)
+        found = probe_capabilities(url, model, headers)
+    except SoakError as exc:
+        return [Check("target", FAIL, f"{exc}: `soak start --target {url}` cannot run", {"url": url})]
+    checks = [Check("target", OK, f"{url} serves {model}", {"url": url, "model": model})]
+    return checks + [_feature_check(capability) for capability in found.values()]
+
+
+def _feature_check(capability: Any) -> Check:
+    """One feature's answer; a warning naming the scenarios it stops, or when the probe could not tell."""
+    from soak.target.capabilities import FEATURE_TEXT, SCENARIO_NEEDS
+
+    needing = sorted(name for name, feature in SCENARIO_NEEDS.items() if feature == capability.feature)
+    detail = f"{FEATURE_TEXT[capability.feature]}: {capability.describe().partition(': ')[2]}"
+    status = OK
+    if capability.supported is None:
+        status = WARN
+    elif capability.supported is False and needing:
+        status = WARN
+        detail += f"; {', '.join(needing)} cannot run here (`soak start --skip-unsupported` drops it from a mix)"
+    return Check(f"target {capability.feature}", status, detail, capability.as_dict())
+
+
 # -- putting it together ------------------------------------------------------------------------------
 def _shown_url(url: str) -> str:
     """The URL with any password hidden."""
@@ -294,14 +326,17 @@ def _shown_url(url: str) -> str:
         return url
 
 
-def run_checks(locations: Locations | None = None, vllm_bin: str | None = None) -> list[Check]:
-    """Every check, in the order `soak doctor` prints them (default locations: from SOAK_* and SOAK_CONFIG)."""
+def run_checks(locations: Locations | None = None, vllm_bin: str | None = None, target: str | None = None,
+               served_model: str | None = None, headers: dict[str, str] | None = None) -> list[Check]:
+    """Every check, in the order `soak doctor` prints them (default locations: from SOAK_* and SOAK_CONFIG); with
+    `target`, what that server serves and accepts last."""
     from soak.locations import resolve_locations
 
     locations = locations or resolve_locations()
     gpu, vllm, torch = check_gpu(), check_vllm(vllm_bin), check_torch()
-    return [gpu, vllm, torch, check_chromium(), check_database(locations), check_disk(locations.out_dir),
-            check_plan(gpu, vllm, torch)]
+    checks = [gpu, vllm, torch, check_chromium(), check_database(locations), check_disk(locations.out_dir),
+              check_plan(gpu, vllm, torch)]
+    return checks + (check_target(target, served_model, headers) if target else [])
 
 
 def usable(checks: list[Check]) -> bool:

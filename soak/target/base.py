@@ -46,8 +46,12 @@ class ServerInfo:
 
 def auth_headers(config: RunConfig) -> dict[str, str]:
     """An Authorization header from the environment variable named by --api-key-env (never stored)."""
-    name = config.target.api_key_env
-    key = os.environ.get(name) if name else None
+    return bearer_headers(config.target.api_key_env)
+
+
+def bearer_headers(key_env: str | None) -> dict[str, str]:
+    """An Authorization header from the environment variable `key_env` names; none when it is unset or empty."""
+    key = os.environ.get(key_env) if key_env else None
     return {"Authorization": f"Bearer {key}"} if key else {}
 
 

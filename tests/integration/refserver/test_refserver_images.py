@@ -1,14 +1,19 @@
 """Image parts on the reference server over real HTTP: tokens and preprocessing time by size, the image-leak fault
 kept per distinct picture, the --no-… switches that refuse a feature as a text-only or plain server does, and
-soak's capability probes against both."""
+soak's capability probes against both (and `soak doctor --target`)."""
 
 from __future__ import annotations
 
+import json
+import socket
 import time
 
 import pytest
+from click.testing import CliRunner
 
+from soak.cli.doctor import doctor as doctor_command
 from soak.load.images import ImageSpec, data_uri, image_part
+from soak.run.doctor import check_target
 from soak.target.capabilities import probe_capabilities, unsupported
 
 pytestmark = pytest.mark.timeout(120)
@@ -85,3 +90,26 @@ def test_capabilities_of_a_full_server_and_of_one_refusing_each_feature(shared_r
                                         "refused: HTTP 400: ")
     # the switches refuse only what they name: plain text still answers
     assert plain.chat("hello").status_code == 200
+
+
+def test_doctor_lists_what_a_target_accepts(start_refserver, tmp_path):
+    text_only = start_refserver("--no-images")
+    fake_vllm = tmp_path / "vllm"
+    fake_vllm.write_text("#!/bin/sh\necho 0.11.0\n")  # a real vLLM's --version alone takes ~40 s
+    fake_vllm.chmod(0o755)
+    result = CliRunner().invoke(doctor_command, ["--out", str(tmp_path), "--json", "--vllm-bin", str(fake_vllm),
+                                                 "--target", text_only.url])
+    assert result.exit_code == 0, result.output
+    checks = {check["name"]: check for check in json.loads(result.output)["checks"]}
+    assert checks["target"]["detail"] == f"{text_only.url} serves soak-reference"
+    assert {name: checks[f"target {name}"]["status"] for name in ("adapters", "json_schema", "tools", "images")} == {
+        "adapters": "ok", "json_schema": "ok", "tools": "ok", "images": "warn"}
+    assert "multimodal cannot run here" in checks["target images"]["detail"]
+
+
+def test_doctor_fails_a_target_that_does_not_answer():
+    with socket.socket() as sock:  # a port nothing listens on once closed
+        sock.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    [check] = check_target(url)
+    assert check.status == "fail" and check.detail.startswith(f"target {url} is unreachable: ")
