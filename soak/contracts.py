@@ -1,4 +1,4 @@
-"""The typed contracts between a run's stages: verdicts, run-event kinds, `summary.json` and progress.
+"""The typed contracts between a run's stages: verdicts, run events and their kinds, `summary.json` and progress.
 
 A leaf module (pydantic and the standard library only), so the analysis, the conductor, telemetry, the load
 generator and the CLI can all share it without importing one another.
@@ -7,6 +7,8 @@ generator and the CLI can all share it without importing one another.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Literal, Protocol
 
@@ -81,6 +83,26 @@ class EventKind(StrEnum):
     # the conductor's outcome ledger (soak/run/ledger.py)
     ERROR_MESSAGE = "error_message"
     VALIDATION_GAP = "validation_gap"
+
+
+@dataclass(frozen=True)
+class Event:
+    """A run event as the store reads it back (`Store.read_events`) and the analysis and report take it.
+
+    `kind` is an `EventKind` (a kind written by an older soak stays a plain str; both compare equal to the
+    string); `data` the decoded JSON, {} when none; `at` the wall-clock ISO time, when known.
+    """
+
+    t_s: float
+    kind: EventKind | str
+    message: str = ""
+    data: Mapping[str, Any] = field(default_factory=dict)
+    at: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """The event as JSON-ready fields (`kind` as its plain string)."""
+        return {"t_s": self.t_s, "at": self.at, "kind": str(self.kind), "message": self.message,
+                "data": dict(self.data)}
 
 
 class ServerLogClass(StrEnum):

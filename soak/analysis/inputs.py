@@ -22,6 +22,8 @@ from typing import Any
 
 import numpy as np
 
+from soak.contracts import Event  # the run events, as the store reads them back
+
 EXCLUDED_REASONS = ("warmup", "probe", "outage", "worker_lost")
 LATENCY_METRICS = ("ttft", "itl", "e2e")
 ERROR_CLASSES = ("connect", "timeout", "http_4xx", "http_5xx", "bad_stream", "invalid_output")
@@ -294,22 +296,6 @@ class ClientSeries:
         object.__setattr__(self, "rss_bytes", _optional_array(self.rss_bytes))
 
 
-@dataclass(frozen=True)
-class Event:
-    """Something that happened at `t_s`.
-
-    `kind` is an `EventKind` value (soak.contracts). Kinds the analysis reads: "server_start", "crash"
-    (data may carry "exit_code" and "log_tail"), "restart", "probe_drain_timeout", "server_log_error" and
-    "server_log_scanned" (server.log_errors), "canary", "canary_mismatch", "canary_timeout" and "canary_error"
-    (canary). Other kinds are ignored.
-    """
-
-    t_s: float
-    kind: str
-    message: str = ""
-    data: Mapping[str, Any] = field(default_factory=dict)
-
-
 @dataclass(frozen=True, eq=False)  # numpy arrays do not compare as one bool
 class RunData:
     """Everything the analysis needs about one run.
@@ -343,6 +329,9 @@ only changes wording — `crashes` needs a server event, a health series or proc
     request_windows: tuple[RequestWindow, ...] = ()
     server: ServerSeries | None = None
     client: ClientSeries | None = None
+    # Kinds the analysis reads: "server_start", "crash" (data may carry "exit_code" and "log_tail"), "restart",
+    # "probe_drain_timeout", "server_log_error" and "server_log_scanned" (server.log_errors), "canary",
+    # "canary_mismatch", "canary_timeout" and "canary_error" (canary). Other kinds are ignored.
     events: tuple[Event, ...] = ()
     total_requests: int = 0
     scenario_windows: Mapping[str, tuple[RequestWindow, ...]] = field(default_factory=dict)

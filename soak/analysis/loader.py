@@ -40,13 +40,13 @@ from soak.store.models import (
     RequestWindowRow,
     ServerSample,
 )
-from soak.store.records import StoredEvent, StoredRun
+from soak.store.records import StoredRun
 from soak.store.store import Store
 
 INTERVAL_KINDS = {"probe": ("probe_start", "probe_end"), "outage": ("outage_start", "outage_end")}
 
 
-def _intervals(events: list[StoredEvent], start_kind: str, end_kind: str, end_s: float) -> list[tuple[float, float]]:
+def _intervals(events: list[Event], start_kind: str, end_kind: str, end_s: float) -> list[tuple[float, float]]:
     """(start, end) spans between paired events; an unclosed span runs to `end_s`."""
     spans, opened = [], None
     for event in events:
@@ -60,14 +60,14 @@ def _intervals(events: list[StoredEvent], start_kind: str, end_kind: str, end_s:
     return spans
 
 
-def worker_loss_spans(events: list[StoredEvent]) -> list[tuple[float, float]]:
+def worker_loss_spans(events: list[Event]) -> list[tuple[float, float]]:
     """Each lost load worker's silence, from its last status to the loss: its share was not sent then and its
     unreported requests never came back (soak.load.distributed)."""
     return [(event.t_s - float(event.data.get("unseen_s") or 0.0), event.t_s)
             for event in events if event.kind == EventKind.WORKER_LOST]
 
 
-def build_windows(run: StoredRun, actual_s: float, events: list[StoredEvent]) -> tuple[WindowInfo, ...]:
+def build_windows(run: StoredRun, actual_s: float, events: list[Event]) -> tuple[WindowInfo, ...]:
     """Complete windows after warm-up, each marked when a probe, an outage or a lost load worker overlaps it."""
     warmup_s, window_s = run.warmup_s, run.window_s
     count = max(int(math.floor((actual_s - warmup_s) / window_s + 1e-9)), 0)
@@ -265,7 +265,7 @@ def _last_metric(store: Store, run_id: str, name: str) -> float | None:
     return float(max(rows, key=lambda row: row["t_s"])["value"]) if rows else None
 
 
-def load_probes(events: list[StoredEvent]) -> tuple[ProbeReading, ...]:
+def load_probes(events: list[Event]) -> tuple[ProbeReading, ...]:
     """Idle-probe readings recorded by telemetry at the end of each hold."""
     readings = []
     for event in events:
@@ -298,7 +298,7 @@ def load_run_data(store: Store, run: StoredRun, stopped_early: bool) -> RunData:
         server_managed=run.target_kind != "external", processes=load_processes(store, run_id),
         gpu_processes=load_gpu_processes(store, run_id), probes=probes, latency_windows=latency,
         request_windows=request_windows, server=load_server(store, run_id), client=load_client(store, run_id, outage_indices),
-        events=tuple(Event(t_s=e.t_s, kind=e.kind, message=e.message, data=e.data) for e in events),
+        events=tuple(events),
         total_requests=sum(w.requests for w in request_windows),
         scenario_windows=load_scenario_windows(store, run_id), host=load_host(store, run_id), **stored_horizon(run),
         **stored_slo(run),

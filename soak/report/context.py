@@ -12,7 +12,7 @@ import numpy as np
 
 from soak.analysis.gates import ClientGate
 from soak.analysis.goodput import slo_text
-from soak.contracts import loads_summary
+from soak.contracts import Event, loads_summary
 from soak.report import charts, sections, timeline
 from soak.report.charts import GIB, MIB, Frame, LagLimits
 from soak.report.latency import latency_tables
@@ -29,7 +29,6 @@ from soak.store.models import (
     RequestWindowRow,
     ServerSample,
 )
-from soak.store.records import StoredEvent
 from soak.store.store import Store
 
 LATENCY_CHART_METRICS = ("ttft", "itl", "e2e")
@@ -125,7 +124,7 @@ def process_names(columns: Columns) -> dict[int, str]:
     return {int(pid): str(columns["name"][index]) for pid, index in zip(uniques, last)}
 
 
-def no_gpu_note(events: list[StoredEvent]) -> str:
+def no_gpu_note(events: list[Event]) -> str:
     """Why the GPU charts are empty, in the telemetry's own words when it recorded a no_gpu event."""
     for event in events:
         if event.kind == "no_gpu":
@@ -162,7 +161,7 @@ def goodput_charts(rows: list[dict[str, Any]], frame: Frame, trends: list[dict],
 
 
 def build_charts(data: dict[str, Any], frame: Frame, trends: dict[str, list[dict]],
-                 events: list[StoredEvent], lag: LagLimits, findings: list[dict[str, Any]]) -> list[dict[str, Any]]:
+                 events: list[Event], lag: LagLimits, findings: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Every chart of the report, in page order."""
     lat, req, gpu_note = data["latency_windows"], data["request_windows"], no_gpu_note(events)
     trend = lambda chart_id: trends.get(chart_id, [])  # noqa: E731 - a short local lookup

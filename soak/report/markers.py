@@ -9,7 +9,7 @@ from __future__ import annotations
 import html
 from typing import Any
 
-from soak.store.records import StoredEvent
+from soak.contracts import Event
 
 # Each marker class: its colour, line dash, and the words used in the legend under the charts.
 STYLES: dict[str, dict[str, str]] = {
@@ -61,7 +61,7 @@ def _line(t_s: float, kind: str, label: str) -> dict[str, Any]:
     return {"class": kind, "t_s": t_s, "end_s": None, "label": label}
 
 
-def _event_label(event: StoredEvent) -> str:
+def _event_label(event: Event) -> str:
     message = event.message or ""
     return f"{event.kind}: {message}" if message else str(event.kind)
 
@@ -70,7 +70,7 @@ SPAN_KINDS = {"probe": ("probe_start", "probe_end", "idle probe"),
               "outage": ("outage_start", "outage_end", "server outage")}
 
 
-def spans(events: list[StoredEvent], span_class: str, end_s: float) -> list[dict[str, Any]]:
+def spans(events: list[Event], span_class: str, end_s: float) -> list[dict[str, Any]]:
     """Probes or outages as (start, end) spans: each start paired with the next end (or the run's end)."""
     start_kind, end_kind, label = SPAN_KINDS[span_class]
     found, opened = [], None
@@ -85,7 +85,7 @@ def spans(events: list[StoredEvent], span_class: str, end_s: float) -> list[dict
     return found
 
 
-def build_markers(events: list[StoredEvent], warmup_s: float | None, end_s: float) -> list[dict[str, Any]]:
+def build_markers(events: list[Event], warmup_s: float | None, end_s: float) -> list[dict[str, Any]]:
     """The markers of a run, in time order; the warm-up line comes from the run's own warm-up length."""
     markers = [_line(float(warmup_s), "warmup", "warm-up end")] if warmup_s else []
     for event in events:

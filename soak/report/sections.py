@@ -10,7 +10,7 @@ import json
 import shlex
 from typing import Any
 
-from soak.contracts import EventKind, trace_summary
+from soak.contracts import Event, EventKind, trace_summary
 from soak.report import timeline
 from soak.report.formatting import (
     MISSING,
@@ -26,7 +26,7 @@ from soak.report.formatting import (
     quantity_texts,
 )
 from soak.store.models import ALL_SCENARIOS, ERROR_CLASSES
-from soak.store.records import StoredEvent, StoredRun
+from soak.store.records import StoredRun
 
 VERDICT_ORDER = ("FAIL", "INVALID", "SUSPECT", "INCONCLUSIVE", "SKIPPED", "PASS")  # the run verdict's order
 UNSETTLED = ("INVALID", "FAIL", "INCONCLUSIVE", "SUSPECT")  # the verdicts a reader must act on
@@ -239,7 +239,7 @@ def request_totals(windows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return totals
 
 
-def run_facts(run: StoredRun, events: list[StoredEvent], windows: list[dict[str, Any]],
+def run_facts(run: StoredRun, events: list[Event], windows: list[dict[str, Any]],
               duration_s: float | None) -> dict[str, Any]:
     """The Run section: durations, window plan, phases, request totals."""
     return {
@@ -254,7 +254,7 @@ def run_facts(run: StoredRun, events: list[StoredEvent], windows: list[dict[str,
     }
 
 
-def capability_facts(events: list[StoredEvent]) -> dict[str, Any] | None:
+def capability_facts(events: list[Event]) -> dict[str, Any] | None:
     """What the server accepted when asked before the load (its `capabilities` event), and the scenarios dropped
     for what it refused; None for a run recorded before soak asked."""
     found = [event.data for event in events if event.kind == EventKind.CAPABILITIES and event.data]
@@ -268,7 +268,7 @@ def capability_facts(events: list[StoredEvent]) -> dict[str, Any] | None:
     return {"features": features, "dropped": found[-1].get("dropped") or []}
 
 
-def trace_facts(events: list[StoredEvent], windows: list[dict[str, Any]],
+def trace_facts(events: list[Event], windows: list[dict[str, Any]],
                 duration_s: float | None) -> dict[str, Any] | None:
     """The trace a `--trace` run replayed beside what it sent (summary.json's `trace`); None without one."""
     found = [event.data for event in events if event.kind == EventKind.TRACE and event.data]

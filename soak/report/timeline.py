@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from soak.contracts import Event
 from soak.report.formatting import (
     MISSING,
     format_bytes,
@@ -23,7 +24,6 @@ from soak.report.formatting import (
     raw_json,
 )
 from soak.report.markers import event_class
-from soak.store.records import StoredEvent
 
 MAX_EVENT_ROWS = 2000
 PROBE_KINDS = ("probe_start", "probe_drained", "probe_drain_timeout", "probe_reading", "probe_end",
@@ -56,7 +56,7 @@ def phase_title(data: dict[str, Any], fallback: str) -> str:
     return f"phase {index + 1}" if isinstance(index, int) else str(data.get("name") or fallback)
 
 
-def phases(events: list[StoredEvent], end_s: float | None) -> list[dict[str, Any]]:
+def phases(events: list[Event], end_s: float | None) -> list[dict[str, Any]]:
     """Each phase as a row: start, a sentence (`steady at 2 req/s for 40s`) and the recorded settings."""
     phase_events = [event for event in events if event.kind == "phase"]
     rows = []
@@ -111,14 +111,14 @@ def probe_sentence(number: int, parts: dict[str, dict[str, Any]]) -> str:
     return text + (f"; idle for {format_seconds(end['duration_s'])}" if is_number(end.get("duration_s")) else "")
 
 
-def _probe_row(number: int, group: list[StoredEvent]) -> dict[str, Any]:
+def _probe_row(number: int, group: list[Event]) -> dict[str, Any]:
     parts = {event.kind: event.data for event in group}
     first = group[0]
     bad = "probe_drain_timeout" in parts
     return _row(first, "idle probe", "probe_timeout" if bad else "probe", probe_sentence(number, parts), group)
 
 
-def _probe_key(event: StoredEvent, open_key: Any) -> Any:
+def _probe_key(event: Event, open_key: Any) -> Any:
     """The probe an event belongs to: its recorded index, else the probe still open, else a probe of its own."""
     data = event.data
     if isinstance(data.get("index"), int):
@@ -128,18 +128,18 @@ def _probe_key(event: StoredEvent, open_key: Any) -> Any:
 
 # ---- rows ---------------------------------------------------------------------------------------------
 
-def _raw(events: list[StoredEvent]) -> str:
+def _raw(events: list[Event]) -> str:
     """What was recorded for a row, one JSON object per event."""
     return "\n".join(raw_json({"t_s": round(event.t_s, 3), "kind": event.kind,
                                "message": event.message, "data": event.data}) for event in events)
 
 
-def _row(first: StoredEvent, label: str, css: str, text: str, group: list[StoredEvent]) -> dict[str, Any]:
+def _row(first: Event, label: str, css: str, text: str, group: list[Event]) -> dict[str, Any]:
     return {"t_s": first.t_s, "t": format_elapsed(first.t_s), "at": format_utc(first.at),
             "kind": label, "class": css, "text": text, "raw": _raw(group)}
 
 
-def event_sentence(event: StoredEvent) -> str:
+def event_sentence(event: Event) -> str:
     """One event's line: phases in words, the rest as the recorder worded them."""
     data = event.data
     if event.kind == "phase" and data:
@@ -149,20 +149,20 @@ def event_sentence(event: StoredEvent) -> str:
     return str(event.message or event.kind.replace("_", " "))
 
 
-def _is_match(event: StoredEvent) -> bool:
+def _is_match(event: Event) -> bool:
     """A canary answer that matched the reference (the first answer, the reference itself, is not)."""
     data = event.data
     return event.kind == "canary" and data.get("reference") is False
 
 
-def _canary_row(group: list[StoredEvent]) -> dict[str, Any]:
+def _canary_row(group: list[Event]) -> dict[str, Any]:
     span = f"{format_elapsed(group[0].t_s)} to +{format_elapsed(group[-1].t_s)}"
     text = (f"{len(group)} canary answers the same as the reference, +{span}" if len(group) > 1
             else event_sentence(group[0]))
     return _row(group[0], "canary", "other", text, group)
 
 
-def grouped_rows(events: list[StoredEvent]) -> list[dict[str, Any]]:
+def grouped_rows(events: list[Event]) -> list[dict[str, Any]]:
     """Events as rows: one per probe, one per run of matching canaries, one per other event; in time order."""
     rows, probes, order, open_key, matches = [], {}, [], None, []
     for event in events:
@@ -187,7 +187,7 @@ def grouped_rows(events: list[StoredEvent]) -> list[dict[str, Any]]:
     return sorted(rows, key=lambda row: row["t_s"])
 
 
-def events_table(events: list[StoredEvent]) -> dict[str, Any]:
+def events_table(events: list[Event]) -> dict[str, Any]:
     """The Events section: grouped rows in time order (capped, with the number left out)."""
     rows = grouped_rows(events)
     return {"rows": rows[:MAX_EVENT_ROWS], "left_out": max(len(rows) - MAX_EVENT_ROWS, 0),

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from soak.analysis.inputs import Event
 from soak.analysis.server_kind import not_measured
 from soak.contracts import (
     ErrorMessage,
     ErrorsByClass,
+    Event,
     EventKind,
     GoodputWindow,
     LatencyMs,
@@ -30,7 +30,7 @@ from soak.contracts import (
 from soak.slo import stored_slo_ms
 from soak.store.histograms import merged_percentiles
 from soak.store.models import ALL_SCENARIOS, ERROR_CLASSES, LatencyWindowRow, RequestWindowRow
-from soak.store.records import StoredEvent, StoredRun
+from soak.store.records import StoredRun
 from soak.store.store import Store
 
 SUMMARY_METRICS = tuple(LatencyMs.model_fields)  # ttft, itl, e2e
@@ -73,7 +73,7 @@ def goodput_of(store: Store, run: StoredRun) -> SummaryGoodput | None:
                           share=good / requests if requests else None, windows=windows)
 
 
-def largest_counts(events: list[StoredEvent], kind: str, key: tuple[str, ...]) -> list[dict[str, Any]]:
+def largest_counts(events: list[Event], kind: str, key: tuple[str, ...]) -> list[dict[str, Any]]:
     """The data of `kind` events, one per group (`key` fields), the one with the largest count; most first."""
     best: dict[tuple[Any, ...], dict[str, Any]] = {}
     for event in events:
@@ -86,24 +86,24 @@ def largest_counts(events: list[StoredEvent], kind: str, key: tuple[str, ...]) -
     return sorted(best.values(), key=lambda data: -data["count"])
 
 
-def error_messages(events: list[StoredEvent]) -> list[ErrorMessage]:
+def error_messages(events: list[Event]) -> list[ErrorMessage]:
     """Failed requests grouped by message (the ledger's `error_message` events)."""
     return [ErrorMessage.model_validate(data) for data in largest_counts(events, EventKind.ERROR_MESSAGE, ("message",))]
 
 
-def validation_gaps(events: list[StoredEvent]) -> list[ValidationGap]:
+def validation_gaps(events: list[Event]) -> list[ValidationGap]:
     """200s where a refusal was expected, per scenario and expectation (the ledger's `validation_gap` events)."""
     groups = largest_counts(events, EventKind.VALIDATION_GAP, ("scenario", "expectation"))
     return [ValidationGap.model_validate(data) for data in groups]
 
 
-def context_of(events: list[StoredEvent]) -> SummaryContext | None:
+def context_of(events: list[Event]) -> SummaryContext | None:
     """The context length the load stage used (its `context_length` event), if recorded."""
     found = [event.data for event in events if event.kind == EventKind.CONTEXT_LENGTH and event.data]
     return SummaryContext.model_validate(found[-1]) if found else None
 
 
-def trace_of(store: Store, run: StoredRun, events: list[StoredEvent]) -> SummaryTrace | None:
+def trace_of(store: Store, run: StoredRun, events: list[Event]) -> SummaryTrace | None:
     """The trace the run replayed (its `trace` event) beside what was sent of it; None without --trace."""
     found = [event.data for event in events if event.kind == EventKind.TRACE and event.data]
     if not found:
@@ -112,21 +112,21 @@ def trace_of(store: Store, run: StoredRun, events: list[StoredEvent]) -> Summary
     return trace_summary(found[-1], windows, run.duration_s)
 
 
-def capabilities_of(events: list[StoredEvent]) -> SummaryCapabilities | None:
+def capabilities_of(events: list[Event]) -> SummaryCapabilities | None:
     """What the server accepted before the load and the scenarios dropped for it (its `capabilities` event)."""
     found = [event.data for event in events if event.kind == EventKind.CAPABILITIES and event.data]
     return SummaryCapabilities.model_validate(found[-1]) if found else None
 
 
-def target_of(run: StoredRun, events: list[StoredEvent]) -> SummaryTarget:
+def target_of(run: StoredRun, events: list[Event]) -> SummaryTarget:
     """The server loaded: kind, URL, model, the dialect its /metrics was read in, and what it left unmeasured."""
     dialects = [event.data for event in events if event.kind == EventKind.SERVER_DIALECT and event.data]
-    missing = not_measured(Event(t_s=e.t_s, kind=e.kind, data=e.data) for e in events)
+    missing = not_measured(events)
     return SummaryTarget(kind=run.target_kind, url=run.target_url, model=run.model,
                          dialect=dialects[-1].get("dialect") if dialects else None, not_measured=missing or None)
 
 
-def workers_of(events: list[StoredEvent]) -> SummaryWorkers | None:
+def workers_of(events: list[Event]) -> SummaryWorkers | None:
     """The load workers the run started with (`workers_joined`) and those it lost (`worker_lost`), if it had any."""
     joined = [event.data for event in events if event.kind == EventKind.WORKERS_JOINED and event.data]
     if not joined:
@@ -138,7 +138,7 @@ def workers_of(events: list[StoredEvent]) -> SummaryWorkers | None:
     return SummaryWorkers(joined=len(workers), remote=sum(not w.get("local") for w in workers), lost=lost)
 
 
-def stop_reason(events: list[StoredEvent]) -> str | None:
+def stop_reason(events: list[Event]) -> str | None:
     """Why the run ended, as its `run_end` event says (None while it runs, or for a killed run)."""
     ends = [event for event in events if event.kind == EventKind.RUN_END]
     return (ends[-1].message or None) if ends else None

@@ -1,4 +1,4 @@
-"""The records a `Store` hands out: a stored run and a stored event, typed, read-only.
+"""The records a `Store` hands out, typed and read-only: a stored run, and a run event (`soak.contracts.Event`).
 
 Rows cross from the store to every stage above it (run, analysis, report, web, schedule, cli) as these, so a
 reader's editor knows the fields; dicts stay inside the store (database rows) and at the edges that serialise
@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from functools import cached_property
 from typing import Any
 
-from soak.contracts import EventKind
+from soak.contracts import Event, EventKind
 from soak.store.models import EventRow, Run
 
 _EVENT_KINDS = {kind.value: kind for kind in EventKind}
@@ -86,23 +86,7 @@ def _aware(moment: datetime) -> datetime:
     return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
-@dataclass(frozen=True)
-class StoredEvent:
-    """One row of the `events` table: `kind` an `EventKind` where it is one (a kind written by an older soak
-    stays a str), `data` decoded ({} when none)."""
-
-    t_s: float
-    kind: EventKind | str
-    message: str = ""
-    data: dict[str, Any] = field(default_factory=dict)
-    at: str | None = None
-    id: int | None = None
-
-    @classmethod
-    def from_row(cls, row: EventRow) -> StoredEvent:
-        return cls(t_s=row.t_s, kind=_EVENT_KINDS.get(row.kind, row.kind), message=row.message or "",
-                   data=json.loads(row.data_json) if row.data_json else {}, at=row.at, id=row.id)
-
-    def as_dict(self) -> dict[str, Any]:
-        """The event as JSON-ready fields (`kind` as its plain string)."""
-        return {"t_s": self.t_s, "at": self.at, "kind": str(self.kind), "message": self.message, "data": self.data}
+def event_from_row(row: EventRow) -> Event:
+    """The `Event` of an `events` row: its kind an `EventKind` where it is one, its data decoded."""
+    return Event(t_s=row.t_s, kind=_EVENT_KINDS.get(row.kind, row.kind), message=row.message or "",
+                 data=json.loads(row.data_json) if row.data_json else {}, at=row.at)

@@ -17,12 +17,13 @@ from sqlalchemy import Engine, event, select
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
+from soak.contracts import Event
 from soak.errors import StorageError, UnknownRunError
 from soak.locations import Locations
 from soak.store.db import create_db_engine, migrate, require_sqlite_file
 from soak.store.models import Base, EventRow, Run, RunLabel
 from soak.store.queries import effective_status, row_to_dict, with_labels
-from soak.store.records import StoredEvent, StoredRun
+from soak.store.records import StoredRun, event_from_row
 from soak.store.writer import StoreWriter
 
 LABEL_BATCH = 500  # run ids per IN (…): under every database's bound-parameter limit
@@ -148,10 +149,10 @@ class Store:
             query = query.order_by(order)
         return [row_to_dict(row) for row in self.scalars(query)]
 
-    def read_events(self, run_id: str) -> list[StoredEvent]:
+    def read_events(self, run_id: str) -> list[Event]:
         """A run's events in time order."""
         query = select(EventRow).where(EventRow.run_id == run_id).order_by(EventRow.t_s, EventRow.id)
-        return [StoredEvent.from_row(row) for row in self.scalars(query)]
+        return [event_from_row(row) for row in self.scalars(query)]
 
     # -- writing outside a run's writer ----------------------------------------------------------------
     @contextmanager

@@ -1,11 +1,12 @@
-"""Store records built by hand, for tests of the code that reads them without a database."""
+"""Store records built by hand (`StoredRun`, `Event`), for tests of the code that reads them without a database."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
-from soak.store.records import StoredEvent, StoredRun
+from soak.contracts import Event
+from soak.store.records import StoredRun
 
 
 def stored_run(config: dict[str, Any] | None = None, environment: dict[str, Any] | None = None,
@@ -23,6 +24,6 @@ def stored_run(config: dict[str, Any] | None = None, environment: dict[str, Any]
     return StoredRun(**merged)
 
 
-def stored_event(t_s: float, kind: str, data: dict[str, Any] | None = None, message: str = "") -> StoredEvent:
+def stored_event(t_s: float, kind: str, data: dict[str, Any] | None = None, message: str = "") -> Event:
     """An event as `Store.read_events` gives it back."""
-    return StoredEvent(t_s=t_s, kind=kind, message=message, data=data or {})
+    return Event(t_s=t_s, kind=kind, message=message, data=data or {})

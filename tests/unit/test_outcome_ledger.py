@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from soak.contracts import Event
 from soak.load.records import RequestRecord
 from soak.run.ledger import MAX_GROUPS, OTHER_MESSAGE, OutcomeLedger
 from soak.run.summary import error_messages, validation_gaps
-from soak.store.records import StoredEvent
 
 CONTEXT_400 = "HTTP 400: request (1719 tokens) exceeds the available context size (1024 tokens)"
 
@@ -16,10 +16,10 @@ class EventList:
     """Events as `read_events` gives them back."""
 
     def __init__(self) -> None:
-        self.events: list[StoredEvent] = []
+        self.events: list[Event] = []
 
     def event(self, kind: str, message: str = "", data: dict[str, Any] | None = None) -> None:
-        self.events.append(StoredEvent(t_s=0.0, kind=kind, message=message, data=dict(data or {})))
+        self.events.append(Event(t_s=0.0, kind=kind, message=message, data=dict(data or {})))
 
 
 def record(scenario: str = "mixed", error_class: str | None = None, message: str | None = None, status: int | None = None,

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import re
 
+from soak.contracts import Event
 from soak.report.timeline import event_sentence, events_table, grouped_rows, phase_load, phases
-from soak.store.records import StoredEvent
 
 MIB = 2**20
 
 
 def event(t_s, kind, message="", **data):
-    return StoredEvent(t_s=t_s, at="2026-12-03T08:00:00+00:00", kind=kind, message=message, data=data)
+    return Event(t_s=t_s, at="2026-12-03T08:00:00+00:00", kind=kind, message=message, data=data)
 
 
 def test_each_phase_kind_reads_as_a_sentence():

@@ -9,12 +9,12 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.exc import OperationalError
 
-from soak.contracts import EventKind
+from soak.contracts import Event, EventKind
 from soak.errors import MissingDatabaseError, StorageError, UnknownRunError
 from soak.locations import resolve_locations
 from soak.store import Store
 from soak.store.models import EventRow, Run, RunLabel
-from soak.store.records import StoredEvent, StoredRun
+from soak.store.records import StoredRun
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -77,7 +77,7 @@ def test_runs_and_events_come_back_as_typed_records(tmp_path):
     with Store.open(db_url, read_only=True) as store:
         run = store.get_run("r2")
         (event,) = store.read_events("r2")
-    assert isinstance(run, StoredRun) and isinstance(event, StoredEvent)
+    assert isinstance(run, StoredRun) and isinstance(event, Event)
     assert event.kind is EventKind.PHASE and event.t_s == 1.0
     assert run.as_dict()["labels"] == {"release": "1.4"} and json.dumps(run.as_dict()) and json.dumps(event.as_dict())
     with pytest.raises(dataclasses.FrozenInstanceError):

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from soak.analysis.loader import build_windows, worker_loss_spans
-from soak.store.records import StoredEvent
+from soak.contracts import Event
 from support.records import stored_event, stored_run
 
 RUN = stored_run(warmup_s=10.0, window_s=10.0)
 
 
-def lost(t_s: float, unseen_s: float | None) -> StoredEvent:
+def lost(t_s: float, unseen_s: float | None) -> Event:
     return stored_event(t_s, "worker_lost", {"unseen_s": unseen_s})
 
 
