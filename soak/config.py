@@ -78,6 +78,28 @@ class ScenarioSpec(_Model):
         return cls(name=text)
 
 
+LORA_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-/:]{0,127}$")
+
+
+class LoraAdapter(_Model):
+    """A LoRA adapter soak loads, unloads and sends requests to: the name requests use and its path on the server's
+    host (read by the server, never by soak)."""
+
+    name: str
+    path: str
+
+    @classmethod
+    def parse(cls, text: str) -> LoraAdapter:
+        """`sql=/models/sql-lora` as (name, path); ValueError saying what is wrong otherwise."""
+        name, sep, path = str(text).partition("=")
+        name, path = name.strip(), path.strip()
+        if not sep or not name or not path:
+            raise ValueError(f"lora {text!r} is not NAME=PATH (an adapter's name and its path on the server)")
+        if not LORA_NAME.match(name):
+            raise ValueError(f"lora name {name!r} must be letters, digits, '_', '-', '.', '/' or ':' (at most 128)")
+        return cls(name=name, path=path)
+
+
 LABEL_KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-/]{0,63}$")
 LABEL_VALUE_MAX = 200
 
@@ -227,11 +249,27 @@ class LoadSettings(_Model):
     max_context: int | None = Field(default=None, ge=128)
     request_timeout_s: float = Field(default=300.0, gt=0)
     canary_every_s: float = Field(default=600.0, ge=0)  # 0: no canary
+    loras: tuple[LoraAdapter, ...] = ()  # --lora NAME=PATH: adapters loaded at start (soak/load/lora.py)
+    lora_churn_every_s: float | None = Field(default=None, ge=0)  # unload and reload one adapter this often
+    lora_zipf: float = Field(default=1.0, ge=0)  # the lora scenario's spread: weight of rank r is 1/r^s; 0 = even
 
     _durations = field_validator(
         "idle_probe_every_s", "idle_probe_for_s", "drain_timeout_s", "request_timeout_s", "canary_every_s",
         "worker_wait_s", mode="before"
     )(_duration_field)
+
+    _lora_every = field_validator("lora_churn_every_s", mode="before")(_duration_field)
+
+    @field_validator("loras", mode="before")
+    @classmethod
+    def _parse_loras(cls, value: Any) -> Any:
+        items = [value] if isinstance(value, (str, dict)) else list(value or ())
+        adapters = tuple(LoraAdapter.parse(v) if isinstance(v, str) else v for v in items)
+        names = [a.name if isinstance(a, LoraAdapter) else a.get("name") for a in adapters]
+        twice = next((name for name in names if names.count(name) > 1), None)
+        if twice is not None:
+            raise ValueError(f"lora adapter {twice!r} is given twice")
+        return adapters
 
     @field_validator("master_bind")
     @classmethod

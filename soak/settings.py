@@ -128,6 +128,12 @@ SETTINGS: tuple[Setting, ...] = (
        kind="choice", choices=("mooncake", "azure", "burstgpt")),
     _s("trace_speed", "load.trace_speed", LOAD, "Replay the trace this many times faster (2 = twice as fast; "
        "default 1); it loops to fill the run.", kind="float", metavar="X"),
+    _s("lora", "load.loras", LOAD, "A LoRA adapter to load at start and send the lora scenario to, NAME=PATH (its "
+       "path on the server's host; repeatable; docs/load.md, LoRA adapters).", metavar="NAME=PATH", multiple=True),
+    _s("lora_churn_every", "load.lora_churn_every_s", LOAD, "Unload and reload one --lora adapter this often, in turn "
+       "(default: never; each load and unload is an event).", kind="duration", metavar="D"),
+    _s("lora_zipf", "load.lora_zipf", LOAD, "The lora scenario's spread over the adapters: Zipf with this exponent, "
+       "the first adapter the most asked for (default 1; 0 = even).", kind="float", metavar="S"),
     _s("seed", "load.seed", LOAD, "Seed of prompts, arrivals and the reference server (default 0).", kind="int",
        metavar="N"),
     _s("max_context", "load.max_context", LOAD, "Context length (prompt + output tokens) every request must fit "

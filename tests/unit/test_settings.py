@@ -10,7 +10,7 @@ import pytest
 from pydantic import BaseModel
 
 from soak.cli.start import start, start_flags
-from soak.config import RunConfig, ScenarioSpec, resolve_config
+from soak.config import LoraAdapter, RunConfig, ScenarioSpec, resolve_config
 from soak.settings import SETTINGS, SETTINGS_BY_KEY
 from soak.slo import SloTargets
 
@@ -73,6 +73,9 @@ EXAMPLES: dict[str, Example] = {
     "dataset": ex("/data/prompts.jsonl", Path("/data/prompts.jsonl")), "seed": ex("3", 3, toml="3"),
     "trace": ex("/data/trace.jsonl", Path("/data/trace.jsonl")), "trace_format": ex("azure", "azure"),
     "trace_speed": ex("2.5", 2.5, toml="2.5"),
+    "lora": repeated(["sql=/models/sql-lora", "chat=/models/chat"],
+                     (LoraAdapter(name="sql", path="/models/sql-lora"), LoraAdapter(name="chat", path="/models/chat"))),
+    "lora_churn_every": ex("10m", 600.0), "lora_zipf": ex("1.2", 1.2, toml="1.2"),
     "workers": ex("2", 2, toml="2"), "request_timeout": ex("1m", 60.0), "idle_probe_every": ex("10m", 600.0),
     "expect_workers": ex("3", 3, toml="3"), "master_bind": ex("0.0.0.0:6000", "0.0.0.0:6000"),
     "worker_wait": ex("90s", 90.0),
