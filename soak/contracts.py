@@ -80,6 +80,10 @@ class EventKind(StrEnum):
     TRACE = "trace"  # the --trace replayed: its name, format, rows, speed, loops, its own rate and the sent one
     WORKERS_JOINED = "workers_joined"  # the load workers (local and `soak worker`) the run started with
     WORKER_LOST = "worker_lost"  # a load worker's process or heartbeat went away; its share moved to the rest
+    # LoRA churn (soak/load/lora.py): an adapter unloaded or loaded on schedule, or the server's refusal of either
+    LORA_LOAD = "lora_load"
+    LORA_UNLOAD = "lora_unload"
+    LORA_ERROR = "lora_error"
     # the conductor's outcome ledger (soak/run/ledger.py)
     ERROR_MESSAGE = "error_message"
     VALIDATION_GAP = "validation_gap"

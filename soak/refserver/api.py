@@ -17,6 +17,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from soak.refserver.adapters import AdapterAnswer, AdapterRegistry
 from soak.refserver.engine import Engine, TokenEvent
 from soak.refserver.images import ImageInput
 from soak.refserver.injector import FaultInjector
@@ -175,7 +176,8 @@ class RefServerApi:
         self.injector = injector
         self.metrics = metrics
         self.card = card
-        self.limits = Limits(card.model_name, card.max_model_len, refused)
+        self.adapters = AdapterRegistry(card.model_name, injector.on_adapter_load)
+        self.limits = Limits(card.model_name, card.max_model_len, refused, self.adapters)
         self.image_cost_s_per_mpix = image_cost_s_per_mpix
 
     def routes(self) -> list[Route]:
@@ -187,6 +189,8 @@ class RefServerApi:
             Route("/v1/models", self.models, methods=["GET"]),
             Route("/v1/chat/completions", self.chat_completions, methods=["POST"]),
             Route("/v1/completions", self.completions, methods=["POST"]),
+            Route("/v1/load_lora_adapter", self.load_lora_adapter, methods=["POST"]),
+            Route("/v1/unload_lora_adapter", self.unload_lora_adapter, methods=["POST"]),
         ]
 
     async def health(self, request: Request) -> Response:
@@ -197,13 +201,31 @@ class RefServerApi:
                              "faults": list(self.injector.faults.texts)})
 
     async def debug_faults(self, request: Request) -> Response:
-        return JSONResponse(self.injector.describe())
+        return JSONResponse({**self.injector.describe(), **self.adapters.describe()})
 
     async def metrics_text(self, request: Request) -> Response:
         return Response(self.metrics.render(self.engine.snapshot()), media_type=CONTENT_TYPE_LATEST)
 
     async def models(self, request: Request) -> Response:
-        return JSONResponse({"object": "list", "data": [self.card.describe()]})
+        cards = [self.card.describe(), *self.adapters.cards(self.card.created)]
+        return JSONResponse({"object": "list", "data": cards})
+
+    async def load_lora_adapter(self, request: Request) -> Response:
+        return await self._adapter_change(request, self.adapters.load)
+
+    async def unload_lora_adapter(self, request: Request) -> Response:
+        return await self._adapter_change(request, self.adapters.unload)
+
+    async def _adapter_change(self, request: Request, change: Callable[[object], AdapterAnswer]) -> Response:
+        """A load or unload: vLLM answers success as plain text, a refusal as an OpenAI error body."""
+        try:
+            body = decode_json(await request.body())
+        except RequestError as exc:
+            return error_response(exc.status, exc.message, exc.param)
+        answer = change(body)
+        if answer.ok:
+            return Response(answer.message, media_type="text/plain")
+        return error_response(answer.status, answer.message, "lora_name")
 
     async def chat_completions(self, request: Request):
         return await self._generate(request, parse_chat, ChatFormat)

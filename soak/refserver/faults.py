@@ -101,6 +101,7 @@ class FaultSet:
     log_engine_dead_after_s: float | None = None
     invalid_output_after_s: float | None = None
     image_leak_bytes: int = 0
+    lora_leak_bytes: int = 0
     warmup_ratchet: MemoryShape | None = None
     gc_sawtooth: MemoryShape | None = None
     rss_steps: MemorySteps | None = None
@@ -231,6 +232,7 @@ _PARSERS: dict[str, tuple[str, Callable[[str | None], object]]] = {
     "log-engine-dead-after": ("log_engine_dead_after_s", _duration),
     "invalid-output-after": ("invalid_output_after_s", _duration),
     "image-leak": ("image_leak_bytes", _positive_bytes),
+    "lora-leak": ("lora_leak_bytes", _positive_bytes),
     "warmup-ratchet": ("warmup_ratchet", _memory_shape(DEFAULT_RATCHET)),
     "gc-sawtooth": ("gc_sawtooth", _memory_shape(DEFAULT_SAWTOOTH)),
     "rss-steps": ("rss_steps", _memory_steps),

@@ -44,6 +44,7 @@ class FaultInjector:
         self._noise = MemoryNoise(clock, faults.warmup_ratchet, faults.gc_sawtooth, faults.rss_steps)
         self._retained: list[bytearray] = []
         self._images_kept: dict[str, bytearray] = {}  # image-leak: per distinct picture, never evicted
+        self._adapters_kept: list[bytearray] = []  # lora-leak: per adapter load, never freed by its unload
         self._swapped = SwappedLeak(faults.rss_leak_swapped_bytes) if faults.rss_leak_swapped_bytes else None
         self._leaked_fds: list[int] = []
         self._vram: list[object] = []
@@ -182,6 +183,11 @@ class FaultInjector:
             if digest not in self._images_kept:
                 self._images_kept[digest] = bytearray(b"\xa5") * self.faults.image_leak_bytes
 
+    def on_adapter_load(self, name: str) -> None:
+        """lora-leak: every load of a LoRA adapter keeps its bytes for good (what its unload should have freed)."""
+        if self.faults.lora_leak_bytes:
+            self._adapters_kept.append(bytearray(b"\xa5") * self.faults.lora_leak_bytes)
+
     def _retain(self, size_bytes: int) -> None:
         self._retained.append(bytearray(b"\xa5") * size_bytes)  # written, so resident
 
@@ -204,6 +210,7 @@ class FaultInjector:
             "retained_bytes": sum(len(buffer) for buffer in self._retained),
             "image_leak_bytes": sum(len(buffer) for buffer in self._images_kept.values()),
             "images_kept": len(self._images_kept),
+            "lora_leak_bytes": sum(len(buffer) for buffer in self._adapters_kept),
             "swapped_leak_bytes": 0 if self._swapped is None else self._swapped.leaked_bytes,
             "leaked_fds": len(self._leaked_fds),
             "finished_requests": self._finished,

@@ -7,6 +7,7 @@ otherwise ignored, as vLLM does.
 
 import json
 import math
+from collections.abc import Container
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -51,6 +52,7 @@ class Limits:
     model_name: str
     max_model_len: int
     refused: frozenset[str] = frozenset()  # features of REFUSALS this server was started without
+    adapters: Container[str] = frozenset()  # LoRA adapter names loaded now: requests may name them as the model
 
     def refuse(self, feature: str) -> None:
         """A 400 when the server was started without `feature`."""
@@ -196,7 +198,7 @@ def _check_model(body: dict, limits: Limits) -> None:
         return  # like vLLM: no model means the served one
     if not isinstance(model, str):
         raise RequestError(400, "'model' must be a string", "model")
-    if model != limits.model_name:
+    if model != limits.model_name and model not in limits.adapters:
         raise RequestError(404, f"The model `{model}` does not exist.", "model")
 
 
