@@ -12,7 +12,10 @@ import pytest
 from click.testing import CliRunner
 
 from soak.cli.doctor import doctor as doctor_command
+from soak.config import resolve_config
+from soak.errors import TargetError
 from soak.load.images import ImageSpec, data_uri, image_part
+from soak.run.capabilities import check_mix
 from soak.run.doctor import check_target
 from soak.target.capabilities import probe_capabilities, unsupported
 
@@ -113,3 +116,23 @@ def test_doctor_fails_a_target_that_does_not_answer():
         url = f"http://127.0.0.1:{sock.getsockname()[1]}"
     [check] = check_target(url)
     assert check.status == "fail" and check.detail.startswith(f"target {url} is unreachable: ")
+
+
+def test_the_mix_keeps_what_the_server_accepts_only_when_told_to_skip(start_refserver, tmp_path):
+    plain = start_refserver("--no-images", "--no-tools")
+
+    def check(*scenarios: str, skip: bool = False):
+        flags = {"scenario": list(scenarios), "duration": "1m", "out": str(tmp_path), "skip_unsupported": skip}
+        return check_mix(resolve_config(flags, environ={}), plain.url, "soak-reference", {})
+
+    with pytest.raises(TargetError, match=r"^scenario multimodal needs image_url content parts, which the server "
+                                          r"refused: HTTP 400: .*; nothing was run \(leave it out of --scenario"):
+        check("chat_short", "multimodal:2", "tools")
+    mix = check("chat_short", "multimodal:2", "tools", "structured:3", skip=True)
+    assert [(spec.name, spec.weight) for spec in mix.config.load.scenarios] == [("chat_short", 1), ("structured", 3)]
+    assert [(item.scenario, item.feature) for item in mix.dropped] == [("multimodal", "images"), ("tools", "tools")]
+    assert mix.data()["dropped"][0]["answer"].startswith("HTTP 400: soak-reference is a text-only model")
+    assert "; dropped scenario tools needs tools with tool_choice auto" in mix.describe()
+    with pytest.raises(TargetError, match="^every scenario of the mix needs what the server refused"):
+        check("multimodal", "tools", skip=True)
+    assert check("chat_short", "structured").dropped == ()
