@@ -168,14 +168,6 @@ class LatencyStats:
         """The value for "p50", "p90", "p95" or "p99"."""
         return float(getattr(self, f"{level}_ms"))
 
-    @classmethod
-    def from_histogram(cls, histogram: Any) -> LatencyStats:
-        """Build from an `hdrh.histogram.HdrHistogram` whose values are recorded in milliseconds."""
-        def at(pct: float) -> float:
-            return float(histogram.get_value_at_percentile(pct))
-
-        return cls(count=int(histogram.get_total_count()), p50_ms=at(50.0), p90_ms=at(90.0),
-                   p95_ms=at(95.0), p99_ms=at(99.0))
 
 
 @dataclass(frozen=True)

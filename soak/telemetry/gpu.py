@@ -256,10 +256,6 @@ class GpuSampler:
                 held[pid] = held.get(pid) if used_bytes is None else (held.get(pid) or 0) + used_bytes
         return held
 
-    def used_by(self, pids: list[int]) -> int:
-        """VRAM bytes held now by any of `pids`."""
-        return sum(used or 0 for used in self.holding(pids).values())
-
     def close(self) -> None:
         """Free the event sets and release NVML."""
         if self._nvml is None:

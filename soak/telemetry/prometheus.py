@@ -90,11 +90,12 @@ def read_known(samples: list[tuple[str, dict[str, str], float]], dialect: Dialec
     return known, extra
 
 
-def parse_metrics(text: str, dialect: Dialect | None = None, model: str | None = None
-                  ) -> tuple[dict[str, float], list[tuple[str, dict[str, str], float]]]:
-    """`read_known` of a page, in the given dialect or, when None, the one the page names (vLLM's if none)."""
-    samples = parse_samples(text)
-    return read_known(samples, dialect or detect_dialect(name for name, _, _ in samples) or DEFAULT_DIALECT, model)
+def read_page(samples: list[tuple[str, dict[str, str], float]], dialect: Dialect | None = None,
+              model: str | None = None) -> tuple[Dialect | None, dict[str, float], list[tuple[str, dict[str, str], float]]]:
+    """A page's parsed samples read in `dialect`, or when None in the one the page names (as vLLM's when it names
+    none): (the dialect named, or None; the known readings; the extra series)."""
+    found = dialect or detect_dialect(name for name, _, _ in samples)
+    return (found, *read_known(samples, found or DEFAULT_DIALECT, model))
 
 
 def fetch_text(url: str, timeout_s: float = SCRAPE_TIMEOUT_S, headers: dict[str, str] | None = None) -> str:
@@ -126,8 +127,7 @@ def scrape(metrics_url: str, headers: dict[str, str] | None = None, with_extra: 
         samples = parse_samples(text if with_extra else known_lines_only(text, dialect))
     except (OSError, ValueError) as exc:
         return {"scrape_ok": False, "dialect": None, "error": str(exc)[:200], "extra": []}
-    found = dialect or detect_dialect(name for name, _, _ in samples)
-    known, extra = read_known(samples, found or DEFAULT_DIALECT, model)
+    found, known, extra = read_page(samples, dialect, model)
     return {"scrape_ok": True, "dialect": found.name if found else None, **known, "extra": extra}
 
 

@@ -80,16 +80,6 @@ def test_excluded_windows_are_left_out():
     assert finding.verdict == PASS and finding.details["windows_used"] == 48
 
 
-def test_histogram_stats():
-    from hdrh.histogram import HdrHistogram
-    histogram = HdrHistogram(1, 60_000, 3)
-    for value in range(1, 1001):
-        histogram.record_value(value)
-    stats = LatencyStats.from_histogram(histogram)
-    assert stats.count == 1000
-    assert stats.p99_ms == pytest.approx(990, rel=0.01) and stats.p50_ms == pytest.approx(500, rel=0.01)
-
-
 # --- judged at comparable load -------------------------------------------------------------------
 
 def diurnal_rate(w, phase=math.pi):

@@ -154,7 +154,7 @@ def two_gpus() -> FakeNvml:
 def test_no_nvml_means_unavailable_with_a_reason():
     sampler = GpuSampler(nvml=FakeNvml([], init_error=True), environ={})
     assert not sampler.available and "NVML not available" in sampler.reason
-    assert sampler.sample([1]) == ([], []) and sampler.describe() == [] and sampler.used_by([1]) == 0
+    assert sampler.sample([1]) == ([], []) and sampler.describe() == [] and sampler.holding([1]) == {}
     sampler.close()
 
 
@@ -220,7 +220,7 @@ def test_vram_per_process_only_for_the_tree():
                          {"gpu_index": 0, "pid": 11, "used_bytes": None},
                          {"gpu_index": 0, "pid": 12, "used_bytes": 1 << 20}]
     assert sampler.holding([10, 11, 13]) == {10: 3 << 30, 11: None}  # 11 is listed: it still holds memory
-    assert sampler.used_by([10, 11, 12]) == (3 << 30) + (1 << 20)
+    assert sampler.holding([10, 11, 12]) == {10: 3 << 30, 11: None, 12: 1 << 20}
 
 
 def test_vram_of_one_process_on_two_gpus_adds_up():

@@ -1,4 +1,11 @@
-from soak.telemetry.prometheus import parse_metrics
+from soak.telemetry.prometheus import parse_samples, read_page
+
+
+def parse_metrics(text: str) -> tuple[dict[str, float], list[tuple[str, dict[str, str], float]]]:
+    """What a scrape reads of a page: its known readings and extra series."""
+    _, known, extra = read_page(parse_samples(text))
+    return known, extra
+
 
 VLLM_TEXT = """\
 # HELP vllm:num_requests_running Number of requests in model execution batches.
