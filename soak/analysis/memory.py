@@ -33,6 +33,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from soak.analysis.attribution import Attribution, attribute, attribution_text
+from soak.analysis.churn import ChurnFit, cycle_times, fit_churn
 from soak.analysis.evidence import MATERIAL_PHRASE, detection_sentence, settle_step, trend_sentence
 from soak.analysis.findings import FAIL, INCONCLUSIVE, SUSPECT, Finding, inconclusive, skipped
 from soak.analysis.fmt import bytes_range_text, count_text, duration_text, hours_text, p_text, small_bytes_text
@@ -167,6 +168,7 @@ class Outcome:
     chosen: Judged
     verdict: str
     headroom: float | None
+    subjects: tuple[Subject, ...] = ()  # the raw samples the series were reduced from
 
 
 def check_rss(run: RunData, gates: Gates) -> Finding:
@@ -207,7 +209,7 @@ def check_leak(run: RunData, gates: Gates, kind: LeakKind, gate: MemoryLeakGate 
                           floor_s) for row in rows]
                    if len(rows) > 1 else [judged_total])  # one process: the total is that process
     chosen, verdict = deciding(judged_total, per_process)
-    outcome = Outcome(kind, source, judged_total, per_process, chosen, verdict, headroom)
+    outcome = Outcome(kind, source, judged_total, per_process, chosen, verdict, headroom, tuple(subjects))
     return leak_finding(run, gates, outcome)
 
 
@@ -381,24 +383,58 @@ def leak_finding(run: RunData, gates: Gates, outcome: Outcome) -> Finding:
     kind, result = outcome.kind, outcome.chosen.trend
     rate_per_s = request_rate_per_s(run)
     exhaustion = _exhaustion(kind, result, outcome.headroom)
-    attribution = None
+    attribution = churn = None
     if kind.is_bytes and outcome.verdict in (FAIL, SUSPECT):
         attribution = attribute(_growth_times(run, outcome), outcome.chosen.series.values, run.scenario_windows,
                                 gates.confidence)
+        churn = _churn_fit(run, outcome, gates.confidence)
     return Finding(
         check=kind.check, verdict=outcome.verdict, value=result.slope_per_s * HOUR_S, unit=kind.unit,
         ci=_per_h(result.ci_per_s), threshold=result.min_slope_per_s * HOUR_S,
-        evidence=_leak_evidence(outcome, rate_per_s, gates.confidence, exhaustion, attribution),
+        evidence=_leak_evidence(outcome, rate_per_s, gates.confidence, exhaustion, attribution, churn),
         per_process=[_process_entry(kind, j) for j in outcome.per_process],
         per_request=_per_request(kind, result, rate_per_s), trend=result.line("linear"),
         detection_limit=_h(result.detection_limit_per_s), exhaustion=exhaustion,
         attribution=None if attribution is None else attribution.to_dicts(kind.base_unit),
-        next_step=_leak_next_step(kind, outcome, attribution), details=_details(run, outcome),
+        next_step=_leak_next_step(kind, outcome, attribution, churn), details=_details(run, outcome, churn),
     )
 
 
-def _leak_next_step(kind: LeakKind, outcome: Outcome, attribution: Attribution | None) -> str | None:
+def _churn_fit(run: RunData, outcome: Outcome, confidence: float) -> ChurnFit | None:
+    """The growth per LoRA load/unload cycle of the deciding series' raw samples over the judged span (None
+    without churn)."""
+    cycles = cycle_times(run.events)
+    raw = _raw_samples(outcome) if cycles.size else None
+    if raw is None:
+        return None
+    cut = outcome.chosen.cut
+    start_s = max(run.warmup_s, cut.t_s if cut is not None else 0.0)
+    t_s, values = raw
+    judged = t_s >= start_s
+    return fit_churn(t_s[judged], values[judged], cycles, confidence)
+
+
+def _raw_samples(outcome: Outcome) -> tuple[np.ndarray, np.ndarray] | None:
+    """The deciding process's samples; for the tree total, the sum of processes sampled together (else the one
+    that grew most)."""
+    subjects = [s for s in outcome.subjects if s.t_s.size]
+    chosen = [s for s in subjects if s.pid == outcome.chosen.series.pid]
+    if chosen or len(subjects) == 1:
+        return (chosen or subjects)[0].t_s, (chosen or subjects)[0].values
+    if not subjects:
+        return None
+    if len({s.t_s.size for s in subjects}) == 1:
+        return subjects[0].t_s, np.sum([s.values for s in subjects], axis=0)
+    grown = max(subjects, key=lambda s: float(np.nanmax(s.values) - np.nanmin(s.values)))
+    return grown.t_s, grown.values
+
+
+def _leak_next_step(kind: LeakKind, outcome: Outcome, attribution: Attribution | None,
+                    churn: ChurnFit | None = None) -> str | None:
     """Which traffic the growth follows, when attribution named it; else how long a run would settle it."""
+    if churn is not None and churn.named:
+        return (f"the growth follows LoRA adapter loads and unloads: look for what an unload leaves behind; see the "
+                f"{kind.chart}, where each load is marked")
     named = attribution.named if attribution is not None else None
     if named is not None and named.is_time:
         return f"the growth follows time, not requests: look for a timer or cache in the server; see the {kind.chart}"
@@ -438,7 +474,7 @@ def _growth_times(run: RunData, outcome: Outcome) -> np.ndarray:
     return outcome.chosen.series.t_s
 
 
-def _details(run: RunData, outcome: Outcome) -> dict:
+def _details(run: RunData, outcome: Outcome, churn: ChurnFit | None = None) -> dict:
     chosen, result = outcome.chosen, outcome.chosen.trend
     details = {"source": outcome.source, "points": result.n, "mk_p": result.mk_p, "gates": result.gates,
                "half_slope_per_h": _h(result.half_slope_per_s), "judged_by": chosen.series.label,
@@ -449,6 +485,8 @@ def _details(run: RunData, outcome: Outcome) -> dict:
                "net_growth_threshold": chosen.net_growth}
     if chosen is not outcome.total:
         details["tree_total"] = _summary(outcome.total)
+    if churn is not None:
+        details["lora_churn"] = churn.to_dict(outcome.kind.base_unit)
     return details
 
 
@@ -481,7 +519,7 @@ def _exhaustion(kind: LeakKind, result: TrendResult, headroom: float | None) -> 
 
 
 def _leak_evidence(outcome: Outcome, rate_per_s: float | None, confidence: float,
-                   exhaustion: dict | None, attribution: Attribution | None) -> str:
+                   exhaustion: dict | None, attribution: Attribution | None, churn: ChurnFit | None = None) -> str:
     kind, chosen, verdict = outcome.kind, outcome.chosen, outcome.verdict
     result = chosen.trend
     low, high = _per_h(result.ci_per_s)
@@ -504,11 +542,18 @@ def _leak_evidence(outcome: Outcome, rate_per_s: float | None, confidence: float
             parts.append(f"{kind.amount(result.slope_per_s / rate_per_s)}/request")
         if exhaustion and exhaustion["hours"] is not None:
             parts.append(f"{exhaustion['resource']} runs out in {hours_text(exhaustion['hours'])} at this slope")
-        if attribution is not None:
+        if churn is not None:
+            parts.append(churn.text(kind.amount, kind.amount_range, confidence))
+        if attribution is not None and not (churn is not None and churn.named and not _names_scenario(attribution)):
             parts.append(attribution_text(attribution, kind.amount, kind.amount_range, confidence))
     else:
         parts.append(detection_sentence(result, kind.rate))
     return "; ".join(part for part in parts if part)
+
+
+def _names_scenario(attribution: Attribution) -> bool:
+    """Whether the attribution named a scenario (not time, not unclear): news beside growth that follows churn."""
+    return attribution.named is not None and not attribution.named.is_time
 
 
 def _warming_text(kind: LeakKind, subject: str, judged: Judged) -> str:

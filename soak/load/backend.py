@@ -34,8 +34,11 @@ def api_key_from(config: RunConfig) -> str | None:
 
 def make_client_settings(config: RunConfig, model: str, max_model_len: int) -> ClientSettings:
     """What every scenario instance of this run needs."""
-    return ClientSettings(model=model, max_model_len=max_model_len, request_timeout_s=config.load.request_timeout_s,
-                          api_key=api_key_from(config), dataset_path=config.load.dataset, seed=config.load.seed)
+    load = config.load
+    return ClientSettings(model=model, max_model_len=max_model_len, request_timeout_s=load.request_timeout_s,
+                          api_key=api_key_from(config), dataset_path=load.dataset, seed=load.seed,
+                          adapters=tuple(adapter.name for adapter in load.loras), adapter_zipf=load.lora_zipf,
+                          churn_every_s=load.lora_churn_every_s)
 
 
 def dispatch_settings(config: RunConfig, client: ClientSettings, worker_index: int = 0) -> DispatchSettings:

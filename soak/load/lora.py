@@ -27,15 +27,16 @@ from dataclasses import dataclass
 import gevent
 from gevent.event import Event as GeventEvent
 
-from soak.config import LoraAdapter, RunConfig
+from soak.config import LoadSettings, LoraAdapter, RunConfig
 from soak.contracts import EventKind, EventSink
-from soak.errors import TargetError
+from soak.errors import ConfigError, TargetError
 
 log = logging.getLogger(__name__)
 
 QUIET_MAX_S = 30.0  # an adapter is kept out of the traffic at most this long either side of its cycle
 ADAPTER_TIMEOUT_S = 120.0  # a load reads the adapter's weights from disk
 ANSWER_CHARS = 300
+LORA_SCENARIO = "lora"
 SERVER_NEEDS = ("a vLLM needs --enable-lora and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True in its environment to load "
                 "adapters at run time")
 
@@ -84,6 +85,16 @@ def pick_adapter(rng: random.Random, adapters: Sequence[str], exponent: float, a
     if not pairs:
         return None
     return rng.choices([name for name, _ in pairs], weights=[weight for _, weight in pairs])[0]
+
+
+def check_lora(scenarios: Sequence[str], load: LoadSettings) -> None:
+    """ConfigError before anything starts: the lora scenario, or churn, without an adapter to use."""
+    if load.loras:
+        return
+    if LORA_SCENARIO in scenarios:
+        raise ConfigError("the lora scenario needs at least one --lora NAME=PATH (an adapter on the server's host)")
+    if load.lora_churn_every_s:
+        raise ConfigError("--lora-churn-every needs at least one --lora NAME=PATH to unload and reload")
 
 
 # -- the server's endpoints -------------------------------------------------------------------------------------
@@ -139,20 +150,43 @@ def unload_adapter(base_url: str, adapter: LoraAdapter, headers: dict[str, str])
     return post_adapter(base_url, "/v1/unload_lora_adapter", {"lora_name": adapter.name}, headers)
 
 
-def load_at_start(config: RunConfig, base_url: str, listed: Sequence[str], headers: dict[str, str]) -> list[str]:
+def load_at_start(config: RunConfig, base_url: str, listed: Sequence[str], headers: dict[str, str]
+                  ) -> list[tuple[LoraAdapter, AdapterReply]]:
     """Load every --lora adapter the server does not list yet; TargetError with the server's answer when one
-    fails (nothing was run). Returns one line per adapter, what was done."""
-    done = []
+    fails (nothing was run). Returns each adapter loaded with the server's reply."""
+    loaded = []
     for adapter in config.load.loras:
         if adapter.name in listed:
-            done.append(f"{adapter.name} (listed already)")
             continue
         reply = load_adapter(base_url, adapter, headers)
         if not reply.ok:
             raise TargetError(f"could not load LoRA adapter {adapter.name} from {adapter.path}: {reply.describe()} "
                               f"({SERVER_NEEDS}); nothing was run")
-        done.append(f"{adapter.name} (loaded in {reply.elapsed_s:.2f}s)")
-    return done
+        loaded.append((adapter, reply))
+    return loaded
+
+
+def record_reply(recorder: EventSink, action: str, adapter: LoraAdapter, reply: AdapterReply,
+                 cycle: int | None = None) -> bool:
+    """One `lora_load` or `lora_unload` event, or `lora_error` with the server's answer; True if it succeeded.
+    `cycle` is the churn cycle (None: a load at start or after a restart, no part of the churn)."""
+    data = {"adapter": adapter.name, "path": adapter.path, "cycle": cycle, "action": action,
+            "status": reply.status, "answer": reply.answer, "elapsed_s": round(reply.elapsed_s, 4)}
+    if not reply.ok:
+        recorder.event(EventKind.LORA_ERROR, f"{action} of LoRA adapter {adapter.name} failed: {reply.describe()}",
+                       data)
+    elif action == "load":
+        recorder.event(EventKind.LORA_LOAD, f"LoRA adapter {adapter.name} loaded ({reply.elapsed_s:.2f}s)", data)
+    else:
+        recorder.event(EventKind.LORA_UNLOAD, f"LoRA adapter {adapter.name} unloaded", data)
+    return reply.ok
+
+
+def reload_adapters(adapters: Sequence[LoraAdapter], base_url: str, headers: dict[str, str],
+                    recorder: EventSink) -> None:
+    """After a server restart, which forgets the adapters loaded at run time: load each again, as events."""
+    for adapter in adapters:
+        record_reply(recorder, "load", adapter, load_adapter(base_url, adapter, headers))
 
 
 # -- the churn loop -------------------------------------------------------------------------------------------
@@ -198,22 +232,8 @@ class LoraChurn:
         return unloaded and loaded
 
     def _record(self, action: str, adapter: LoraAdapter, cycle: int, reply: AdapterReply) -> bool:
-        data = {"adapter": adapter.name, "path": adapter.path, "cycle": cycle, "action": action,
-                "status": reply.status, "answer": reply.answer, "elapsed_s": round(reply.elapsed_s, 4)}
-        if not reply.ok:
-            self.recorder.event(EventKind.LORA_ERROR, f"{action} of LoRA adapter {adapter.name} failed: "
-                                f"{reply.describe()}", data)
-        elif action == "load":
-            self.recorder.event(EventKind.LORA_LOAD, f"LoRA adapter {adapter.name} loaded "
-                                f"({reply.elapsed_s:.2f}s)", data)
-        else:
-            self.recorder.event(EventKind.LORA_UNLOAD, f"LoRA adapter {adapter.name} unloaded", data)
-        return reply.ok
+        return record_reply(self.recorder, action, adapter, reply, cycle)
 
-    def reload_all(self) -> None:
-        """After a server restart, which forgets adapters loaded at run time: load them all again."""
-        for adapter in self.adapters.values():
-            self._record("load", adapter, -1, load_adapter(self.base_url(), adapter, self.headers))
 
 
 def start_churn(config: RunConfig, base_url: Callable[[], str], headers: dict[str, str],

@@ -33,6 +33,7 @@ from soak.load.dispatcher import Dispatcher, PlanBoard
 from soak.load.distributed import start_distributed
 from soak.load.hooks import HookCaller, LoadHooks
 from soak.load.locust_stats import keep_stats_bounded
+from soak.load.lora import check_lora
 from soak.load.pool import WorkerPool
 from soak.load.scenarios import LoadedScenario, check_dataset, effective_specs, load_scenarios
 from soak.load.settings import ClientSettings
@@ -145,6 +146,7 @@ def check_load(config: RunConfig, t0: float | None = None) -> list[LoadedScenari
     specs = effective_specs(config.load)
     scenarios = load_scenarios(specs)
     check_dataset(specs, config.load.dataset)
+    check_lora([spec.name for spec in specs], config.load)
     if config.load.trace is not None:
         load_trace(config.load.trace, config.load.trace_format)
     build_phases(config, time.time() if t0 is None else t0)

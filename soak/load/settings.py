@@ -18,3 +18,6 @@ class ClientSettings:
     api_key: str | None = None
     dataset_path: Path | None = None
     seed: int = 0
+    adapters: tuple[str, ...] = ()  # the --lora adapter names the lora scenario spreads over, by Zipf rank
+    adapter_zipf: float = 1.0
+    churn_every_s: float | None = None  # --lora-churn-every: the lora scenario avoids the adapter being cycled

@@ -13,7 +13,7 @@ import secrets
 import signal
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -23,6 +23,7 @@ from soak.contracts import EventKind, P99Ms, Progress, Stage, Summary, measured_
 from soak.errors import EXIT_FORCED, SoakError, StorageError
 from soak.load import LoadHooks, check_load, gather_workers, start_load
 from soak.load.canary import ProbeGate, start_canary
+from soak.load.lora import load_at_start, record_reply, reload_adapters, start_churn
 from soak.run.capabilities import check_mix
 from soak.run.early_stop import watch_for_failure
 from soak.run.environment import capture_environment, dumps
@@ -35,6 +36,7 @@ from soak.store import Store, StoreWriter
 from soak.store.models import CLIENT_LOOP_LAG_MAX_METRIC, CLIENT_LOOP_LAG_P99_METRIC, MetricSample, RequestRow, Run, RunLabel
 from soak.store.recorder import Recorder, utc_now_iso
 from soak.target import ServerInfo, Target, auth_headers, make_target
+from soak.target.openai import list_models
 from soak.telemetry.latency import LatencyWindows
 from soak.telemetry.sampler import Telemetry, TelemetrySources
 from soak.telemetry.server_log import scanner_for_run
@@ -115,6 +117,8 @@ class RunState:
     windows: LatencyWindows | None = None
     log_scanner: Any = None  # soak.telemetry.server_log.ServerLogScanner, when there is a log to scan
     canary: Any = None  # soak.load.canary.CanaryLoop, unless --canary-every 0
+    adapters_loaded: list = field(default_factory=list)  # (LoraAdapter, AdapterReply) of --lora loaded at start
+    churn: Any = None  # soak.load.lora.LoraChurn, with --lora-churn-every
     drains: DrainWatch | None = None  # requests that kept streaming through a timed-out probe drain
     early_stop: Any = None  # soak.run.early_stop.EarlyStopWatch, with --stop-on-fail
     ledger: OutcomeLedger | None = None
@@ -155,6 +159,7 @@ class Conductor:
                 install_signal_handlers(self.stop)
                 self._bind_web()
                 self._start_target()
+                self._load_adapters()
                 self._check_capabilities()
                 self._gather_workers()
                 self._open_run()
@@ -179,6 +184,17 @@ class Conductor:
         self.state.info = self.state.target.start()
         for note in self.state.info.notes:  # e.g. a machine too small for a CPU vLLM and soak: said before load
             self._say(note)
+
+    def _load_adapters(self) -> None:
+        """Load the --lora adapters the server does not list yet, before the capabilities are asked (which then
+        list them): one the server refuses stops here (TargetError, no run opened)."""
+        state = self.state
+        if not self.config.load.loras:
+            return
+        listed = [str(card.get("id")) for card in list_models(state.info.base_url, auth_headers(self.config))]
+        state.adapters_loaded = load_at_start(self.config, state.info.base_url, listed, auth_headers(self.config))
+        names = ", ".join(adapter.name for adapter, _ in state.adapters_loaded) or "none (all listed already)"
+        self._say(f"LoRA adapters loaded: {names}")
 
     def _check_capabilities(self) -> None:
         """Ask the server what it accepts before the run opens: a scenario it refuses stops here (TargetError,
@@ -207,6 +223,8 @@ class Conductor:
                              {"pid": state.info.pgid, "cmd": state.info.cmd, "model": state.info.model})
         if state.capabilities is not None:
             state.recorder.event(EventKind.CAPABILITIES, state.capabilities.describe(), state.capabilities.data())
+        for adapter, reply in state.adapters_loaded:
+            record_reply(state.recorder, "load", adapter, reply)
 
     def _run_row(self) -> dict[str, Any]:
         state, config, info = self.state, self.config, self.state.info
@@ -240,6 +258,7 @@ class Conductor:
         hooks = self._watch_log_and_canary()
         state.load = start_load(config, base_url=state.info.base_url, model=state.info.model, t0=state.t0,
                                 hooks=hooks, workers=state.workers)
+        state.churn = start_churn(config, lambda: state.info.base_url, auth_headers(config), state.recorder)
         state.early_stop = watch_for_failure(state.run_id, config)
         self._say(state.early_stop and state.early_stop.describe())
 
@@ -427,6 +446,7 @@ class Conductor:
         state.info = info
         state.recorder.event(EventKind.RESTART, f"server restarted at {info.base_url}", {"pid": info.pgid})
         state.recorder.update_run(server_pgid=info.pgid, server_cmd=dumps(info.cmd) if info.cmd else None)
+        reload_adapters(self.config.load.loras, info.base_url, auth_headers(self.config), state.recorder)
         state.load.resume()
         state.in_outage = False
         state.recorder.event(EventKind.OUTAGE_END, "server back; arrivals resumed")
@@ -456,6 +476,7 @@ class Conductor:
         state = self.state
         self._report(Progress(stage=Stage.FINALISING, run_id=state.run_id))
         self._stop_canary()
+        self._stop_churn()
         if state.load is not None:  # None when the load never started (`_start_or_close`)
             state.load.stop(drain_timeout_s=STOP_DRAIN_S)
             self._record_loop_lag(time.time() - state.t0, final=True)
@@ -491,11 +512,17 @@ class Conductor:
         if self.state.canary is not None:
             self.state.canary.stop()
 
+    def _stop_churn(self) -> None:
+        if self.state.churn is not None:
+            self.state.churn.stop()
+            self.state.churn = None
+
     def _cleanup(self) -> None:
         state = self.state
         try:
             self._stop_web()
             self._stop_canary()
+            self._stop_churn()
             if state.early_stop is not None:
                 state.early_stop.close()
             if state.load is not None and not getattr(state.load, "stopped", False):

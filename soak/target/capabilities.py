@@ -25,6 +25,7 @@ SCENARIO_NEEDS: dict[str, str] = {
     "structured": "json_schema",
     "tools": "tools",
     "multimodal": "images",
+    "lora": "adapters",
 }
 
 FEATURE_TEXT = {

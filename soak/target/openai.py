@@ -31,12 +31,14 @@ def list_models(base_url: str, headers: dict[str, str] | None = None, timeout_s:
 
 
 def choose_model(models: list[dict[str, Any]], wanted: str | None, base_url: str) -> str:
-    """`wanted` if the server lists it, else the only model it lists; several and no choice is a ConfigError."""
+    """`wanted` if the server lists it, else the only base model it lists (LoRA adapters, listed with a parent, are
+    not candidates); several and no choice is a ConfigError."""
     ids = [str(model.get("id")) for model in models]
     if wanted:
         if wanted not in ids:
             raise ConfigError(f"model {wanted!r} is not served by {base_url} (it lists: {', '.join(ids) or 'none'})")
         return wanted
+    ids = [str(model.get("id")) for model in models if not model.get("parent")] or ids
     if len(ids) == 1:
         return ids[0]
     if not ids:

@@ -21,7 +21,7 @@ from soak.load.scenarios import (
 )
 
 BUILTINS = {"mixed", "chat_short", "long_tail", "long_context", "prefix_multiturn", "cancel", "bad_input", "unicode",
-            "non_streaming", "dataset", "trace", "structured", "tools", "sampling", "multimodal"}
+            "non_streaming", "dataset", "trace", "structured", "tools", "sampling", "multimodal", "lora"}
 
 
 def test_every_builtin_is_listed_and_loads():

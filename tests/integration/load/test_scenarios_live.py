@@ -141,7 +141,8 @@ def test_a_users_own_scenario_file_runs_by_path(mock_server, tmp_path):
 def test_the_whole_mix_runs_under_locust_with_every_scenario_represented(mock_server, tmp_path):
     dataset = tmp_path / "d.jsonl"
     dataset.write_text(json.dumps({"messages": [{"role": "user", "content": "hi"}]}) + "\n")
-    names = [n for n in builtin_names() if n != TRACE_SCENARIO]  # the trace scenario needs --trace
+    # the trace scenario needs --trace; lora needs --lora adapters a server loaded (tests/e2e/test_lora_churn.py)
+    names = [n for n in builtin_names() if n not in (TRACE_SCENARIO, "lora")]
     config = make_config(duration_s=3, rate_rps=40, seed=21, scenarios=[f"{n}:1" for n in names], dataset=dataset)
     model = fast(mock_server, tokens=4)
     run = run_load(config, mock_server.url, model)
