@@ -82,3 +82,9 @@ def test_runs_and_events_come_back_as_typed_records(tmp_path):
     assert run.as_dict()["labels"] == {"release": "1.4"} and json.dumps(run.as_dict()) and json.dumps(event.as_dict())
     with pytest.raises(dataclasses.FrozenInstanceError):
         run.status = "completed"
+
+
+def test_every_runs_column_is_a_field_of_the_run_record():
+    columns = {column.key for column in Run.__table__.columns}
+    fields = {field.name for field in dataclasses.fields(StoredRun)}
+    assert columns <= fields, f"add {sorted(columns - fields)} to StoredRun (soak/store/records.py)"
