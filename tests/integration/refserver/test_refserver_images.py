@@ -105,9 +105,11 @@ def test_doctor_lists_what_a_target_accepts(start_refserver, tmp_path):
     assert result.exit_code == 0, result.output
     checks = {check["name"]: check for check in json.loads(result.output)["checks"]}
     assert checks["target"]["detail"] == f"{text_only.url} serves soak-reference"
-    assert {name: checks[f"target {name}"]["status"] for name in ("adapters", "json_schema", "tools", "images")} == {
-        "adapters": "ok", "json_schema": "ok", "tools": "ok", "images": "warn"}
+    assert {name: checks[f"target {name}"]["status"] for name in ("json_schema", "tools", "images")} == {
+        "json_schema": "ok", "tools": "ok", "images": "warn"}
     assert "multimodal cannot run here" in checks["target images"]["detail"]
+    assert checks["target adapters"]["detail"].startswith("LoRA adapters listed by /v1/models (entries with a "
+                                                          "parent): none (no adapter listed by /v1/models)")
 
 
 def test_doctor_fails_a_target_that_does_not_answer():
