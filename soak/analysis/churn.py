@@ -51,7 +51,7 @@ class ChurnFit:
                    f"{amount_range(*self.ci)}, {self.cycles} cycles)")
         if self.named:
             return f"growth follows lora churn: {figures}"
-        return f"lora churn does not explain the growth: {figures}, {100 * self.share:.0f} % of it"
+        return f"the growth is not shown to follow lora churn: {figures}"
 
 
 def cycle_times(events: Iterable[Event]) -> np.ndarray:
