@@ -17,7 +17,7 @@ CHECK_ORDER = (
     "leak.rss", "leak.vram", "leak.kv", "leak.fds",
     "creep.ttft_p99", "creep.itl_p99", "creep.e2e_p99",
     "errors.rise", "errors.budget", "errors.bursts", "errors.invalid_output",
-    "hang", "crashes", "throughput.decay", "client.saturation",
+    "hang", "crashes", "gpu.xid", "gpu.ecc", "throughput.decay", "client.saturation",
     "server.log_errors", "canary", "goodput.decay", "goodput.floor",
 )
 CHECK_NAMES = CHECK_ORDER + ("baseline.regression",)

@@ -115,6 +115,36 @@ class GpuProcessSeries:
         object.__setattr__(self, "used_bytes", _array(self.used_bytes))
 
 
+@dataclass(frozen=True, eq=False)  # numpy arrays do not compare as one bool
+class GpuSeries:
+    """One GPU's own readings over the run: through NVML (`source` None) or from a dcgm-exporter page (its URL).
+
+    `uuid` names the GPU (dcgm-exporter's UUID label; None from NVML), `gpu_index` its index. Arrays may be None
+    when the source never gave that reading: `mem_used_bytes` (framebuffer used), `ecc_dbe` (uncorrected ECC
+    errors, volatile), `remapped_rows_uncorrectable`, `row_remap_failure`, `xid_errors` (XIDs since the start).
+    """
+
+    source: str | None
+    gpu_index: int
+    t_s: np.ndarray
+    uuid: str | None = None
+    mem_used_bytes: np.ndarray | None = None
+    ecc_dbe: np.ndarray | None = None
+    remapped_rows_uncorrectable: np.ndarray | None = None
+    row_remap_failure: np.ndarray | None = None
+    xid_errors: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "t_s", _array(self.t_s))
+        for name in ("mem_used_bytes", "ecc_dbe", "remapped_rows_uncorrectable", "row_remap_failure", "xid_errors"):
+            object.__setattr__(self, name, _optional_array(getattr(self, name)))
+
+    @property
+    def label(self) -> str:
+        """How a sentence names the GPU: its UUID, else its index."""
+        return f"GPU {self.uuid}" if self.uuid else f"GPU {self.gpu_index}"
+
+
 @dataclass(frozen=True)
 class ProcessReading:
     """One process's memory at the quiet point of an idle probe (after the drain and the hold)."""
@@ -294,8 +324,8 @@ class RunData:
 
     `planned_duration_s` is what was asked for (warm-up and probes included), `actual_duration_s`
     how long it ran; `stopped_early` is True when it was interrupted. `gpu_seen` says whether NVML
-    saw a GPU serving the tree, `probes_ran` whether idle probes were scheduled and at least one
-    ran. `server_managed` is True when soak started the server (so an exit would be an event; it
+    saw a GPU serving the tree (or a dcgm-exporter page showed one), `probes_ran` whether idle probes were
+    scheduled and at least one ran. `server_managed` is True when soak started the server (so an exit would be an event; it
 only changes wording — `crashes` needs a server event, a health series or process samples to PASS).
     `total_requests` counts finished requests over the run (cancelled excluded).
     `scenario_windows` maps each scenario's name to its own per-window counts (the same windows as
@@ -328,6 +358,8 @@ only changes wording — `crashes` needs a server event, a health series or proc
     total_requests: int = 0
     scenario_windows: Mapping[str, tuple[RequestWindow, ...]] = field(default_factory=dict)
     host: HostSeries | None = None
+    # Each GPU's own series (NVML and dcgm-exporter): gpu.xid, gpu.ecc, and leak.vram when NVML saw no process.
+    gpus: tuple[GpuSeries, ...] = ()
     horizon_s: float = 7 * 86400.0
     slo: Mapping[str, float] | None = None
 

@@ -13,6 +13,7 @@ from soak.analysis.inputs import (
     ClientSeries,
     Event,
     GpuProcessSeries,
+    GpuSeries,
     HostSeries,
     LatencyStats,
     LatencyWindow,
@@ -109,6 +110,19 @@ def load_gpu_processes(store: Store, run_id: str) -> tuple[GpuProcessSeries, ...
     return tuple(GpuProcessSeries(pid=pid, gpu_index=gpu, t_s=_column(rows, "t_s"),
                                   used_bytes=_column(rows, "used_bytes"))
                  for (pid, gpu), rows in sorted(by_key.items()))
+
+
+def load_gpus(store: Store, run_id: str) -> tuple[GpuSeries, ...]:
+    """One series per GPU of each source (NVML first, then each dcgm-exporter page)."""
+    by_key: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    for row in store.read_rows(GpuSample, run_id):
+        by_key[(row.get("source") or "", row.get("uuid") or str(row["gpu_index"]))].append(row)
+    return tuple(GpuSeries(source=rows[0].get("source"), gpu_index=rows[0]["gpu_index"], uuid=rows[0].get("uuid"),
+                           t_s=_column(rows, "t_s"), mem_used_bytes=_column(rows, "mem_used_bytes"),
+                           ecc_dbe=_column(rows, "ecc_errors"),
+                           remapped_rows_uncorrectable=_column(rows, "remapped_rows_uncorrectable"),
+                           row_remap_failure=_column(rows, "row_remap_failure"), xid_errors=_column(rows, "xid_errors"))
+                 for _, rows in sorted(by_key.items()))
 
 
 def gauge_source(rows: list[dict[str, Any]]) -> str:
@@ -211,11 +225,13 @@ def _gpu_free_by_time(store: Store, run_id: str) -> dict[float, float]:
     """Total minus used memory of the GPUs serving the tree, summed per sample time.
 
     The serving GPUs are those on which a server process held memory; when NVML named none, every GPU counts. A GPU
-    missing either reading is skipped.
+    missing either reading is skipped. NVML's readings are taken where there are any, else dcgm-exporter's.
     """
     serving = {row["gpu_index"] for row in store.read_rows(GpuProcessSample, run_id) if row["used_bytes"]}
     free: dict[float, float] = defaultdict(float)
-    for row in store.read_rows(GpuSample, run_id):
+    rows = store.read_rows(GpuSample, run_id)
+    nvml = [row for row in rows if not row.get("source")]
+    for row in nvml or rows:
         if serving and row["gpu_index"] not in serving:
             continue
         if row["mem_total_bytes"] is not None and row["mem_used_bytes"] is not None:
@@ -300,6 +316,7 @@ def load_run_data(store: Store, run: StoredRun, stopped_early: bool) -> RunData:
         request_windows=request_windows, server=load_server(store, run_id), client=load_client(store, run_id, outage_indices),
         events=tuple(events),
         total_requests=sum(w.requests for w in request_windows),
-        scenario_windows=load_scenario_windows(store, run_id), host=load_host(store, run_id), **stored_horizon(run),
+        scenario_windows=load_scenario_windows(store, run_id), host=load_host(store, run_id),
+        gpus=load_gpus(store, run_id), **stored_horizon(run),
         **stored_slo(run),
     )

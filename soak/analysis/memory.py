@@ -58,6 +58,8 @@ class Subject:
 
     @property
     def label(self) -> str:
+        if self.pid < 0:  # a whole GPU read from dcgm-exporter: no process, its name says which GPU
+            return self.name
         return f"{self.name or 'process'} (pid {self.pid})"
 
 
@@ -181,7 +183,33 @@ def check_vram(run: RunData, gates: Gates) -> Finding:
         return skipped(VRAM.check, "No GPU was seen serving the process tree.", gpu_seen=False)
     subjects = [Subject(g.pid, g.name or f"gpu{g.gpu_index}", g.t_s, g.used_bytes)
                 for g in run.gpu_processes]
+    framebuffers = [] if subjects else dcgm_framebuffers(run)
+    if framebuffers:
+        return worst_gpu(run, gates, framebuffers)
     return check_leak(run, gates, VRAM, gates.leak.vram, subjects)
+
+
+def dcgm_framebuffers(run: RunData) -> list[Subject]:
+    """Each GPU's framebuffer used, from dcgm-exporter (for when NVML named no server process on a GPU); negative
+    ids, since a GPU has no pid."""
+    gpus = [g for g in run.gpus if g.source and g.mem_used_bytes is not None]
+    return [Subject(-1 - i, g.label, g.t_s, g.mem_used_bytes) for i, g in enumerate(gpus)]
+
+
+# The order in which a GPU's finding outranks another's: the worst verdict first.
+VERDICT_RANK = {FAIL: 0, SUSPECT: 1, INCONCLUSIVE: 2}
+
+
+def worst_gpu(run: RunData, gates: Gates, framebuffers: list[Subject]) -> Finding:
+    """leak.vram on each GPU's framebuffer alone (GPUs share no memory, so no total), at a Bonferroni-corrected p;
+    the worst GPU's finding stands, with every GPU's verdict in details["per_gpu"]."""
+    each_gates = gates.model_copy(update={"p_value": gates.p_value / len(framebuffers)})
+    findings = [check_leak(run, each_gates, VRAM, gates.leak.vram, [gpu]) for gpu in framebuffers]
+    worst = min(findings, key=lambda f: (VERDICT_RANK.get(f.verdict, 3), -(f.value or 0.0)))
+    worst.details["per_gpu"] = [{"gpu": gpu.name, "verdict": str(f.verdict), "value": f.value}
+                                for gpu, f in zip(framebuffers, findings, strict=True)]
+    worst.details["vram_source"] = "dcgm-exporter framebuffer (NVML saw no server process on a GPU)"
+    return worst
 
 
 def check_fds(run: RunData, gates: Gates) -> Finding:

@@ -29,6 +29,8 @@ WHERE = {
     "errors.rise": "the errors chart and Errors by message", "errors.budget": "Errors by message",
     "errors.bursts": "the errors chart at the burst windows and Errors by message",
     "hang": "the queue chart and the probe rows in Events", "crashes": "the crash rows in Events and server.log",
+    "gpu.xid": "the gpu_xid rows in Events, then NVIDIA's XID catalog for the code",
+    "gpu.ecc": "the GPU charts and `nvidia-smi -q -d ECC,ROW_REMAPPER` on the GPU's host",
     "throughput.decay": "the throughput chart next to the KV and queue charts",
     "client.saturation": "the schedule-lag chart and soak's own CPU chart",
     "server.log_errors": "the server-log rows in Events and server.log", "canary": "the canary rows in Events",

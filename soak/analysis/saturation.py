@@ -53,6 +53,8 @@ CLIENT_REACH: dict[str, Reach] = {
     "hang": Reach(True, "idle-probe drains are timed by the client; a stall on the server's own gauges "
                         "(requests running, no new tokens) keeps its FAIL"),
     "crashes": Reach(False, "a server exit is seen by the OS"),
+    "gpu.xid": Reach(False, "XIDs are the GPU driver's own (NVML or dcgm-exporter)"),
+    "gpu.ecc": Reach(False, "ECC and row-remap counters are the GPU driver's own"),
     "throughput.decay": Reach(True, "a late client offers less than planned, so the tokens follow the client"),
     "goodput.decay": Reach(True, "a request meets its SLO on latency the client timed"),
     "goodput.floor": Reach(True, "a request meets its SLO on latency the client timed"),

@@ -93,7 +93,11 @@ class ProcessSample(Base):
 
 
 class GpuSample(Base):
-    """One GPU at one sample time (NVML)."""
+    """One GPU at one sample time: read through NVML (`source` None) or from a dcgm-exporter page (`source` its URL).
+
+    `xid_errors` counts XIDs seen since the run started, whichever the source; `last_xid` is dcgm-exporter's own
+    gauge (the last XID code the GPU raised, 0 for none). The ECC and row-remap columns are the driver's counters.
+    """
 
     __tablename__ = "gpu_samples"
     __table_args__ = (Index("ix_gpu_samples_run_t", "run_id", "t_s"),)
@@ -110,8 +114,15 @@ class GpuSample(Base):
     power_w: Mapped[float | None] = mapped_column(Float)
     sm_clock_mhz: Mapped[float | None] = mapped_column(Float)
     throttle_reasons: Mapped[int | None] = mapped_column(Integer)
-    ecc_errors: Mapped[int | None] = mapped_column(Integer)
+    ecc_errors: Mapped[int | None] = mapped_column(Integer)  # uncorrected (double-bit) ECC errors, volatile
     xid_errors: Mapped[int | None] = mapped_column(Integer)
+    source: Mapped[str | None] = mapped_column(Text)
+    uuid: Mapped[str | None] = mapped_column(String(96))
+    last_xid: Mapped[int | None] = mapped_column(Integer)
+    ecc_sbe_errors: Mapped[int | None] = mapped_column(BigInteger)  # corrected (single-bit) ECC errors, volatile
+    remapped_rows_uncorrectable: Mapped[int | None] = mapped_column(Integer)
+    remapped_rows_correctable: Mapped[int | None] = mapped_column(Integer)
+    row_remap_failure: Mapped[int | None] = mapped_column(Integer)
 
 
 class GpuProcessSample(Base):

@@ -17,6 +17,7 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from soak.telemetry.dcgm import read_gpus
 from soak.telemetry.dialects import DIALECTS, Dialect, detect_dialect, detect_dialect_from_models, read_gauges
 
 # Readings of read_gauges → wide-row fields of ServerSample.
@@ -118,17 +119,19 @@ def probe_health(base_url: str, timeout_s: float = SCRAPE_TIMEOUT_S) -> bool | N
 
 def scrape(metrics_url: str, headers: dict[str, str] | None = None, with_extra: bool = True,
            dialect: Dialect | None = None, model: str | None = None) -> dict[str, Any]:
-    """One scrape: {"scrape_ok", "dialect", known fields…, "extra": [...]}; a failed scrape has scrape_ok False.
+    """One scrape: {"scrape_ok", "dialect", known fields…, "extra": [...], "gpus": [...]}; a failed scrape has
+    scrape_ok False. "gpus" holds one gpu_samples row per GPU of a dcgm-exporter page (`dcgm.read_gpus`), else [].
 
     With no `dialect`, the page's own is detected and named in "dialect" (None when the page names none).
     """
     try:
         text = fetch_text(metrics_url, headers=headers)
         samples = parse_samples(text if with_extra else known_lines_only(text, dialect))
+        gpus = read_gpus(text)  # a dcgm-exporter page's GPUs, read at every scrape
     except (OSError, ValueError) as exc:
-        return {"scrape_ok": False, "dialect": None, "error": str(exc)[:200], "extra": []}
+        return {"scrape_ok": False, "dialect": None, "error": str(exc)[:200], "extra": [], "gpus": []}
     found, known, extra = read_page(samples, dialect, model)
-    return {"scrape_ok": True, "dialect": found.name if found else None, **known, "extra": extra}
+    return {"scrape_ok": True, "dialect": found.name if found else None, **known, "extra": extra, "gpus": gpus}
 
 
 def models_dialect(base_url: str, headers: dict[str, str] | None = None) -> Dialect | None:

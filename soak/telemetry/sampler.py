@@ -1,5 +1,5 @@
-"""The run's telemetry: APScheduler jobs that sample the server tree, GPUs, /metrics and soak itself, flush
-latency windows and beat the run's heartbeat."""
+"""The run's telemetry: APScheduler jobs that sample the server tree, GPUs (NVML, and any dcgm-exporter page among
+the scraped ones), /metrics and soak itself, flush latency windows and beat the run's heartbeat."""
 
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ from soak.store.models import (
     ServerSample,
 )
 from soak.store.recorder import Recorder, utc_now_iso
+from soak.telemetry.dcgm import XidChanges
 from soak.telemetry.dialects import DIALECTS, Dialect
 from soak.telemetry.gpu import GpuSampler
 from soak.telemetry.latency import LatencyWindows
@@ -159,6 +160,7 @@ class Telemetry:
         self.gpus = GpuSampler()
         self.dialects = DialectWatch(recorder, sources)
         self._last_extra_s = -EXTRA_METRICS_EVERY_S
+        self.dcgm_xids = XidChanges()
         self._scheduler: BackgroundScheduler | None = None
         if not self.gpus.available:
             recorder.event(EventKind.NO_GPU, self.gpus.reason)
@@ -247,6 +249,7 @@ class Telemetry:
                 self.dialects.observe(reading)
                 self._sample_metrics_process(snapshot, reading, t_s)
             extra = reading.pop("extra", [])
+            self._record_dcgm(url, reading.pop("gpus", []), t_s)
             for key in ("error", "dialect", "process_rss_bytes", "process_fds"):
                 reading.pop(key, None)
             row = {"source": url, "health_ok": health_ok, **reading}
@@ -259,6 +262,15 @@ class Telemetry:
                     for name, labels, value in extra], t_s)
         if keep_extra:
             self._last_extra_s = t_s
+
+    def _record_dcgm(self, url: str, gpus: list[dict[str, Any]], t_s: float) -> None:
+        """A dcgm-exporter page's GPUs as gpu_samples rows of that source, and each new XID as a gpu_xid event."""
+        if not gpus:
+            return
+        for xid in self.dcgm_xids.observe(url, gpus):
+            log.warning("dcgm-exporter %s: GPU %s raised XID %d", url, xid["uuid"], xid["xid"])
+            self.recorder.event(EventKind.GPU_XID, f"XID {xid['xid']} on GPU {xid['uuid']} (dcgm-exporter)", xid)
+        self.recorder.rows(GpuSample, [{**row, "source": url} for row in gpus], t_s)
 
     def _sample_metrics_process(self, snapshot: Snapshot, reading: dict[str, Any], t_s: float) -> None:
         """The server's memory and open files from its /metrics, when none of its processes can be seen here."""
