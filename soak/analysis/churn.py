@@ -68,7 +68,8 @@ def fit_churn(t_s: np.ndarray, values: np.ndarray, cycles_t: np.ndarray, confide
     t_s, values = t_s[keep], values[keep]
     if t_s.size < MIN_INTERVALS + 1:
         return None
-    counts = np.histogram(cycles_t, bins=t_s)[0].astype(float)  # cycles in each (t_i, t_i+1]
+    before = np.searchsorted(np.sort(cycles_t), t_s, side="right")  # cycles up to each sample
+    counts = np.diff(before).astype(float)  # cycles in each (t_i, t_i+1]
     if counts.sum() < MIN_CYCLES:
         return None
     growth = np.diff(values)
