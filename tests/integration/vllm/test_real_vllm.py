@@ -5,8 +5,8 @@ Two runs, shared by the tests below:
 - `healthy`: ten minutes at a rate the tiny model holds easily. Ready, dialect `vllm`, the API server and the
   EngineCore both sampled, KV usage rising under load, the environment record naming the server's vLLM and
   torch and soak's CPU placement, soak pinned to the reserved core, and a verdict that is neither FAIL nor
-  INVALID (client.saturation PASS, or SUSPECT where the 2 cores leave the client's loop a little late). At the
-  end no process of the server's group is left.
+  INVALID, with client.saturation PASS (the client kept its schedule beside the engine). At the end no process
+  of the server's group is left.
 - `crashed`: the EngineCore is killed with SIGKILL mid-run under `--restart on-crash`. vLLM 0.32's API server
   then exits by itself (with code 0); soak records a `crash`, restarts vLLM on the same port, the run goes on
   with requests served after the restart, and no process of either server group is left at the end.
@@ -139,9 +139,9 @@ def crashed(healthy, tmp_path_factory) -> Run:  # after `healthy`: the two never
 def test_a_healthy_run_is_neither_fail_nor_invalid(healthy):
     assert healthy.summary["verdict"] not in ("FAIL", "INVALID"), healthy.summary.get("verdict_reason")
     saturation = healthy.finding("client.saturation")
-    # VALID: the client kept its schedule. On a 2-core machine shared with the engine its event-loop lag sits at
-    # the suspect level (P99 25-35 ms against 10 ms) in some runs, so SUSPECT is taken too; INVALID never.
-    assert saturation["verdict"] in ("PASS", "SUSPECT"), saturation
+    # VALID: the client kept its schedule. The whole vLLM tree runs on the engine's core and soak alone on the
+    # other (soak/target/placement.py), so its loop is not late (event-loop lag P99 about 4 ms against 10 ms).
+    assert saturation["verdict"] == "PASS", saturation
 
 
 def test_vllm_is_recognised_and_both_processes_are_sampled(healthy):
