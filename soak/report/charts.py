@@ -257,20 +257,6 @@ def fds_chart(columns: Columns, frame: Frame, trends: list[dict[str, Any]]) -> d
 
 # ---- GPU ----------------------------------------------------------------------------------------------
 
-def gpu_chart(columns: Columns, frame: Frame, no_gpu_note: str) -> dict[str, Any]:
-    """Used (solid) and total (dashed) memory of each GPU in MiB."""
-    traces = []
-    for i, ((gpu,), index) in enumerate(group_indices(columns["gpu_index"])):
-        t_s, label = columns["t_s"][index], f"GPU {int(gpu)}"
-        traces.append(line(f"{label} used", t_s, columns["mem_used_bytes"][index], frame, 1 / GIB, 3,
-                           line={"color": colour(i), "width": 1.5}))
-        traces.append(line(f"{label} total", t_s, columns["mem_total_bytes"][index], frame, 1 / GIB, 3,
-                           line={"color": colour(i), "width": 1, "dash": "dash"}))
-    return chart("chart-vram-gpu", "VRAM per GPU",
-                 "vLLM preallocates its KV cache, so 'used' is flat by design: only growth after warm-up matters.",
-                 figure(traces, frame, "GiB"), no_gpu_note)
-
-
 def gpu_process_chart(columns: Columns, names: dict[int, str], frame: Frame,
                       trends: list[dict[str, Any]], no_gpu_note: str) -> dict[str, Any]:
     """VRAM held by each server process on each GPU, in MiB, with leak fits."""

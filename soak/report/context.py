@@ -13,7 +13,7 @@ import numpy as np
 from soak.analysis.gates import ClientGate
 from soak.analysis.goodput import slo_text
 from soak.contracts import Event, loads_summary
-from soak.report import charts, sections, timeline
+from soak.report import charts, gpu_charts, sections, timeline
 from soak.report.charts import GIB, MIB, Frame, LagLimits
 from soak.report.latency import latency_tables
 from soak.report.markers import build_markers, legend_items, marker_shapes, marker_trace
@@ -68,7 +68,8 @@ def read_data(store: Store, run_id: str) -> dict[str, Any]:
     return {
         "server_procs": split_rows(processes, is_server),
         "client_procs": split_rows(processes, ~is_server),
-        "gpus": read_columns(store, GpuSample, run_id, ("t_s", "gpu_index", "mem_used_bytes", "mem_total_bytes")),
+        "gpus": read_columns(store, GpuSample, run_id, ("t_s", "gpu_index", "mem_used_bytes", "mem_total_bytes",
+                                                         "temp_c", "power_w", "throttle_reasons", "source", "uuid")),
         "gpu_procs": read_columns(store, GpuProcessSample, run_id, ("t_s", "gpu_index", "pid", "used_bytes")),
         "server": read_columns(store, ServerSample, run_id, ("t_s", "source", "kv_usage", "running", "waiting")),
         "latency_windows": read_dicts(store, LatencyWindowRow, run_id),
@@ -167,9 +168,10 @@ def build_charts(data: dict[str, Any], frame: Frame, trends: dict[str, list[dict
     trend = lambda chart_id: trends.get(chart_id, [])  # noqa: E731 - a short local lookup
     return [
         charts.memory_chart(data["server_procs"], frame, trend("chart-memory")),
-        charts.gpu_chart(data["gpus"], frame, gpu_note),
+        gpu_charts.gpu_memory_chart(data["gpus"], frame, gpu_note),
         charts.gpu_process_chart(data["gpu_procs"], process_names(data["server_procs"]), frame,
                                  trend("chart-vram-process"), gpu_note),
+        *gpu_charts.health_charts(data["gpus"], frame, gpu_note),
         charts.kv_chart(data["server"], frame, trend("chart-kv")),
         charts.queue_chart(data["server"], frame),
         *(charts.latency_chart(metric, _star_rows(lat, metric=metric), frame, trend(f"chart-{metric}"))

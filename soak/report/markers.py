@@ -1,4 +1,4 @@
-"""Run events as chart markers: warm-up end, phase changes, idle probes, crashes, restarts, error bursts, LoRA
+"""Run events as chart markers: warm-up end, phase changes, idle probes, crashes, restarts, error bursts, GPU XIDs, LoRA
 adapter loads (one per churn cycle; the unload just before it is not drawn) and refused loads or unloads.
 
 Every chart gets the same vertical lines (plotly shapes) and, on top, one hover-only trace that names each one,
@@ -26,12 +26,13 @@ STYLES: dict[str, dict[str, str]] = {
     "worker_lost": {"color": "#7c3aed", "dash": "dashdot", "label": "load worker lost"},
     "lora": {"color": "#0891b2", "dash": "dot", "label": "LoRA adapter load"},
     "lora_error": {"color": "#b45309", "dash": "dashdot", "label": "LoRA load/unload refused"},
+    "xid": {"color": "#7f1d1d", "dash": "solid", "label": "GPU XID"},
 }
 PROBE_FILL_OPACITY = 0.10
 # Beyond this many markers a chart is a wall of lines (and slow): the least telling classes go first.
 MAX_MARKERS = 300
 DROP_ORDER = ("burst", "lora", "server_start", "probe", "probe_timeout", "phase", "worker_lost", "restart", "outage",
-              "crash", "lora_error", "warmup")
+              "crash", "lora_error", "xid", "warmup")
 
 
 def event_class(kind: str) -> str:
@@ -39,6 +40,8 @@ def event_class(kind: str) -> str:
     kind = (kind or "").lower()
     if kind == "worker_lost":
         return "worker_lost"
+    if kind == "gpu_xid":
+        return "xid"
     if kind in ("lora_load", "lora_error"):
         return "lora" if kind == "lora_load" else "lora_error"
     if kind == "probe_drain_timeout":
