@@ -84,7 +84,8 @@ SETTINGS: tuple[Setting, ...] = (
     _s("server_pid", "target.server_pids", TARGET, "Server process to sample (repeatable; default: the "
        "process listening on a local --target's port).", kind="int",
        metavar="PID", multiple=True),
-    _s("metrics_url", "target.metrics_urls", TARGET, "Extra Prometheus endpoint to scrape (repeatable).",
+    _s("metrics_url", "target.metrics_urls", TARGET, "Extra Prometheus endpoint to scrape (repeatable); a "
+       "dcgm-exporter's is read for GPU health (docs/gates.md, gpu.xid).",
        metavar="URL", multiple=True),
     _s("server_kind", "target.server_kind", TARGET, "Read the server's /metrics under this server's names instead "
        "of detecting them (docs/servers.md).", kind="choice", choices=SERVER_KINDS),

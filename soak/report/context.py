@@ -95,6 +95,8 @@ def trend_target(finding: dict[str, Any]) -> tuple[str, float, str] | None:
     check = str(finding.get("check") or "")
     if check == "throughput.decay":  # fitted to tokens/s or to tokens per offered request, as it says
         return THROUGHPUT_MEASURES.get((finding.get("details") or {}).get("measure"))
+    if check == "leak.vram" and (finding.get("details") or {}).get("vram_source"):  # a GPU's DCGM framebuffer
+        return ("chart-vram-gpu", 1 / GIB, "y")
     if check in CHECK_TRENDS:
         return CHECK_TRENDS[check]
     metric = check.removeprefix("creep.").split("_")[0]
