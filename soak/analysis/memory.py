@@ -73,6 +73,7 @@ class LeakKind:
     probe_field: str
     resource: str | None = None
     always_at_rest: bool = False  # judge at probe readings whenever there are any
+    chart_name: str = ""  # the report chart that shows it, where not the check's usual one
 
     def amount(self, value: float) -> str:
         return small_bytes_text(value) if self.is_bytes else f"{count_text(value)} fds"
@@ -94,13 +95,16 @@ class LeakKind:
     @property
     def chart(self) -> str:
         """The report chart that shows this quantity."""
-        return {"leak.rss": "memory chart", "leak.vram": "per-process VRAM chart"}.get(self.check, "open-fds chart")
+        usual = {"leak.rss": "memory chart", "leak.vram": "per-process VRAM chart"}.get(self.check, "open-fds chart")
+        return self.chart_name or usual
 
 
 RSS = LeakKind("leak.rss", "RSS", True, "held_bytes", "host memory")
 # Where any of it was found in swap, leak.rss judges resident + swapped memory and says so.
 RSS_AND_SWAP = LeakKind("leak.rss", "resident + swapped memory", True, "held_bytes", "host memory")
 VRAM = LeakKind("leak.vram", "VRAM", True, "vram_bytes", "GPU memory")
+# A GPU's whole framebuffer, from dcgm-exporter (no process is seen).
+GPU_VRAM = replace(VRAM, chart_name="VRAM-per-GPU chart")
 FDS = LeakKind("leak.fds", "open fds", False, "fds", always_at_rest=True)
 
 
@@ -204,7 +208,7 @@ def worst_gpu(run: RunData, gates: Gates, framebuffers: list[Subject]) -> Findin
     """leak.vram on each GPU's framebuffer alone (GPUs share no memory, so no total), at a Bonferroni-corrected p;
     the worst GPU's finding stands, with every GPU's verdict in details["per_gpu"]."""
     each_gates = gates.model_copy(update={"p_value": gates.p_value / len(framebuffers)})
-    findings = [check_leak(run, each_gates, VRAM, gates.leak.vram, [gpu]) for gpu in framebuffers]
+    findings = [check_leak(run, each_gates, GPU_VRAM, gates.leak.vram, [gpu]) for gpu in framebuffers]
     worst = min(findings, key=lambda f: (VERDICT_RANK.get(f.verdict, 3), -(f.value or 0.0)))
     worst.details["per_gpu"] = [{"gpu": gpu.name, "verdict": str(f.verdict), "value": f.value}
                                 for gpu, f in zip(framebuffers, findings, strict=True)]
@@ -310,7 +314,8 @@ def headroom_bytes(run: RunData, kind: LeakKind) -> float | None:
     """The least host memory available (RSS) or GPU memory free (VRAM) over the judged windows."""
     if run.host is None:
         return None
-    values = run.host.available_bytes if kind.check == RSS.check else run.host.gpu_free_bytes if kind is VRAM else None
+    headrooms = {RSS.check: run.host.available_bytes, VRAM.check: run.host.gpu_free_bytes}
+    values = headrooms.get(kind.check)
     if values is None:
         return None
     t_s = run.host.t_s
