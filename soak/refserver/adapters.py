@@ -3,8 +3,8 @@
 `POST /v1/load_lora_adapter {"lora_name", "lora_path"}` registers a name, `POST /v1/unload_lora_adapter
 {"lora_name"}` forgets it; /v1/models lists each loaded one (id = its name, parent = the base model) and requests
 naming it are served by the base model (this server's adapters change no weights). Answers follow vLLM's: a plain
-text success, 400 for a name loaded already or a path that is not a directory, 404 for unloading a name not
-loaded. Each load charges the `lora-leak` fault through `on_load`.
+text success, 400 for a name loaded already, 404 for a path that is not a directory (vLLM 0.32 answers so) and for
+unloading a name not loaded. Each load charges the `lora-leak` fault through `on_load`.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ class AdapterRegistry:
         if name in self._loaded or name == self.base_model:
             return AdapterAnswer(400, f"The lora adapter '{name}' has already been loaded.")
         if not os.path.isdir(path):
-            return AdapterAnswer(400, f"Loading lora {name} failed: No adapter found for {path}")
+            return AdapterAnswer(404, f"Loading lora {name} failed: No adapter found for {path}")
         self._loaded[name] = path
         self.loads += 1
         self._on_load(name)

@@ -52,7 +52,7 @@ def test_adapters_load_list_serve_and_unload(start_refserver, tmp_path):
     gone = unload_adapter(server.url, sql, {})
     assert gone.status == 404 and "cannot be found" in gone.answer, gone
     missing = load_adapter(server.url, LoraAdapter(name="x", path=str(tmp_path / "absent")), {})
-    assert missing.status == 400 and "No adapter found" in missing.answer, missing
+    assert missing.status == 404 and "No adapter found" in missing.answer, missing
 
 
 def test_lora_leak_keeps_bytes_per_load_that_unload_never_frees(start_refserver, tmp_path):
@@ -80,4 +80,4 @@ def test_a_churn_cycle_unloads_and_reloads_and_records_each_step(start_refserver
     kinds, _, data = zip(*events.seen[2:])
     assert kinds == (EventKind.LORA_ERROR, EventKind.LORA_ERROR)
     assert data[0]["status"] == 404 and "cannot be found" in data[0]["answer"]
-    assert data[1]["status"] == 400 and "No adapter found" in data[1]["answer"]
+    assert data[1]["status"] == 404 and "No adapter found" in data[1]["answer"]
