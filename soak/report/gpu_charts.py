@@ -98,9 +98,11 @@ def throttle_chart(columns: Columns, frame: Frame, no_gpu_note: str) -> dict[str
             active = known & ((np.where(known, bits, 0).astype(np.int64) & bit) > 0)
             if active.any():
                 traces.append(_reason_trace(label, reason, spans(t_s, active), frame, i))
-    fig = figure(traces, frame, "throttle reason")
-    if fig:
-        fig["layout"]["yaxis"] = {**fig["layout"]["yaxis"], "type": "category", "rangemode": "normal"}
+    fig = figure(traces, frame, "")
+    if fig:  # the reasons name the rows: room for them on the left instead of an axis title
+        layout = fig["layout"]
+        layout["yaxis"] = {**layout["yaxis"], "type": "category", "rangemode": "normal", "automargin": True}
+        layout["margin"] = {**layout["margin"], "l": 170}
     return chart("chart-gpu-throttle", "GPU clock-throttle reasons",
                  "When each reason slowed a GPU's clocks (NVML or dcgm-exporter clock-event reasons; idle left out).",
                  fig, "No GPU was throttled (no clock-event reason but idle)." if len(columns["t_s"]) else no_gpu_note)
