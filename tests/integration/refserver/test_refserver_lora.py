@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from soak.config import LoraAdapter
+from soak.config import LoraAdapter, resolve_config
 from soak.contracts import EventKind
-from soak.load.lora import ChurnSchedule, LoraChurn, load_adapter, unload_adapter
+from soak.errors import TargetError
+from soak.load.lora import ChurnSchedule, LoraChurn, load_adapter, load_at_start, unload_adapter
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -81,3 +82,18 @@ def test_a_churn_cycle_unloads_and_reloads_and_records_each_step(start_refserver
     assert kinds == (EventKind.LORA_ERROR, EventKind.LORA_ERROR)
     assert data[0]["status"] == 404 and "cannot be found" in data[0]["answer"]
     assert data[1]["status"] == 404 and "No adapter found" in data[1]["answer"]
+
+
+def test_at_start_soak_loads_what_is_not_listed_and_stops_on_a_refusal(start_refserver, tmp_path):
+    server = start_refserver()
+    config = resolve_config({"duration": "5m", "lora": [f"a={tmp_path}", f"b={tmp_path}"], "out": str(tmp_path)})
+    assert load_adapter(server.url, config.load.loras[0], {}).ok  # listed before soak starts: used as it is
+    loaded = load_at_start(config, server.url, list(listed(server)), {})
+    assert [adapter.name for adapter, reply in loaded if reply.ok] == ["b"] and {"a", "b"} <= set(listed(server))
+
+    bad = resolve_config({"duration": "5m", "lora": [f"c={tmp_path / 'absent'}"], "out": str(tmp_path)})
+    with pytest.raises(TargetError) as refused:
+        load_at_start(bad, server.url, list(listed(server)), {})
+    message = str(refused.value)
+    assert "could not load LoRA adapter c" in message and "HTTP 404: " in message and "No adapter found" in message
+    assert "VLLM_ALLOW_RUNTIME_LORA_UPDATING=True" in message and "\n" not in message
