@@ -7,39 +7,17 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 
 import pytest
 
-from soak.contracts import EventKind
 from soak.store.models import ProcessSample, ServerSample
 from soak.telemetry.sampler import METRICS_PROCESS_NAME, Telemetry, TelemetrySources
+from support.collector import Collector
 
 pytestmark = pytest.mark.timeout(120)
 
 READY = re.compile(r"^SOAK_REFSERVER_READY (http://\S+)$")
-
-
-class Collector:
-    """Keeps what telemetry records, in place of the database writer."""
-
-    def __init__(self) -> None:
-        self.started = time.monotonic()
-        self.rows_by_model: dict[type, list[dict]] = {}
-        self.events: list[tuple[str, str, dict]] = []
-
-    def elapsed_s(self) -> float:
-        return time.monotonic() - self.started
-
-    def rows(self, model: type, rows: list[dict], t_s: float | None = None) -> None:
-        self.rows_by_model.setdefault(model, []).extend(rows)
-
-    def event(self, kind: str, message: str = "", data: dict | None = None) -> None:
-        self.events.append((kind, message, data or {}))
-
-    def dialect_events(self) -> list[dict]:
-        return [data for kind, _, data in self.events if kind == EventKind.SERVER_DIALECT]
 
 
 @pytest.fixture

@@ -1,6 +1,7 @@
 """A fake dcgm-exporter for tests: a real HTTP server on 127.0.0.1 (OS-picked port) serving a DCGM text page.
 
-Each GPU's fields are numbers or functions of the seconds since the page was first served, so a test can plant an
+Each GPU's fields are numbers or functions of the seconds since the page was first served (or, with `by_scrape`, of
+the scrape's number), so a test can plant an
 XID mid-run (`xid=lambda t: 79 if t >= 8 else 0`) or framebuffer growth (`fb_used_mib=lambda t: 1000 + 40 * t`)
 without timing anything itself. The page is written the way dcgm-exporter writes it: HELP/TYPE lines, then one
 sample per GPU labelled gpu, UUID, device, modelName, Hostname (and pod/container/namespace when given).
@@ -80,6 +81,7 @@ class FakeDcgmExporter:
     """Serves `dcgm_page` of its GPUs at /metrics; `url` once started. Use as a context manager."""
 
     gpus: list[FakeGpu]
+    by_scrape: bool = False  # the functions' argument: the scrape's number (0, 1, …) instead of seconds
     scrapes: int = 0
     _first_s: float | None = None
     _server: ThreadingHTTPServer | None = field(default=None, repr=False)
@@ -94,7 +96,7 @@ class FakeDcgmExporter:
         if self._first_s is None:
             self._first_s = now
         self.scrapes += 1
-        return dcgm_page(self.gpus, now - self._first_s)
+        return dcgm_page(self.gpus, self.scrapes - 1 if self.by_scrape else now - self._first_s)
 
     def __enter__(self) -> FakeDcgmExporter:
         exporter = self

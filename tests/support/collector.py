@@ -1,0 +1,28 @@
+"""A stand-in for the run's recorder in telemetry tests: keeps the rows and events telemetry records."""
+
+from __future__ import annotations
+
+import time
+
+from soak.contracts import EventKind
+
+
+class Collector:
+    """Keeps what telemetry records, in place of the database writer."""
+
+    def __init__(self) -> None:
+        self.started = time.monotonic()
+        self.rows_by_model: dict[type, list[dict]] = {}
+        self.events: list[tuple[str, str, dict]] = []
+
+    def elapsed_s(self) -> float:
+        return time.monotonic() - self.started
+
+    def rows(self, model: type, rows: list[dict], t_s: float | None = None) -> None:
+        self.rows_by_model.setdefault(model, []).extend(rows)
+
+    def event(self, kind: str, message: str = "", data: dict | None = None) -> None:
+        self.events.append((kind, message, data or {}))
+
+    def dialect_events(self) -> list[dict]:
+        return [data for kind, _, data in self.events if kind == EventKind.SERVER_DIALECT]
