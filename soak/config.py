@@ -283,7 +283,8 @@ class LoadSettings(_Model):
         if self.trace is None:
             return self
         clashes = [(self.phases, "--phase"), (self.burstiness is not None, "--burstiness"),
-                   (self.dataset is not None, "--dataset"), (self.scenarios != (ScenarioSpec(name="mixed"),), "--scenario")]
+                   (self.dataset is not None, "--dataset"), (self.scenarios != (ScenarioSpec(name="mixed"),), "--scenario"),
+                   ("rate_rps" in self.model_fields_set, "--rate (scale the trace's time with --trace-speed)")]
         clash = next((name for given, name in clashes if given), None)
         if clash:
             raise ValueError(f"--trace replays the trace's own arrivals and requests; it cannot be combined with "

@@ -162,7 +162,8 @@ def test_the_trace_is_the_mix_and_shapes_cannot_be_combined_with_it():
     [spec] = effective_specs(load)
     assert spec.name == "trace" and load_scenarios([spec])[0].user_classes
     for clash, flag in ((dict(phases=["steady rate_rps=3"]), "--phase"), (dict(burstiness=2.0), "--burstiness"),
-                        (dict(dataset=TRACES / "azure.csv"), "--dataset"), (dict(scenarios=["chat_short"]), "--scenario")):
+                        (dict(dataset=TRACES / "azure.csv"), "--dataset"), (dict(scenarios=["chat_short"]), "--scenario"),
+                        (dict(rate_rps=3.0), "--rate")):
         with pytest.raises(ValueError, match=f"cannot be combined with {flag}"):
             LoadSettings(trace=TRACES / "mooncake.jsonl", **clash)
 
