@@ -55,6 +55,7 @@ class EventKind(StrEnum):
     # telemetry
     NO_GPU = "no_gpu"
     GPU_XID = "gpu_xid"
+    GPU_DCGM = "gpu_dcgm"  # a dcgm-exporter page first read: its GPUs, and any XID already showing before the run
     PROBE_READING = "probe_reading"
     SERVER_LOG_ERROR = "server_log_error"
     SERVER_LOG_SCANNED = "server_log_scanned"

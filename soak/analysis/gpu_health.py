@@ -44,25 +44,33 @@ def _sources(run: RunData) -> str:
     return " and ".join(dict.fromkeys(names)) or "no source"
 
 
+def xids_before_run(run: RunData) -> str:
+    """`; GPU … showed XID 13 before the run (not judged)` for each XID a dcgm-exporter page showed when first read."""
+    before = {uuid: code for e in run.events if e.kind == EventKind.GPU_DCGM
+              for uuid, code in (e.data.get("xid_before_run") or {}).items()}
+    return "".join(f"; GPU {uuid} showed XID {xid_text(int(code))} before the run (not judged)"
+                   for uuid, code in before.items())
+
+
 def check_xid(run: RunData, gates: Gates) -> Finding:
     """FAIL on any XID a GPU raised during the run; PASS when XIDs could be read and none came."""
     xids = [e for e in run.events if e.kind == EventKind.GPU_XID]
     readable = [g for g in run.gpus if g.xid_errors is not None]
     details = {"xids": [{"t_s": e.t_s, "gpu": _gpu_name(e), "xid": e.data.get("xid")} for e in xids],
-               "gpus_read": len(readable), "source": _sources(run)}
+               "gpus_read": len(readable), "source": _sources(run), "before_run": xids_before_run(run).lstrip("; ")}
     if xids:
         first = xids[0]
         more = f"; {len(xids) - 1} more XID(s): " + ", ".join(
             f"{xid_text(int(e.data.get('xid') or 0))} on {_gpu_name(e)}" for e in xids[1:4]) if len(xids) > 1 else ""
         return Finding(check="gpu.xid", verdict=FAIL, value=len(xids), unit="XIDs", threshold=0, details=details,
                        evidence=(f"{_gpu_name(first)} raised XID {xid_text(int(first.data.get('xid') or 0))} at "
-                                 f"{duration_text(first.t_s)}{more}."))
+                                 f"{duration_text(first.t_s)}{more}{xids_before_run(run)}."))
     if not readable:
         return skipped("gpu.xid", "No XIDs could be read: no dcgm-exporter page among the --metrics-url pages "
                        "and NVML could not report them on this host.", **details)
     return Finding(check="gpu.xid", verdict=PASS, value=0, unit="XIDs", threshold=0, details=details,
                    evidence=f"No XID on {len(readable)} GPU(s) in {duration_text(run.actual_duration_s)} "
-                            f"(read from {_sources(run)}).")
+                            f"(read from {_sources(run)}){xids_before_run(run)}.")
 
 
 def rise(values: np.ndarray) -> float:

@@ -101,13 +101,20 @@ def _finish(row: dict[str, Any]) -> dict[str, Any]:
 class XidChanges:
     """New XIDs, from the last-XID gauge of each GPU of each page, and the count of them since the run started.
 
-    The first reading of a GPU is where it stood before the run: an XID already showing then is not new (it is
-    kept in `at_start`, for the record), only a later change to a non-zero code is.
+    The first reading of a GPU is where it stood before the run: an XID already showing then is not new (the
+    page's `first_seen` names it, for the record), only a later change to a non-zero code is.
     """
 
     last: dict[tuple[str, str], int] = field(default_factory=dict)
     counts: dict[tuple[str, str], int] = field(default_factory=dict)
-    at_start: dict[tuple[str, str], int] = field(default_factory=dict)
+
+    def first_seen(self, source: str, rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+        """What a page shows the first time it is read (None after): its GPUs, and XIDs already showing then."""
+        if any((source, row["uuid"]) in self.last for row in rows):
+            return None
+        before = {row["uuid"]: row["last_xid"] for row in rows if row.get("last_xid")}
+        return {"source": source, "gpus": [{"uuid": row["uuid"], "gpu_index": row["gpu_index"], "name": row.get("name")}
+                                           for row in rows], "xid_before_run": before}
 
     def observe(self, source: str, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Set each row's `xid_errors` (new XIDs so far) and return one event's data per new XID."""
@@ -117,9 +124,7 @@ class XidChanges:
             if code is None:
                 continue
             previous = self.last.get(key)
-            if previous is None and code:
-                self.at_start[key] = code
-            elif previous is not None and code and code != previous:
+            if previous is not None and code and code != previous:
                 self.counts[key] = self.counts.get(key, 0) + 1
                 found.append({"gpu_index": row["gpu_index"], "uuid": row["uuid"], "xid": code,
                               "previous_xid": previous, "source": source})

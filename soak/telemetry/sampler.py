@@ -267,6 +267,11 @@ class Telemetry:
         """A dcgm-exporter page's GPUs as gpu_samples rows of that source, and each new XID as a gpu_xid event."""
         if not gpus:
             return
+        first = self.dcgm_xids.first_seen(url, gpus)
+        if first is not None:
+            before = "".join(f"; GPU {uuid} showed XID {code} before the run" for uuid, code in
+                             first["xid_before_run"].items())
+            self.recorder.event(EventKind.GPU_DCGM, f"dcgm-exporter {url}: {len(gpus)} GPU(s){before}", first)
         for xid in self.dcgm_xids.observe(url, gpus):
             log.warning("dcgm-exporter %s: GPU %s raised XID %d", url, xid["uuid"], xid["xid"])
             self.recorder.event(EventKind.GPU_XID, f"XID {xid['xid']} on GPU {xid['uuid']} (dcgm-exporter)", xid)

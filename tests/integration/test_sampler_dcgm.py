@@ -32,3 +32,5 @@ def test_each_gpu_is_a_row_of_its_page_and_a_new_xid_an_event():
     xids = [(message, data) for kind, message, data in collector.events if kind == EventKind.GPU_XID]
     assert [data["xid"] for _, data in xids] == [79] and xids[0][1]["previous_xid"] == 13
     assert xids[0][0] == f"XID 79 on GPU {UUID} (dcgm-exporter)"
+    seen = [message for kind, message, _ in collector.events if kind == EventKind.GPU_DCGM]
+    assert seen == [f"dcgm-exporter {exporter.url}: 2 GPU(s); GPU {UUID} showed XID 13 before the run"]

@@ -57,7 +57,8 @@ def _rows(code):
 
 def test_a_change_to_a_non_zero_xid_is_a_new_xid_and_one_showing_at_start_is_not():
     changes = XidChanges()
-    assert changes.observe("u", _rows(13)) == [] and changes.at_start == {("u", UUID_A): 13}
+    assert changes.first_seen("u", _rows(13))["xid_before_run"] == {UUID_A: 13}
+    assert changes.observe("u", _rows(13)) == [] and changes.first_seen("u", _rows(13)) is None
     assert changes.observe("u", _rows(13)) == []
     found = changes.observe("u", rows := _rows(79))
     assert [(x["uuid"], x["xid"], x["previous_xid"]) for x in found] == [(UUID_A, 79, 13)]
@@ -85,6 +86,10 @@ def test_gpu_xid_fails_naming_the_code_its_meaning_and_the_gpu():
 def test_gpu_xid_passes_when_xids_were_read_and_is_skipped_without_a_source():
     finding = check_xid(bare_run(RUN_S, gpus=(_gpu(),)), Gates())
     assert finding.verdict == PASS and "read from dcgm-exporter" in finding.evidence
+    seen = Event(0.5, "gpu_dcgm", "", {"xid_before_run": {UUID_A: 48}})
+    finding = check_xid(bare_run(RUN_S, gpus=(_gpu(),), events=(seen,)), Gates())
+    assert finding.verdict == PASS
+    assert finding.evidence.endswith(f"; GPU {UUID_A} showed XID 48 (double-bit ECC error) before the run (not judged).")
     assert check_xid(bare_run(RUN_S), Gates()).verdict == SKIPPED
 
 
