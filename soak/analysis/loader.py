@@ -307,16 +307,19 @@ def load_run_data(store: Store, run: StoredRun, stopped_early: bool) -> RunData:
     probes = load_probes(events)
     windows = build_windows(run, actual_s, events)
     outage_indices = {w.index for w in windows if w.excluded == "outage"}
+    gpus = load_gpus(store, run_id)
+    # a GPU NVML saw, or one whose framebuffer a dcgm-exporter page gave (leak.vram can judge it)
+    gpu_seen = any(g.source is None or g.mem_used_bytes is not None for g in gpus)
     return RunData(
         planned_duration_s=run.planned_duration_s, actual_duration_s=actual_s, warmup_s=run.warmup_s,
         window_s=run.window_s, windows=windows, stopped_early=stopped_early,
-        gpu_seen=bool(store.read_rows(GpuSample, run_id)), probes_ran=bool(probes),
+        gpu_seen=gpu_seen, probes_ran=bool(probes),
         server_managed=run.target_kind != "external", processes=load_processes(store, run_id),
         gpu_processes=load_gpu_processes(store, run_id), probes=probes, latency_windows=latency,
         request_windows=request_windows, server=load_server(store, run_id), client=load_client(store, run_id, outage_indices),
         events=tuple(events),
         total_requests=sum(w.requests for w in request_windows),
         scenario_windows=load_scenario_windows(store, run_id), host=load_host(store, run_id),
-        gpus=load_gpus(store, run_id), **stored_horizon(run),
+        gpus=gpus, **stored_horizon(run),
         **stored_slo(run),
     )
