@@ -268,16 +268,26 @@ class SummaryCapabilities(BaseModel):
     dropped: list[DroppedScenario] = Field(default_factory=list)
 
 
-def trace_summary(trace: dict[str, Any], windows: list[dict[str, Any]], duration_s: float | None) -> SummaryTrace:
-    """A `trace` event's figures beside what the run's request windows (all scenarios, `*`) say was sent."""
-    requests, answered = sum(row["requests"] for row in windows), sum(row["ok"] for row in windows)
+@dataclass(frozen=True)
+class SentCounts:
+    """What a run's request windows (all scenarios, `*`) say was sent and answered, summed over the run."""
+
+    requests: int
+    answered: int
+    prompt_tokens: int
+    output_tokens: int
+
+
+def trace_summary(trace: dict[str, Any], sent: SentCounts, duration_s: float | None) -> SummaryTrace:
+    """A `trace` event's figures beside what the run sent (`sent`)."""
+    answered = sent.answered
     return SummaryTrace(
         name=trace["name"], format=trace["format"], rows=trace["rows"], speed=trace["speed"], loops=trace["loops"],
         trace_rate_rps=trace["trace_rate_rps"], planned_rate_rps=trace["planned_rate_rps"],
-        sent_rate_rps=requests / duration_s if duration_s else None,
+        sent_rate_rps=sent.requests / duration_s if duration_s else None,
         trace_prompt_tokens=trace["mean_input_tokens"], trace_output_tokens=trace["mean_output_tokens"],
-        sent_prompt_tokens=sum(row["prompt_tokens"] for row in windows) / answered if answered else None,
-        sent_output_tokens=sum(row["output_tokens"] for row in windows) / answered if answered else None)
+        sent_prompt_tokens=sent.prompt_tokens / answered if answered else None,
+        sent_output_tokens=sent.output_tokens / answered if answered else None)
 
 
 class ErrorMessage(BaseModel):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -33,6 +34,7 @@ from soak.store.models import (
     CLIENT_LOOP_LAG_P99_METRIC,
     ERROR_CLASSES,
     HOST_AVAILABLE_METRIC,
+    Base,
     GpuProcessSample,
     GpuSample,
     LatencyWindowRow,
@@ -83,8 +85,9 @@ def build_windows(run: StoredRun, actual_s: float, events: list[Event]) -> tuple
     return tuple(windows)
 
 
-def _column(rows: list[dict[str, Any]], name: str) -> np.ndarray | None:
-    values = [row.get(name) for row in rows]
+def _column(rows: Sequence[Base | None], name: str) -> np.ndarray | None:
+    """A column of stored rows as floats, NaN where missing (a None row: all its values missing)."""
+    values = [None if row is None else getattr(row, name) for row in rows]
     if all(value is None for value in values):
         return None
     return np.array([np.nan if value is None else float(value) for value in values])
@@ -92,11 +95,11 @@ def _column(rows: list[dict[str, Any]], name: str) -> np.ndarray | None:
 
 def load_processes(store: Store, run_id: str) -> tuple[ProcessSeries, ...]:
     """One series per server PID, its swap beside its RSS (`leak.rss` judges the two together)."""
-    by_pid: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    by_pid: dict[int, list[ProcessSample]] = defaultdict(list)
     for row in store.read_rows(ProcessSample, run_id, role="server"):
-        by_pid[row["pid"]].append(row)
+        by_pid[row.pid].append(row)
     return tuple(
-        ProcessSeries(pid=pid, name=rows[-1]["name"], t_s=_column(rows, "t_s"), rss_bytes=_column(rows, "rss_bytes"),
+        ProcessSeries(pid=pid, name=rows[-1].name, t_s=_column(rows, "t_s"), rss_bytes=_column(rows, "rss_bytes"),
                       pss_bytes=_column(rows, "pss_bytes"), fds=_column(rows, "fds"), threads=_column(rows, "threads"),
                       swap_bytes=_column(rows, "swap_bytes"))
         for pid, rows in sorted(by_pid.items()))
@@ -104,9 +107,9 @@ def load_processes(store: Store, run_id: str) -> tuple[ProcessSeries, ...]:
 
 def load_gpu_processes(store: Store, run_id: str) -> tuple[GpuProcessSeries, ...]:
     """One series per (PID, GPU)."""
-    by_key: dict[tuple[int, int], list[dict[str, Any]]] = defaultdict(list)
+    by_key: dict[tuple[int, int], list[GpuProcessSample]] = defaultdict(list)
     for row in store.read_rows(GpuProcessSample, run_id):
-        by_key[(row["pid"], row["gpu_index"])].append(row)
+        by_key[(row.pid, row.gpu_index)].append(row)
     return tuple(GpuProcessSeries(pid=pid, gpu_index=gpu, t_s=_column(rows, "t_s"),
                                   used_bytes=_column(rows, "used_bytes"))
                  for (pid, gpu), rows in sorted(by_key.items()))
@@ -114,10 +117,10 @@ def load_gpu_processes(store: Store, run_id: str) -> tuple[GpuProcessSeries, ...
 
 def load_gpus(store: Store, run_id: str) -> tuple[GpuSeries, ...]:
     """One series per GPU of each source (NVML first, then each dcgm-exporter page)."""
-    by_key: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    by_key: dict[tuple[str, str], list[GpuSample]] = defaultdict(list)
     for row in store.read_rows(GpuSample, run_id):
-        by_key[(row.get("source") or "", row.get("uuid") or str(row["gpu_index"]))].append(row)
-    return tuple(GpuSeries(source=rows[0].get("source"), gpu_index=rows[0]["gpu_index"], uuid=rows[0].get("uuid"),
+        by_key[(row.source or "", row.uuid or str(row.gpu_index))].append(row)
+    return tuple(GpuSeries(source=rows[0].source, gpu_index=rows[0].gpu_index, uuid=rows[0].uuid,
                            t_s=_column(rows, "t_s"), mem_used_bytes=_column(rows, "mem_used_bytes"),
                            ecc_dbe=_column(rows, "ecc_errors"),
                            remapped_rows_uncorrectable=_column(rows, "remapped_rows_uncorrectable"),
@@ -125,15 +128,15 @@ def load_gpus(store: Store, run_id: str) -> tuple[GpuSeries, ...]:
                  for _, rows in sorted(by_key.items()))
 
 
-def gauge_source(rows: list[dict[str, Any]]) -> str:
+def gauge_source(rows: list[ServerSample]) -> str:
     """The scraped source whose gauges the checks read: the server's own /metrics (the first source), unless it
     never carried running requests or generated tokens and another source did (Triton's metrics port, given
     with --metrics-url)."""
-    sources = list(dict.fromkeys(row["source"] for row in rows))
+    sources = list(dict.fromkeys(row.source for row in rows))
 
     def carries(source: str) -> bool:
-        return any(row["source"] == source and (row["running"] is not None or row["generation_tokens_total"]
-                                                is not None) for row in rows)
+        return any(row.source == source and (row.running is not None or row.generation_tokens_total is not None)
+                   for row in rows)
     return next((source for source in sources if carries(source)), sources[0])
 
 
@@ -143,48 +146,45 @@ def load_server(store: Store, run_id: str) -> ServerSeries | None:
     if not rows:
         return None
     source = gauge_source(rows)
-    rows = [row for row in rows if row["source"] == source]
-    for row in rows:
-        if not row["scrape_ok"]:
-            row.update(running=None, waiting=None, kv_usage=None, generation_tokens_total=None)
-    health = [None if row["health_ok"] is None else float(row["health_ok"]) for row in rows]
+    rows = [row for row in rows if row.source == source]
+    scraped = [row if row.scrape_ok else None for row in rows]  # a failed scrape's gauges read as missing
+    health = [None if row.health_ok is None else float(row.health_ok) for row in rows]
     return ServerSeries(
-        t_s=_column(rows, "t_s"), running=_column(rows, "running"), waiting=_column(rows, "waiting"),
-        kv_usage=_column(rows, "kv_usage"), generation_tokens_total=_column(rows, "generation_tokens_total"),
+        t_s=_column(rows, "t_s"), running=_column(scraped, "running"), waiting=_column(scraped, "waiting"),
+        kv_usage=_column(scraped, "kv_usage"), generation_tokens_total=_column(scraped, "generation_tokens_total"),
         preemptions_total=_column(rows, "preemptions_total"),
         health_ok=None if all(h is None for h in health) else np.array([np.nan if h is None else h for h in health]))
 
 
-def _stats(row: dict[str, Any] | None) -> LatencyStats | None:
-    if not row or not row["count"]:
+def _stats(row: LatencyWindowRow | None) -> LatencyStats | None:
+    if not row or not row.count:
         return None
-    return LatencyStats(count=row["count"], p50_ms=row["p50_ms"], p90_ms=row["p90_ms"], p95_ms=row["p95_ms"],
-                        p99_ms=row["p99_ms"])
+    return LatencyStats(count=row.count, p50_ms=row.p50_ms, p90_ms=row.p90_ms, p95_ms=row.p95_ms, p99_ms=row.p99_ms)
 
 
 def load_latency(store: Store, run_id: str) -> tuple[tuple[LatencyWindow, ...], dict[int, float]]:
     """Per-window latency of all scenarios, and each window's schedule-lag P99."""
-    by_index: dict[int, dict[str, dict[str, Any]]] = defaultdict(dict)
+    by_index: dict[int, dict[str, LatencyWindowRow]] = defaultdict(dict)
     for row in store.read_rows(LatencyWindowRow, run_id, scenario=ALL_SCENARIOS):
-        by_index[row["window_index"]][row["metric"]] = row
+        by_index[row.window_index][row.metric] = row
     windows, lag_p99 = [], {}
     for index, metrics in sorted(by_index.items()):
         any_row = next(iter(metrics.values()))
-        windows.append(LatencyWindow(index=index, start_s=any_row["start_s"], end_s=any_row["end_s"],
+        windows.append(LatencyWindow(index=index, start_s=any_row.start_s, end_s=any_row.end_s,
                                      ttft=_stats(metrics.get("ttft")), itl=_stats(metrics.get("itl")),
                                      e2e=_stats(metrics.get("e2e"))))
-        if metrics.get("lag") and metrics["lag"]["count"]:
-            lag_p99[index] = metrics["lag"]["p99_ms"]
+        if (lag := metrics.get("lag")) and lag.count:
+            lag_p99[index] = lag.p99_ms
     return tuple(windows), lag_p99
 
 
-def _request_window(row: dict[str, Any], lag_p99: dict[int, float]) -> RequestWindow:
+def _request_window(row: RequestWindowRow, lag_p99: dict[int, float]) -> RequestWindow:
     """One stored request_windows row (requests exclude cancelled ones; sends include them)."""
-    return RequestWindow(index=row["window_index"], start_s=row["start_s"], end_s=row["end_s"],
-                         requests=row["requests"] - row["cancelled"],
-                         errors={name: row["err_" + name] for name in ERROR_CLASSES}, cancelled=row["cancelled"],
-                         output_tokens=row["output_tokens"], sends=row["requests"], late_sends_1s=row["late_sends_1s"],
-                         lag_p99_ms=lag_p99.get(row["window_index"]), slo_met=row.get("slo_met"))
+    return RequestWindow(index=row.window_index, start_s=row.start_s, end_s=row.end_s,
+                         requests=row.requests - row.cancelled,
+                         errors={name: getattr(row, "err_" + name) for name in ERROR_CLASSES}, cancelled=row.cancelled,
+                         output_tokens=row.output_tokens, sends=row.requests, late_sends_1s=row.late_sends_1s,
+                         lag_p99_ms=lag_p99.get(row.window_index), slo_met=row.slo_met)
 
 
 def load_request_windows(store: Store, run_id: str, lag_p99: dict[int, float]) -> tuple[RequestWindow, ...]:
@@ -197,12 +197,12 @@ def load_scenario_windows(store: Store, run_id: str) -> dict[str, tuple[RequestW
     """Per-window counts of each scenario on its own, with that scenario's schedule-lag P99."""
     lag_p99: dict[str, dict[int, float]] = defaultdict(dict)
     for row in store.read_rows(LatencyWindowRow, run_id, metric="lag"):
-        if row["scenario"] != ALL_SCENARIOS and row["count"]:
-            lag_p99[row["scenario"]][row["window_index"]] = row["p99_ms"]
+        if row.scenario != ALL_SCENARIOS and row.count:
+            lag_p99[row.scenario][row.window_index] = row.p99_ms
     by_scenario: dict[str, list[RequestWindow]] = defaultdict(list)
     for row in store.read_rows(RequestWindowRow, run_id):  # in window order, so each list is too
-        if row["scenario"] != ALL_SCENARIOS:
-            by_scenario[row["scenario"]].append(_request_window(row, lag_p99[row["scenario"]]))
+        if row.scenario != ALL_SCENARIOS:
+            by_scenario[row.scenario].append(_request_window(row, lag_p99[row.scenario]))
     return {name: tuple(windows) for name, windows in sorted(by_scenario.items())}
 
 
@@ -215,9 +215,9 @@ def load_host(store: Store, run_id: str) -> HostSeries | None:
     rows = store.read_rows(MetricSample, run_id, name=HOST_AVAILABLE_METRIC)
     if not rows:
         return None
-    t_s = [row["t_s"] for row in rows]
+    t_s = [row.t_s for row in rows]
     gpu_free = _gpu_free_by_time(store, run_id)
-    return HostSeries(t_s=t_s, available_bytes=[row["value"] for row in rows],
+    return HostSeries(t_s=t_s, available_bytes=[row.value for row in rows],
                       gpu_free_bytes=[gpu_free.get(t, np.nan) for t in t_s] if gpu_free else None)
 
 
@@ -227,15 +227,15 @@ def _gpu_free_by_time(store: Store, run_id: str) -> dict[float, float]:
     The serving GPUs are those on which a server process held memory; when NVML named none, every GPU counts. A GPU
     missing either reading is skipped. NVML's readings are taken where there are any, else dcgm-exporter's.
     """
-    serving = {row["gpu_index"] for row in store.read_rows(GpuProcessSample, run_id) if row["used_bytes"]}
+    serving = {row.gpu_index for row in store.read_rows(GpuProcessSample, run_id) if row.used_bytes}
     free: dict[float, float] = defaultdict(float)
     rows = store.read_rows(GpuSample, run_id)
-    nvml = [row for row in rows if not row.get("source")]
+    nvml = [row for row in rows if not row.source]
     for row in nvml or rows:
-        if serving and row["gpu_index"] not in serving:
+        if serving and row.gpu_index not in serving:
             continue
-        if row["mem_total_bytes"] is not None and row["mem_used_bytes"] is not None:
-            free[row["t_s"]] += row["mem_total_bytes"] - row["mem_used_bytes"]
+        if row.mem_total_bytes is not None and row.mem_used_bytes is not None:
+            free[row.t_s] += row.mem_total_bytes - row.mem_used_bytes
     return dict(free)
 
 
@@ -261,16 +261,16 @@ def load_client(store: Store, run_id: str, outage_indices: set[int]) -> ClientSe
 
     rows = store.read_rows(ProcessSample, run_id, role="client")
     lag_rows = [r for r in store.read_rows(LatencyWindowRow, run_id, scenario=ALL_SCENARIOS, metric="lag")
-                if r["window_index"] not in outage_indices]
+                if r.window_index not in outage_indices]
     requests = [r for r in store.read_rows(RequestWindowRow, run_id, scenario=ALL_SCENARIOS)
-                if r["window_index"] not in outage_indices]
+                if r.window_index not in outage_indices]
     if not rows and not lag_rows:
         return None
-    lag = merged_percentiles(lag_rows)
+    lag = merged_percentiles(r.hist for r in lag_rows)
     return ClientSeries(t_s=_column(rows, "t_s") if rows else np.array([]),
                         cpu_percent=_column(rows, "cpu_percent"), rss_bytes=_column(rows, "rss_bytes"),
-                        sends=sum(r["requests"] for r in requests) or None,
-                        late_sends_1s=sum(r["late_sends_1s"] for r in requests), lag_p99_ms=lag["p99"],
+                        sends=sum(r.requests for r in requests) or None,
+                        late_sends_1s=sum(r.late_sends_1s for r in requests), lag_p99_ms=lag["p99"],
                         loop_lag_p99_ms=_last_metric(store, run_id, CLIENT_LOOP_LAG_P99_METRIC),
                         loop_lag_max_ms=_last_metric(store, run_id, CLIENT_LOOP_LAG_MAX_METRIC))
 
@@ -278,7 +278,7 @@ def load_client(store: Store, run_id: str, outage_indices: set[int]) -> ClientSe
 def _last_metric(store: Store, run_id: str, name: str) -> float | None:
     """The latest stored value of one of soak's own running figures (None when never stored)."""
     rows = store.read_rows(MetricSample, run_id, name=name)
-    return float(max(rows, key=lambda row: row["t_s"])["value"]) if rows else None
+    return float(max(rows, key=lambda row: row.t_s).value) if rows else None
 
 
 def load_probes(events: list[Event]) -> tuple[ProbeReading, ...]:

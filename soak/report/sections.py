@@ -10,7 +10,7 @@ import json
 import shlex
 from typing import Any
 
-from soak.contracts import Event, EventKind, trace_summary
+from soak.contracts import Event, EventKind, SentCounts, trace_summary
 from soak.report import timeline
 from soak.report.formatting import (
     MISSING,
@@ -275,7 +275,10 @@ def trace_facts(events: list[Event], windows: list[dict[str, Any]],
     if not found:
         return None
     trace, sent = found[-1], [row for row in windows if row["scenario"] == ALL_SCENARIOS]
-    return {**trace_summary(trace, sent, duration_s).model_dump(), "windows": trace_windows(trace.get("windows"), sent),
+    counts = SentCounts(requests=sum(row["requests"] for row in sent), answered=sum(row["ok"] for row in sent),
+                        prompt_tokens=sum(row["prompt_tokens"] for row in sent),
+                        output_tokens=sum(row["output_tokens"] for row in sent))
+    return {**trace_summary(trace, counts, duration_s).model_dump(), "windows": trace_windows(trace.get("windows"), sent),
             "histograms": [(title, histogram_cells(trace.get(key))) for title, key in
                            (("Prompt tokens", "prompt_histogram"), ("Output tokens", "output_histogram"))
                            if trace.get(key)]}

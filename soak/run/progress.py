@@ -31,9 +31,9 @@ def _latest_server_rss_bytes(store: Store, run_id: str) -> int | None:
 def _measured_counts(store: Store, run_id: str) -> tuple[int, int]:
     """(requests, errors) of the windows after the warm-up."""
     windows = [row for row in store.read_rows(RequestWindowRow, run_id, scenario=ALL_SCENARIOS)
-               if row["window_index"] >= 0]
-    requests = sum(row["requests"] for row in windows)
-    errors = sum(row["err_" + name] for row in windows for name in ERROR_CLASSES)
+               if row.window_index >= 0]
+    requests = sum(row.requests for row in windows)
+    errors = sum(getattr(row, "err_" + name) for row in windows for name in ERROR_CLASSES)
     return requests, errors
 
 
@@ -42,7 +42,7 @@ def _measured_p99_ms(store: Store, run_id: str) -> P99Ms:
     p99 = {}
     for metric in PROGRESS_METRICS:
         rows = store.read_rows(LatencyWindowRow, run_id, scenario=ALL_SCENARIOS, metric=metric)
-        p99[metric] = merged_percentiles([row for row in rows if row["window_index"] >= 0])["p99"] or 0.0
+        p99[metric] = merged_percentiles(row.hist for row in rows if row.window_index >= 0)["p99"] or 0.0
     return P99Ms(**p99)
 
 

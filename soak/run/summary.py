@@ -14,6 +14,7 @@ from soak.contracts import (
     LatencyMs,
     LostWorker,
     Percentiles,
+    SentCounts,
     Summary,
     SummaryCapabilities,
     SummaryContext,
@@ -39,14 +40,14 @@ SUMMARY_METRICS = tuple(LatencyMs.model_fields)  # ttft, itl, e2e
 def request_totals(store: Store, run_id: str) -> Totals:
     """Requests, errors (cancelled and expected 4xx are not errors), error rate and output tokens."""
     rows = store.read_rows(RequestWindowRow, run_id, scenario=ALL_SCENARIOS)
-    requests = sum(row["requests"] for row in rows)
-    errors = sum(row["err_" + name] for row in rows for name in ERROR_CLASSES)
-    cancelled = sum(row["cancelled"] for row in rows)
+    by_class = {name: sum(getattr(row, "err_" + name) for row in rows) for name in ERROR_CLASSES}
+    errors = sum(by_class.values())
+    requests, cancelled = sum(row.requests for row in rows), sum(row.cancelled for row in rows)
     judged = requests - cancelled
     return Totals(
         requests=requests, errors=errors, error_rate=errors / judged if judged else 0.0,
-        output_tokens=sum(row["output_tokens"] for row in rows), cancelled=cancelled,
-        errors_by_class=ErrorsByClass(**{name: sum(row["err_" + name] for row in rows) for name in ERROR_CLASSES}),
+        output_tokens=sum(row.output_tokens for row in rows), cancelled=cancelled,
+        errors_by_class=ErrorsByClass(**by_class),
     )
 
 
@@ -55,19 +56,19 @@ def latency_summary(store: Store, run_id: str) -> LatencyMs:
     result = {}
     for metric in SUMMARY_METRICS:
         rows = store.read_rows(LatencyWindowRow, run_id, scenario=ALL_SCENARIOS, metric=metric)
-        result[metric] = Percentiles(**merged_percentiles([row for row in rows if row["window_index"] >= 0]))
+        result[metric] = Percentiles(**merged_percentiles(row.hist for row in rows if row.window_index >= 0))
     return LatencyMs(**result)
 
 
 def goodput_of(store: Store, run: StoredRun) -> SummaryGoodput | None:
     """The share of requests meeting the run's `--slo` after warm-up, overall and per window; None without one."""
     rows = [row for row in store.read_rows(RequestWindowRow, run.id, scenario=ALL_SCENARIOS)
-            if row["window_index"] >= 0 and row.get("slo_met") is not None]
+            if row.window_index >= 0 and row.slo_met is not None]
     if not rows:
         return None
-    windows = [GoodputWindow(index=row["window_index"], start_s=row["start_s"], end_s=row["end_s"], requests=finished,
-                             good=row["slo_met"], share=row["slo_met"] / finished)
-               for row in rows if (finished := row["requests"] - row["cancelled"]) > 0]
+    windows = [GoodputWindow(index=row.window_index, start_s=row.start_s, end_s=row.end_s, requests=finished,
+                             good=row.slo_met, share=row.slo_met / finished)
+               for row in rows if (finished := row.requests - row.cancelled) > 0]
     requests, good = sum(w.requests for w in windows), sum(w.good for w in windows)
     return SummaryGoodput(slo_ms=stored_slo_ms(run.config), requests=requests, good=good,
                           share=good / requests if requests else None, windows=windows)
@@ -109,7 +110,10 @@ def trace_of(store: Store, run: StoredRun, events: list[Event]) -> SummaryTrace 
     if not found:
         return None
     windows = store.read_rows(RequestWindowRow, run.id, scenario=ALL_SCENARIOS)
-    return trace_summary(found[-1], windows, run.duration_s)
+    sent = SentCounts(requests=sum(row.requests for row in windows), answered=sum(row.ok for row in windows),
+                      prompt_tokens=sum(row.prompt_tokens for row in windows),
+                      output_tokens=sum(row.output_tokens for row in windows))
+    return trace_summary(found[-1], sent, run.duration_s)
 
 
 def capabilities_of(events: list[Event]) -> SummaryCapabilities | None:

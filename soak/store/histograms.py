@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import weakref
+from collections.abc import Iterable
 from typing import Any
 
 from hdrh.codec import HdrHistogramEncoder
@@ -48,12 +49,12 @@ def decode_histogram(text: str) -> HdrHistogram:
                             header.significant_figures, hdr_payload=payload)
 
 
-def merged_percentiles(windows: list[dict[str, Any]]) -> dict[str, float | int | None]:
-    """P50/P95/P99 (ms) of the merged histograms of the given window rows."""
+def merged_percentiles(hists: Iterable[str | None]) -> dict[str, float | int | None]:
+    """P50/P95/P99 (ms) of the merged histograms of latency windows (their `hist` texts; None where empty)."""
     merged = new_histogram()
-    for row in windows:
-        if row["hist"]:
-            merged.add(decode_histogram(row["hist"]))
+    for text in hists:
+        if text:
+            merged.add(decode_histogram(text))
     if merged.get_total_count() == 0:
         return {"p50": None, "p95": None, "p99": None, "count": 0}
     return {f"p{p}": round(merged.get_value_at_percentile(p) / 1000.0, 3) for p in (50, 95, 99)} | {

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import Engine, event, select
 from sqlalchemy.exc import SQLAlchemyError
@@ -22,11 +22,13 @@ from soak.errors import StorageError, UnknownRunError
 from soak.locations import Locations
 from soak.store.db import create_db_engine, migrate, require_sqlite_file
 from soak.store.models import Base, EventRow, Run, RunLabel
-from soak.store.queries import effective_status, row_to_dict, with_labels
+from soak.store.queries import effective_status, with_labels
 from soak.store.records import StoredRun, event_from_row
 from soak.store.writer import StoreWriter
 
 LABEL_BATCH = 500  # run ids per IN (…): under every database's bound-parameter limit
+
+Row = TypeVar("Row", bound=Base)
 
 
 class Store:
@@ -138,16 +140,20 @@ class Store:
                 found[label.run_id][label.key] = label.value
         return found
 
-    def read_rows(self, model: type[Base], run_id: str, **equals: Any) -> list[dict[str, Any]]:
+    def read_rows(self, model: type[Row], run_id: str, **equals: Any) -> list[Row]:
         """All rows of `model` for a run (optionally filtered by column equality), in time order when it has
-        t_s (window order when it has window_index)."""
+        t_s (window order when it has window_index).
+
+        The rows are the model's own instances, detached: every column is loaded and the session is closed, so
+        reading an attribute never goes back to the database, and changing one writes nothing.
+        """
         query = select(model).where(model.run_id == run_id)
         for name, value in equals.items():
             query = query.where(getattr(model, name) == value)
         order = getattr(model, "t_s", None) or getattr(model, "window_index", None)
         if order is not None:
             query = query.order_by(order)
-        return [row_to_dict(row) for row in self.scalars(query)]
+        return self.scalars(query)
 
     def read_events(self, run_id: str) -> list[Event]:
         """A run's events in time order."""

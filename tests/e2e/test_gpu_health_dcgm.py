@@ -36,8 +36,8 @@ def test_an_xid_raised_mid_run_fails_gpu_xid_naming_the_code_and_the_gpu(soak_cl
 
     store = Store.open(f"sqlite:///{tmp_path / 'soak.db'}", read_only=True)
     rows = store.read_rows(GpuSample, summary["run_id"])
-    assert {row["uuid"] for row in rows} == {UUID, UUID.replace("3f2a", "0b11")}
-    assert {row["source"] for row in rows} == {exporter.url}
+    assert {row.uuid for row in rows} == {UUID, UUID.replace("3f2a", "0b11")}
+    assert {row.source for row in rows} == {exporter.url}
     assert [e.data["xid"] for e in store.read_events(summary["run_id"]) if e.kind == "gpu_xid"] == [79]
     report = (tmp_path / summary["run_id"] / "report.html").read_text(encoding="utf-8")
     assert "GPU temperature and power" in report and "GPU clock-throttle reasons" in report

@@ -6,12 +6,13 @@ from soak.analysis.inputs import Event
 from soak.analysis.loader import gauge_source
 from soak.analysis.server_kind import not_measured
 from soak.contracts import EventKind
+from soak.store.models import ServerSample
 from soak.telemetry.dialects import DIALECTS
 from soak.telemetry.sampler import not_measured as dialect_lacks
 
 
 def _row(source, running=None, tokens=None):
-    return {"source": source, "running": running, "generation_tokens_total": tokens}
+    return ServerSample(source=source, running=running, generation_tokens_total=tokens)
 
 
 def test_the_servers_own_metrics_carry_the_gauges_unless_only_another_source_does():
