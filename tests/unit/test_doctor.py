@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 from collections import namedtuple
 from types import SimpleNamespace
 
@@ -97,8 +98,9 @@ def test_vllm_check_names_the_build_of_the_interpreter_that_runs_vllm(tmp_path):
 
 def test_vllm_check_without_vllm_warns(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "python"))  # none beside the interpreter either
     check = doctor.check_vllm()
-    assert check.status == WARN and "no `vllm` on PATH" in check.detail
+    assert check.status == WARN and "no `vllm` beside soak's Python or on PATH" in check.detail
 
 
 def test_vllm_check_reports_a_failing_or_hanging_vllm(tmp_path):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -61,6 +62,7 @@ def test_find_vllm_prefers_vllm_bin_then_path(tmp_path, monkeypatch):
     exe = bin_dir / "vllm"
     exe.write_text("#!/bin/sh\n")
     exe.chmod(0o755)
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "python"))  # no vllm beside this interpreter
     monkeypatch.setenv("PATH", str(bin_dir))
     assert find_vllm(None) == str(exe)
     assert find_vllm(str(exe)) == str(exe)
@@ -151,3 +153,14 @@ def test_wait_vram_released():
     released = FakeSampler(held_for=3)
     assert wait_vram_released(released, [1], 5.0, poll_s=0.01) and released.polls == 4
     assert not wait_vram_released(FakeSampler(held_for=10**6), [1], 0.2, poll_s=0.01)
+
+
+def test_the_vllm_beside_soaks_own_python_comes_before_the_one_on_path(tmp_path, monkeypatch):
+    own, other = tmp_path / "venv" / "bin", tmp_path / "elsewhere"
+    for folder in (own, other):
+        folder.mkdir(parents=True)
+        (folder / "vllm").write_text("#!/bin/sh\n")
+        (folder / "vllm").chmod(0o755)
+    monkeypatch.setattr(sys, "executable", str(own / "python"))  # a virtual environment, not activated
+    monkeypatch.setenv("PATH", str(other))
+    assert find_vllm(None) == str(own / "vllm")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import sys
 import time
 
 import pytest
@@ -48,6 +49,7 @@ def test_start_gives_ready_server_info(vllm_config, tmp_path, targets, monkeypat
 
 def test_missing_executable_names_the_ways_out(vllm_config, tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "python"))  # none beside the interpreter either
     target = make_target(vllm_config(vllm_bin=None), tmp_path / "run")
     with pytest.raises(TargetError) as raised:
         target.start()
