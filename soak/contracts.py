@@ -488,3 +488,14 @@ def loads_summary(text: str | None) -> dict[str, Any] | None:
     """`read_summary` of a stored summary's JSON text; None for none."""
     return read_summary(json.loads(text)) if text else None
 
+
+def parse_summary(data: dict[str, Any]) -> Summary:
+    """A summary.json document of any schema soak ever wrote, as today's typed `Summary` (ValueError for one
+    that is not a summary)."""
+    return Summary.model_validate(read_summary(data))
+
+
+def stored_summary(text: str | None) -> Summary | None:
+    """`parse_summary` of a stored summary's JSON text; None for none."""
+    return parse_summary(json.loads(text)) if text else None
+
