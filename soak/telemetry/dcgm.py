@@ -60,7 +60,7 @@ def gpu_key(labels: dict[str, str]) -> str:
 def _new_row(labels: dict[str, str]) -> dict[str, Any]:
     index = labels.get("gpu", "")
     return {"gpu_index": int(index) if index.isdigit() else -1, "uuid": gpu_key(labels)[:96],
-            "name": (labels.get("modelName") or None) and labels["modelName"][:128], "_fb_rest": 0.0}
+            "name": labels.get("modelName", "")[:128] or None, "_fb_rest": 0.0}
 
 
 def read_gpus(text: str) -> list[dict[str, Any]]:
