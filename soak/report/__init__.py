@@ -5,16 +5,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from soak.contracts import Summary
 from soak.report.context import build_context
 from soak.report.render import render_html, write_atomically
 from soak.store.store import Store
 
 
-def render_report(store: Store, run_id: str, summary: dict[str, Any] | None, out_path: Path,
+def render_report(store: Store, run_id: str, summary: Summary | None, out_path: Path,
                   baseline: dict[str, Any] | None = None) -> Path:
     """Write the self-contained HTML report of `run_id` to `out_path` and return that path.
 
-    `summary` is the run's summary.json dict (None: the one stored with the run); `baseline` the optional
+    `summary` is the run's `Summary` (None: the one stored with the run); `baseline` the optional
     before/after comparison {"run_id", "rows": [...]}.
     """
     return write_atomically(render_html(build_context(store, run_id, summary, baseline)), Path(out_path))

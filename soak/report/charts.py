@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from soak.contracts import SummaryFinding
 from soak.report.downsample import MAX_POINTS, chart_series
 from soak.report.latency import METRIC_LABELS, window_percentile_ms
 from soak.report.markers import MARKER_AXIS, MARKER_AXIS_KEY, STYLES, marker_axis_layout, plotly_text
@@ -121,9 +122,9 @@ def colour(index: int) -> str:
 
 # ---- trends of findings -------------------------------------------------------------------------------
 
-def _trend_span_s(finding: dict[str, Any], frame: Frame, default_start_s: float) -> tuple[float, float]:
+def _trend_span_s(finding: SummaryFinding, frame: Frame, default_start_s: float) -> tuple[float, float]:
     """Where the fitted line is drawn: over the span the fit covered when the finding says, else to the end."""
-    trend, details = finding.get("trend") or {}, finding.get("details") or {}
+    trend, details = finding.trend or {}, finding.details or {}
     start_s = float(trend.get("start_s", trend.get("t0_s", default_start_s)))
     end_s = trend.get("end_s")
     if end_s is None and isinstance(details.get("span_s"), (int, float)):
@@ -131,10 +132,10 @@ def _trend_span_s(finding: dict[str, Any], frame: Frame, default_start_s: float)
     return start_s, float(end_s if end_s is not None else frame.end_s)
 
 
-def trend_trace(finding: dict[str, Any], frame: Frame, scale: float, default_start_s: float,
+def trend_trace(finding: SummaryFinding, frame: Frame, scale: float, default_start_s: float,
                 yaxis: str = "y") -> dict[str, Any] | None:
     """The fitted line of a finding: intercept + slope·(t − t0), exponentiated in log space, × scale."""
-    trend = finding.get("trend") or {}
+    trend = finding.trend or {}
     slope, intercept = trend.get("slope_per_s"), trend.get("intercept")
     if not all(isinstance(x, (int, float)) and math.isfinite(x) for x in (slope, intercept)):
         return None
@@ -143,9 +144,9 @@ def trend_trace(finding: dict[str, Any], frame: Frame, scale: float, default_sta
     t_s = np.linspace(start_s, end_s, 80 if log_space else 2)
     values = intercept + slope * (t_s - float(trend.get("t0_s", 0.0)))
     values = np.exp(values) if log_space else values
-    name = f"fit: {finding.get('check', 'trend')}"
-    if finding.get("percentile_used"):
-        name += f" ({finding['percentile_used']})"
+    name = f"fit: {finding.check}"
+    if finding.percentile_used:
+        name += f" ({finding.percentile_used})"
     return {
         "type": "scatter", "mode": "lines", "name": plotly_text(name), "yaxis": yaxis,
         "x": _plain_list(t_s / frame.time_unit_s, 5), "y": _plain_list(values * scale, 4),
@@ -154,10 +155,10 @@ def trend_trace(finding: dict[str, Any], frame: Frame, scale: float, default_sta
     }
 
 
-def warmup_cut_traces(finding: dict[str, Any], frame: Frame) -> list[dict[str, Any]]:
+def warmup_cut_traces(finding: SummaryFinding, frame: Frame) -> list[dict[str, Any]]:
     """A full-height line where the data, not the configured warm-up, ended a judged series' warm-up
     (`details.warmup`: one cut, or one per series label), named in the legend."""
-    cuts = (finding.get("details") or {}).get("warmup") or {}
+    cuts = (finding.details or {}).get("warmup") or {}
     if "method" in cuts:  # one series (the KV floor)
         cuts = {"floor": cuts}
     traces = []

@@ -12,7 +12,7 @@ import numpy as np
 
 from soak.analysis.gates import ClientGate
 from soak.analysis.goodput import slo_text
-from soak.contracts import Event, loads_summary
+from soak.contracts import Event, Summary, SummaryFinding, stored_summary
 from soak.report import charts, gpu_charts, sections, timeline
 from soak.report.charts import GIB, MIB, Frame, LagLimits
 from soak.report.latency import latency_tables
@@ -85,17 +85,16 @@ def last_sample_s(data: dict[str, Any]) -> float:
     return max(ends, default=0.0)
 
 
-def trend_target(finding: dict[str, Any]) -> tuple[str, float, str] | None:
+def trend_target(finding: SummaryFinding) -> tuple[str, float, str] | None:
     """(chart id, unit factor, y axis) of a finding's fitted line; None without a trend or a chart in its unit."""
-    trend = finding.get("trend")
-    if not isinstance(trend, dict):
+    trend, details, check = finding.trend, finding.details or {}, finding.check
+    if trend is None:
         return None
     if trend.get("series") in TREND_SERIES:
         return TREND_SERIES[trend["series"]]
-    check = str(finding.get("check") or "")
     if check == "throughput.decay":  # fitted to tokens/s or to tokens per offered request, as it says
-        return THROUGHPUT_MEASURES.get((finding.get("details") or {}).get("measure"))
-    if check == "leak.vram" and (finding.get("details") or {}).get("vram_source"):  # a GPU's DCGM framebuffer
+        return THROUGHPUT_MEASURES.get(details.get("measure"))
+    if check == "leak.vram" and details.get("vram_source"):  # a GPU's DCGM framebuffer
         return ("chart-vram-gpu", 1 / GIB, "y")
     if check in CHECK_TRENDS:
         return CHECK_TRENDS[check]
@@ -103,7 +102,7 @@ def trend_target(finding: dict[str, Any]) -> tuple[str, float, str] | None:
     return (f"chart-{metric}", 1.0, "y") if check.startswith("creep.") and metric in LATENCY_CHART_METRICS else None
 
 
-def trends_by_chart(findings: list[dict[str, Any]], frame: Frame, start_s: float) -> dict[str, list[dict]]:
+def trends_by_chart(findings: list[SummaryFinding], frame: Frame, start_s: float) -> dict[str, list[dict]]:
     """Fitted-line traces of the findings that carry a trend, grouped by the chart they are drawn on."""
     by_chart: dict[str, list[dict]] = {}
     for finding in findings:
@@ -111,7 +110,7 @@ def trends_by_chart(findings: list[dict[str, Any]], frame: Frame, start_s: float
         trace = charts.trend_trace(finding, frame, target[1], start_s, target[2]) if target else None
         if trace:
             by_chart.setdefault(target[0], []).append(trace)
-        chart_of = target or CHECK_TRENDS.get(str(finding.get("check")))  # a warming finding may have no fit
+        chart_of = target or CHECK_TRENDS.get(finding.check)  # a warming finding may have no fit
         if chart_of:  # where the data ended each judged series' warm-up
             by_chart.setdefault(chart_of[0], []).extend(charts.warmup_cut_traces(finding, frame))
     return by_chart
@@ -142,15 +141,15 @@ def _star_rows(rows: list[dict[str, Any]], **equals: Any) -> list[dict[str, Any]
     return sorted(picked, key=lambda row: row["window_index"])
 
 
-def lag_limits(findings: list[dict[str, Any]]) -> LagLimits:
+def lag_limits(findings: list[SummaryFinding]) -> LagLimits:
     """The lag limits client.saturation recorded with its finding; the gates' defaults for a summary without them."""
-    details = next((f.get("details") for f in findings if f.get("check") == "client.saturation"), None)
-    details, default = details if isinstance(details, dict) else {}, ClientGate()
+    details = next((f.details for f in findings if f.check == "client.saturation"), None) or {}
+    default = ClientGate()
     return LagLimits(suspect_ms=float(details.get("lag_p99_suspect_ms", default.lag_p99_suspect_ms)),
                      invalid_ms=float(details.get("lag_p99_invalid_ms", default.lag_p99_invalid_ms)))
 
 
-def goodput_charts(rows: list[dict[str, Any]], frame: Frame, trends: list[dict], findings: list[dict[str, Any]]
+def goodput_charts(rows: list[dict[str, Any]], frame: Frame, trends: list[dict], findings: list[SummaryFinding]
                    ) -> list[dict[str, Any]]:
     """The goodput chart with the floor goodput.floor judged by; for a run without an SLO, the chart's place says
     so (as the GPU charts do without a GPU)."""
@@ -158,13 +157,13 @@ def goodput_charts(rows: list[dict[str, Any]], frame: Frame, trends: list[dict],
         return [charts.chart("chart-goodput", "Goodput per window", "Share of each window's requests that met every "
                              "--slo target.", None, "The run set no SLO (--slo ttft=…,itl=…,e2e=…), so no request "
                              "was judged against one.")]
-    details = next((f.get("details") for f in findings if f.get("check") == "goodput.floor"), None) or {}
+    details = next((f.details for f in findings if f.check == "goodput.floor"), None) or {}
     slo_ms = details.get("slo_ms") or {}
     return [charts.goodput_chart(rows, frame, trends, slo_text(slo_ms) if slo_ms else "--slo", details.get("floor"))]
 
 
 def build_charts(data: dict[str, Any], frame: Frame, trends: dict[str, list[dict]],
-                 events: list[Event], lag: LagLimits, findings: list[dict[str, Any]]) -> list[dict[str, Any]]:
+                 events: list[Event], lag: LagLimits, findings: list[SummaryFinding]) -> list[dict[str, Any]]:
     """Every chart of the report, in page order."""
     lat, req, gpu_note = data["latency_windows"], data["request_windows"], no_gpu_note(events)
     trend = lambda chart_id: trends.get(chart_id, [])  # noqa: E731 - a short local lookup
@@ -194,19 +193,20 @@ def make_frame(end_s: float, markers: list[dict[str, Any]]) -> Frame:
                  shapes=marker_shapes(markers, unit_s), marker_trace=marker_trace(markers, unit_s))
 
 
-def build_context(store: Store, run_id: str, summary: dict[str, Any] | None,
+def build_context(store: Store, run_id: str, summary: Summary | None,
                   baseline: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The whole report as a plain dict; with no summary, the one stored with the run is used."""
+    """The whole report as a plain dict; with no summary, the one stored with the run is used (read whatever
+    schema it was written in), and a run never finalised has none."""
     run = store.get_run(run_id)
     if summary is None:
-        summary = loads_summary(run.summary_json) or {}
+        summary = stored_summary(run.summary_json)
     events, data = store.read_events(run_id), read_data(store, run_id)
     last_s = last_sample_s(data)
     duration_s = sections.run_duration_s(run, last_s)
     end_s = max(duration_s or 0.0, last_s, 1.0)
     markers = build_markers(events, run.warmup_s, end_s)
     frame = make_frame(end_s, markers)
-    findings = [finding for finding in summary.get("findings") or [] if isinstance(finding, dict)]
+    findings = summary.findings if summary else []
     trends = trends_by_chart(findings, frame, run.warmup_s or 0.0)
     return {
         "header": sections.header(run, summary, duration_s),
@@ -221,5 +221,5 @@ def build_context(store: Store, run_id: str, summary: dict[str, Any] | None,
         "marker_legend": legend_items(markers),
         "baseline": sections.baseline_table(baseline),
         "generated_at": datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
-        "in_progress": bool(summary.get("in_progress")),  # a run still under way: banner says so
+        "in_progress": bool(summary and summary.in_progress),  # a run still under way: banner says so
     }

@@ -10,7 +10,7 @@ import json
 import shlex
 from typing import Any
 
-from soak.contracts import Event, EventKind, SentCounts, trace_summary
+from soak.contracts import Event, EventKind, SentCounts, Summary, SummaryFinding, Verdict, trace_summary
 from soak.report import timeline
 from soak.report.formatting import (
     MISSING,
@@ -62,18 +62,18 @@ def verdict_class(verdict: Any) -> str:
 
 # ---- header -------------------------------------------------------------------------------------------
 
-def verdict_counts(findings: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def verdict_counts(findings: list[SummaryFinding]) -> list[dict[str, Any]]:
     """How many findings have each verdict, worst first."""
     counts: dict[str, int] = {}
     for finding in findings:
-        word = str(finding.get("verdict") or "?").upper()
+        word = finding.verdict.value
         counts[word] = counts.get(word, 0) + 1
     order = {word: i for i, word in enumerate(VERDICT_ORDER)}
     return [{"verdict": word, "count": n, "class": verdict_class(word)}
             for word, n in sorted(counts.items(), key=lambda item: order.get(item[0], 99))]
 
 
-def exhaustion_lines(findings: list[dict[str, Any]]) -> list[str]:
+def exhaustion_lines(findings: list[SummaryFinding]) -> list[str]:
     """"host memory runs out in 31 h at this slope (leak.rss)" for each leak finding that found a leak (FAIL or
     SUSPECT) and could say when its headroom runs out; the soonest first.
 
@@ -81,10 +81,9 @@ def exhaustion_lines(findings: list[dict[str, Any]]) -> list[str]:
     """
     found = []
     for finding in findings:
-        exhaustion = finding.get("exhaustion") or {}
-        verdict = str(finding.get("verdict") or "").upper()
-        if verdict in ("FAIL", "SUSPECT") and is_number(exhaustion.get("hours")):
-            found.append((exhaustion["hours"], exhaustion.get("resource") or "the headroom", finding.get("check")))
+        exhaustion = finding.exhaustion or {}
+        if finding.verdict in (Verdict.FAIL, Verdict.SUSPECT) and is_number(exhaustion.get("hours")):
+            found.append((exhaustion["hours"], exhaustion.get("resource") or "the headroom", finding.check))
     return [f"{resource} runs out in {format_hours(hours)} at this slope ({check})"
             for hours, resource, check in sorted(found, key=lambda item: item[0])]
 
@@ -94,27 +93,29 @@ def stop_line(reason: str | None) -> str | None:
     return f"Why it ended: {reason}" if reason and reason != "completed" else None
 
 
-def header(run: StoredRun, summary: dict[str, Any], duration_s: float | None) -> dict[str, Any]:
-    """The verdict banner and the run's identity, status, times and duration against plan."""
-    verdict = str(summary.get("verdict") or run.verdict or "UNKNOWN").upper()
+def header(run: StoredRun, summary: Summary | None, duration_s: float | None) -> dict[str, Any]:
+    """The verdict banner and the run's identity, status, times and duration against plan (from the run's row
+    alone without a summary)."""
+    verdict = str(summary.verdict.value if summary else run.verdict or "UNKNOWN").upper()
+    findings, target = (summary.findings, summary.target) if summary else ([], None)
     planned_s = run.planned_duration_s
     share = duration_s / planned_s if is_number(duration_s) and is_number(planned_s) and planned_s > 0 else None
     return {
         "verdict": verdict, "verdict_class": verdict_class(verdict),
-        "reason": summary.get("verdict_reason") or run.verdict_reason or "",
+        "reason": (summary.verdict_reason if summary else "") or run.verdict_reason or "",
         "run_id": run.id, "status": run.status,
         "started": format_utc(run.started_at), "ended": format_utc(run.ended_at),
         "duration": format_span(duration_s), "planned": format_span(planned_s),
         "duration_share": format_percent(share) if share is not None else MISSING,
         "short": share is not None and share < 0.99,
         "target": {"kind": run.target_kind, "url": run.target_url, "model": run.model,
-                   "dialect": (summary.get("target") or {}).get("dialect")},
-        "not_measured": [f"Not measured: {line}" for line in (summary.get("target") or {}).get("not_measured") or []],
+                   "dialect": target.dialect if target else None},
+        "not_measured": [f"Not measured: {line}" for line in (target.not_measured if target else None) or []],
         "schedule": run.schedule_name,
-        "labels": run.labels or summary.get("labels") or {},
-        "counts": verdict_counts(summary.get("findings") or []),
-        "exhaustion": exhaustion_lines(summary.get("findings") or []),
-        "stop_reason": stop_line(summary.get("stop_reason")),
+        "labels": run.labels or (summary.labels if summary else None) or {},
+        "counts": verdict_counts(findings),
+        "exhaustion": exhaustion_lines(findings),
+        "stop_reason": stop_line(summary.stop_reason if summary else None),
     }
 
 
@@ -172,25 +173,23 @@ def attribution_lines(terms: Any) -> list[str]:
     return lines
 
 
-def gate_row(finding: dict[str, Any]) -> dict[str, Any]:
+def gate_row(finding: SummaryFinding) -> dict[str, Any]:
     """One row of the gates table: verdict, value with CI and threshold in human units, evidence, link."""
-    check = str(finding.get("check") or "?")
-    verdict = str(finding.get("verdict") or "?").upper()
-    texts = quantity_texts(finding.get("value"), finding.get("unit"), finding.get("ci"), finding.get("threshold"),
-                           finding.get("detection_limit"))
+    check, verdict = finding.check or "?", finding.verdict.value
+    texts = quantity_texts(finding.value, finding.unit, finding.ci, finding.threshold, finding.detection_limit)
     return {
         "check": check, "verdict": verdict, "verdict_class": verdict_class(verdict), **texts,
-        "evidence": str(finding.get("evidence") or ""), "anchor": check_anchor(check),
-        "next_step": str(finding.get("next_step") or "") if verdict in UNSETTLED else "",
-        "percentile_used": finding.get("percentile_used"),
-        "per_process": [_fields(item) for item in finding.get("per_process") or []],
-        "per_request": _fields(finding.get("per_request")),
-        "attribution": attribution_lines(finding.get("attribution")),
-        "details": _fields(finding.get("details")),
+        "evidence": finding.evidence, "anchor": check_anchor(check),
+        "next_step": (finding.next_step or "") if verdict in UNSETTLED else "",
+        "percentile_used": finding.percentile_used,
+        "per_process": [_fields(item) for item in finding.per_process or []],
+        "per_request": _fields(finding.per_request),
+        "attribution": attribution_lines(finding.attribution),
+        "details": _fields(finding.details),
     }
 
 
-def gates(findings: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def gates(findings: list[SummaryFinding]) -> list[dict[str, Any]]:
     """The gates table, in the order analysis reported the findings."""
     return [gate_row(finding) for finding in findings]
 

@@ -76,8 +76,8 @@ def write_outputs(store: Store, run: StoredRun, summary: Summary, baseline: dict
     run_dir.mkdir(parents=True, exist_ok=True)
     report_path = run_dir / "report.html"
     summary.report_html = str(report_path)
+    render_report(store, run.id, summary, report_path, baseline=baseline)
     document = summary.to_json_dict()
-    render_report(store, run.id, document, report_path, baseline=baseline)
     (run_dir / "summary.json").write_text(json.dumps(document, indent=2, default=str) + "\n", encoding="utf-8")
 
 

@@ -53,7 +53,6 @@ def write_in_progress_report(store: Store, run_id: str, gates_file: Path | None 
     mark_provisional(summary, run)
     folder = Path(report_dir or run.out_dir)
     summary.report_html = str(folder / IN_PROGRESS_HTML)
-    document = summary.to_json_dict()
-    render_report(store, run_id, document, folder / IN_PROGRESS_HTML, baseline=comparison)
-    write_atomically(json.dumps(document, indent=2, default=str) + "\n", folder / IN_PROGRESS_JSON)
+    render_report(store, run_id, summary, folder / IN_PROGRESS_HTML, baseline=comparison)
+    write_atomically(json.dumps(summary.to_json_dict(), indent=2, default=str) + "\n", folder / IN_PROGRESS_JSON)
     return summary

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from soak.contracts import Summary
 from soak.report.context import build_context
 from soak.report.formatting import format_span, format_utc
 from soak.report.render import environment, render_html
@@ -74,7 +75,7 @@ class LivePages:
             runs=runs, refresh_s=self._refresh_text(), generated_at=_now_text(),
             database=self.store.url, soak_version=_version())
 
-    def _summary(self, run: StoredRun) -> dict[str, Any] | None:
+    def _summary(self, run: StoredRun) -> Summary | None:
         """A running run's summary so far; a finished run's stored one (None); one never finalised, analysed."""
         if run.status != "running" and run.summary_json:
             return None
@@ -83,7 +84,7 @@ class LivePages:
             mark_provisional(summary, run)
         else:  # killed and not yet closed: what was stored, and not in progress any more
             summary.in_progress = None
-        return summary.to_json_dict()
+        return summary
 
     def _remember(self, run_id: str, html: str, max_age_s: float) -> None:
         if len(self._cache) >= MAX_CACHED_PAGES:

@@ -9,6 +9,7 @@ from soak.analysis.findings import FAIL, INCONCLUSIVE, PASS, SKIPPED
 from soak.analysis.gates import Gates
 from soak.analysis.inputs import LatencyStats, LatencyWindow
 from soak.analysis.latency import check_creep, check_e2e, check_ttft, choose_level
+from support.records import summary_finding
 from support.synthetic import bare_run
 
 RUN_S = 24 * 3600.0
@@ -235,7 +236,7 @@ def test_the_cut_the_data_found_is_drawn_on_the_latency_chart():
     finding = check_ttft(windows_with(5000, lambda w: 800 * math.exp(-0.6 * math.exp(-w.mid_s / (0.06 * RUN_S))
                                                                       + rng.normal(0, 0.02))), Gates())
     frame = Frame(time_unit_s=3600.0, time_label="hours since start", end_s=RUN_S)
-    lines = trends_by_chart([finding.to_dict()], frame, 0.0)["chart-ttft"]
+    lines = trends_by_chart([summary_finding(**finding.to_dict())], frame, 0.0)["chart-ttft"]
     cut_h = round(finding.details["warmup"]["P99 TTFT"]["t_s"] / 3600, 5)
     assert any(t["name"] == "warm-up end (from the data): P99 TTFT" and t["x"] == [cut_h, cut_h] for t in lines)
 
@@ -247,5 +248,5 @@ def test_a_percentile_still_settling_is_marked_on_its_chart():
     finding = check_ttft(windows_with(5000, lambda w: 800 * math.exp(-0.8 * math.exp(-w.mid_s / (0.3 * RUN_S))
                                                                       + rng.normal(0, 0.02))), Gates())
     frame = Frame(time_unit_s=3600.0, time_label="hours since start", end_s=RUN_S)
-    (line,) = trends_by_chart([finding.to_dict()], frame, 0.0)["chart-ttft"]
+    (line,) = trends_by_chart([summary_finding(**finding.to_dict())], frame, 0.0)["chart-ttft"]
     assert line["name"] == "still settling (from the data): P99 TTFT"

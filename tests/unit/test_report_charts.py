@@ -12,6 +12,7 @@ from soak.report import charts
 from soak.report.charts import MIB, Frame, memory_chart, tree_total, trend_trace
 from soak.report.context import trend_target
 from soak.report.sections import check_anchor
+from support.records import run_summary, summary_finding
 
 pytestmark = pytest.mark.timeout(60)
 FRAME = Frame(time_unit_s=3600.0, time_label="hours since start", end_s=7200.0)
@@ -20,7 +21,7 @@ FRAME = Frame(time_unit_s=3600.0, time_label="hours since start", end_s=7200.0)
 def test_linear_fit_is_drawn_over_the_fitted_span():
     finding = {"check": "leak.rss", "trend": {"slope_per_s": 2.0, "intercept": 100.0, "t0_s": 600.0,
                                                "space": "linear"}}
-    trace = trend_trace(finding, FRAME, 0.5, 0.0)
+    trace = trend_trace(summary_finding(**finding), FRAME, 0.5, 0.0)
     assert trace["x"] == [600 / 3600, 2.0] or trace["x"] == [round(600 / 3600, 5), 2.0]
     assert trace["y"] == [50.0, (100.0 + 2.0 * 6600) * 0.5]
 
@@ -29,13 +30,13 @@ def test_log_fit_is_exponentiated():
     finding = {"check": "creep.ttft_p99", "percentile_used": "p95",
                "trend": {"slope_per_s": math.log(2) / 3600, "intercept": math.log(100), "t0_s": 0.0, "space": "log"},
                "details": {"span_s": 3600.0}}
-    trace = trend_trace(finding, FRAME, 1.0, 0.0)
+    trace = trend_trace(summary_finding(**finding), FRAME, 1.0, 0.0)
     assert trace["y"][0] == pytest.approx(100.0) and trace["y"][-1] == pytest.approx(200.0, rel=1e-3)
     assert trace["x"][-1] == 1.0 and trace["name"] == "fit: creep.ttft_p99 (p95)"
 
 
 def test_trend_without_numbers_draws_nothing():
-    assert trend_trace({"trend": {"slope_per_s": None, "intercept": 1.0}}, FRAME, 1.0, 0.0) is None
+    assert trend_trace(summary_finding(trend={"slope_per_s": None, "intercept": 1.0}), FRAME, 1.0, 0.0) is None
 
 
 @pytest.mark.parametrize(("finding", "target"), [
@@ -49,7 +50,7 @@ def test_trend_without_numbers_draws_nothing():
     ({"check": "leak.rss"}, None),
 ])
 def test_trend_target(finding, target):
-    assert trend_target(finding) == target
+    assert trend_target(summary_finding(**finding)) == target
 
 
 def test_check_anchor():
@@ -134,7 +135,7 @@ def test_lag_chart_draws_the_limits_the_run_was_judged_by():
     client = ClientSeries(t_s=np.arange(0.0, 360.0, 10.0), sends=1000, late_sends_1s=0, lag_p99_ms=60.0)
     finding = check_saturation(bare_run(360.0, client=client), gates)
     assert finding.verdict == "SUSPECT"  # 60 ms is over this run's 50 ms limit, under its 80 ms one
-    context = build_context(run_with_lag(60.0), "r", {"verdict": "SUSPECT", "findings": [finding.to_dict()]})
+    context = build_context(run_with_lag(60.0), "r", run_summary(verdict="SUSPECT", findings=[finding.to_dict()]))
     [chart] = [chart for chart in context["charts"] if chart["id"] == "chart-lag"]
     limits = sorted(shape["y0"] for shape in chart["figure"]["layout"]["shapes"] if shape.get("xref") == "paper")
     assert limits == [50.0, 80.0]
@@ -145,7 +146,7 @@ def test_lag_chart_falls_back_to_the_default_gates():
     from soak.analysis.gates import ClientGate
     from soak.report.context import build_context
 
-    context = build_context(run_with_lag(60.0), "r", {"verdict": "PASS", "findings": []})
+    context = build_context(run_with_lag(60.0), "r", run_summary())
     [chart] = [chart for chart in context["charts"] if chart["id"] == "chart-lag"]
     limits = sorted(shape["y0"] for shape in chart["figure"]["layout"]["shapes"] if shape.get("xref") == "paper")
     default = ClientGate()
@@ -160,8 +161,8 @@ def _goodput_rows(shares: list[float | None]) -> list[dict[str, Any]]:
 def test_goodput_chart_draws_each_windows_share_the_floor_and_the_decay_fit():
     finding = {"check": "goodput.decay", "trend": {"slope_per_s": -1e-5, "intercept": 0.98, "t0_s": 300.0,
                                                    "space": "linear"}}
-    chart_id, scale, axis = trend_target(finding)
-    fit = trend_trace(finding, FRAME, scale, 0.0, axis)
+    chart_id, scale, axis = trend_target(summary_finding(**finding))
+    fit = trend_trace(summary_finding(**finding), FRAME, scale, 0.0, axis)
     chart = charts.goodput_chart(_goodput_rows([0.97, 0.95, 0.9]), FRAME, [fit], "TTFT ≤ 500 ms", 0.9)
     assert chart["id"] == chart_id == "chart-goodput" and "TTFT ≤ 500 ms" in chart["description"]
     share, drawn_fit = chart["figure"]["data"][:2]
@@ -186,7 +187,8 @@ def test_a_warmup_the_data_ended_is_drawn_where_it_ended_and_the_configured_one_
     cuts = {"server (pid 1)": {"t_s": 1800.0, "method": "mser-5", "still_settling": False},
             "api (pid 2)": {"t_s": 180.0, "method": "configured", "still_settling": False}}
     kv = {"t_s": 5400.0, "method": "mser-5", "still_settling": True}
-    findings = [{"check": "leak.rss", "details": {"warmup": cuts}}, {"check": "leak.kv", "details": {"warmup": kv}}]
+    findings = [summary_finding(check="leak.rss", details={"warmup": cuts}),
+                summary_finding(check="leak.kv", details={"warmup": kv})]
     by_chart = trends_by_chart(findings, FRAME, 0.0)
     (memory,), (floor,) = by_chart["chart-memory"], by_chart["chart-kv"]
     assert memory["x"] == [0.5, 0.5] and memory["name"] == "warm-up end (from the data): server (pid 1)"

@@ -16,6 +16,7 @@ from soak.report.formatting import (
     quantity_texts,
 )
 from soak.report.sections import exhaustion_lines
+from support.records import summary_finding
 
 pytestmark = pytest.mark.timeout(30)
 MIB = 2**20
@@ -73,11 +74,12 @@ def test_format_hours(hours, expected):
 
 def test_the_banner_projects_only_found_leaks_soonest_first():
     def leak(check, verdict, resource, hours):
-        return {"check": check, "verdict": verdict, "exhaustion": {"resource": resource, "headroom": 1.0, "hours": hours}}
+        return summary_finding(check=check, verdict=verdict,
+                               exhaustion={"resource": resource, "headroom": 1.0, "hours": hours})
 
     findings = [leak("leak.rss", "SUSPECT", "host memory", 60.0), leak("leak.vram", "FAIL", "GPU memory", 5.0),
                 leak("leak.fds", "PASS", "fds", 3.0), leak("leak.kv", "INCONCLUSIVE", "KV", 1.0),
-                leak("leak.rss", "FAIL", "host memory", None), {"check": "hang", "verdict": "FAIL"}]
+                leak("leak.rss", "FAIL", "host memory", None), summary_finding(check="hang", verdict="FAIL")]
     assert exhaustion_lines(findings) == ["GPU memory runs out in 5.0 h at this slope (leak.vram)",
                                           "host memory runs out in 60 h at this slope (leak.rss)"]
 

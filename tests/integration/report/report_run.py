@@ -182,14 +182,18 @@ def run_row(gpu: bool) -> dict:
 
 
 def summary_dict() -> dict[str, Any]:
-    """A summary.json as analysis writes it: every check, trends in analysis's own shape."""
+    """A summary.json as the run writes it: every check, trends in analysis's own shape."""
     def finding(check, verdict, value, unit, ci=None, threshold=None, evidence="", **extra):
         return {"check": check, "verdict": verdict, "value": value, "unit": unit, "ci": ci,
                 "threshold": threshold, "evidence": evidence, **extra}
 
     slope = 40 * MIB / 3600
     return {
-        "schema": "soak.run.summary/1", "run_id": RUN_ID, "status": "completed", "verdict": "FAIL",
+        "schema": "soak.run.summary/1", "run_id": RUN_ID, "status": "completed",
+        "started_at": "2026-12-02T10:15:00+00:00", "ended_at": "2026-12-02T10:45:00+00:00",
+        "duration_s": DURATION_S, "planned_duration_s": DURATION_S,
+        "target": {"kind": "vllm", "url": "http://127.0.0.1:8000", "model": "facebook/opt-125m"},
+        "verdict": "FAIL", "context": None, "report_html": None,
         "verdict_reason": f"leak.rss FAIL: EngineCore grows 40 MiB/h {HOSTILE}",
         "findings": [
             finding("leak.rss", "FAIL", 40 * MIB, "bytes/h", [35 * MIB, 45 * MIB], 16 * MIB,
@@ -224,8 +228,11 @@ def summary_dict() -> dict[str, Any]:
                     details={"measure": "tokens/s"}),
             finding("client.saturation", "PASS", 1.9, "ms", None, 10.0, "lag P99 1.9 ms"),
         ],
-        "totals": {"requests": 4500, "errors": 19, "error_rate": 0.0042, "output_tokens": 1_000_000},
-        "latency_ms": {"ttft": {"p50": 200, "p95": 400, "p99": 600}, "itl": {}, "e2e": {}},
+        "totals": {"requests": 4500, "errors": 19, "error_rate": 0.0042, "output_tokens": 1_000_000, "cancelled": 0,
+                   "errors_by_class": {"connect": 0, "timeout": 0, "http_4xx": 0, "http_5xx": 19, "bad_stream": 0}},
+        "latency_ms": {"ttft": {"p50": 200, "p95": 400, "p99": 600, "count": 4000},
+                       "itl": {"p50": None, "p95": None, "p99": None, "count": 0},
+                       "e2e": {"p50": None, "p95": None, "p99": None, "count": 0}},
     }
 
 

@@ -13,12 +13,14 @@ import pytest
 from report_run import HOSTILE, RUN_ID, build_run, encode_hist, summary_dict
 from sqlalchemy import insert, update
 
+from soak.contracts import parse_summary
 from soak.errors import UnknownRunError
 from soak.report import render_report
 from soak.report.downsample import MAX_POINTS
 from soak.report.formatting import format_number
 from soak.report.sections import ENVIRONMENT_KEYS
 from soak.store.models import EventRow, Run
+from support.records import run_summary
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -211,14 +213,14 @@ def test_run_without_gpu_says_so(tmp_path):
     with built["store"].engine.begin() as connection:
         connection.execute(insert(EventRow), [{"run_id": RUN_ID, "t_s": 1.0, "at": "2026-12-02T10:15:01+00:00",
                                             "kind": "no_gpu", "message": "NVML not found"}])
-    html = render_report(built["store"], RUN_ID, summary_dict(), tmp_path / "r.html").read_text()
+    html = render_report(built["store"], RUN_ID, parse_summary(summary_dict()), tmp_path / "r.html").read_text()
     assert html.count("No GPU: NVML not found.") == 2
     assert 'id="chart-vram-gpu-plot"' not in html and "chart-vram-gpu" not in chart_data(html)
 
 
 def test_missing_histograms_fall_back_to_stored_percentiles(tmp_path):
     built = build_run(tmp_path / "soak.db", with_hist=False)
-    html = render_report(built["store"], RUN_ID, summary_dict(), tmp_path / "r.html").read_text()
+    html = render_report(built["store"], RUN_ID, parse_summary(summary_dict()), tmp_path / "r.html").read_text()
     cells = row_cells(table_html(html, "latency", "*"), "ttft")
     first = encode_hist(built["star_values"]["ttft"][0])
     assert cells[4:7] == [format_number(first.get_value_at_percentile(p) / 1000) for p in (50, 95, 99)]
@@ -234,7 +236,7 @@ def test_empty_aborted_run_renders_with_no_data_notes(tmp_path):
             "id": "empty", "status": "aborted", "started_at": "2026-12-02T10:15:00+00:00", "t0_epoch_s": 0.0,
             "planned_duration_s": 3600.0, "warmup_s": 180.0, "window_s": 60.0, "out_dir": str(tmp_path),
             "target_kind": "external", "config_json": "{}", "environment_json": "{}"}])
-    html = render_report(store, "empty", {"verdict": "INCONCLUSIVE", "findings": []}, tmp_path / "r.html").read_text()
+    html = render_report(store, "empty", run_summary(run_id="empty", verdict="INCONCLUSIVE"), tmp_path / "r.html").read_text()
     assert '<div class="verdict-word">INCONCLUSIVE</div>' in html and "aborted" in html
     assert "The summary holds no findings." in html and "No request windows were recorded." in html
     assert "No server process memory was sampled." in html
@@ -256,7 +258,7 @@ def test_summary_defaults_to_the_one_stored_with_the_run(built_run, tmp_path):
 
 def test_unknown_run_is_an_error(built_run, tmp_path):
     with pytest.raises(UnknownRunError):
-        render_report(built_run["store"], "nope", {}, tmp_path / "r.html")
+        render_report(built_run["store"], "nope", None, tmp_path / "r.html")
     assert not (tmp_path / "r.html").exists()
 
 

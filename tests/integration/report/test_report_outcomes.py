@@ -8,6 +8,7 @@ from html import unescape
 import pytest
 from report_run import HOSTILE, RUN_ID, summary_dict
 
+from soak.contracts import parse_summary
 from soak.report import render_report
 
 pytestmark = pytest.mark.timeout(120)
@@ -28,7 +29,7 @@ def outcome_summary() -> dict:
 
 
 def render(built_run, tmp_path, summary) -> str:
-    path = render_report(built_run["store"], RUN_ID, summary, tmp_path / "report.html")
+    path = render_report(built_run["store"], RUN_ID, parse_summary(summary), tmp_path / "report.html")
     return path.read_text(encoding="utf-8")
 
 
