@@ -72,7 +72,8 @@ SETTINGS: tuple[Setting, ...] = (
        "headroom within it (default 7d).", kind="duration", metavar="D"),
     _s("target", "target.url", TARGET, "Base URL of a running OpenAI-compatible server (no /v1).", metavar="URL"),
     _s("model", "target.model", TARGET,
-       "Start embedded vLLM serving NAME (needs vLLM: beside soak's Python, on PATH, or --vllm-bin); `tiny`: a tiny model soak builds itself.", metavar="NAME"),
+       "Start embedded vLLM serving NAME (needs vLLM: beside soak's Python, on PATH, or --vllm-bin); "
+       "`tiny`: a tiny model soak builds itself.", metavar="NAME"),
     _s("served_model", "target.served_model", TARGET, "Model name to send (default: the only one listed).",
        metavar="NAME"),
     _s("vllm_bin", "target.vllm_bin", TARGET, "The vllm executable to run (default: from PATH).", metavar="PATH"),
