@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from soak.cli.common import VERDICT_EXIT, apply_options, config_option, print_json, setting_option
-from soak.contracts import P99Ms, Progress, Stage, Summary
+from soak.contracts import P99Ms, Progress, Stage, Summary, Verdict
 from soak.errors import ConfigError
 from soak.settings import LENGTH, LOCATIONS, SETTINGS, SETTINGS_BY_KEY
 from soak.units import format_duration, parse_duration
@@ -107,25 +107,25 @@ def _server_memory_text(rss_bytes: float | None) -> str:
     return f"server RSS {rss_bytes / 2**20:.0f} MiB"
 
 
-def print_verdict(summary: dict[str, Any]) -> None:
+def print_verdict(summary: Summary) -> None:
     """The verdict and the failing checks, to stderr."""
-    click.echo(f"verdict: {summary['verdict']} — {summary.get('verdict_reason', '')}", err=True)
-    for finding in summary["findings"]:
-        if finding["verdict"] in ("FAIL", "SUSPECT", "INVALID", "INCONCLUSIVE"):
-            click.echo(f"  {finding['check']}: {finding['verdict']} — {finding['evidence']}", err=True)
+    click.echo(f"verdict: {summary.verdict.value} — {summary.verdict_reason}", err=True)
+    for finding in summary.findings:
+        if finding.verdict in (Verdict.FAIL, Verdict.SUSPECT, Verdict.INVALID, Verdict.INCONCLUSIVE):
+            click.echo(f"  {finding.check}: {finding.verdict.value} — {finding.evidence}", err=True)
     for line in outcome_lines(summary):
         click.echo(line, err=True)
-    click.echo(f"report: {summary['report_html']}", err=True)
+    click.echo(f"report: {summary.report_html}", err=True)
 
 
-def outcome_lines(summary: dict[str, Any], most: int = 3) -> list[str]:
+def outcome_lines(summary: Summary, most: int = 3) -> list[str]:
     """The most frequent error messages, and every validation gap, one line each."""
-    messages = summary.get("error_messages") or []
-    lines = [f"  error: {item['count']} × {item['message']}" for item in messages[:most]]
+    messages = summary.error_messages
+    lines = [f"  error: {item.count} × {item.message}" for item in messages[:most]]
     if len(messages) > most:
         lines.append(f"  error: … {len(messages) - most} more distinct messages in summary.json")
-    lines += [f"  validation gap: {gap['count']} × {gap['scenario']} expected {gap['expectation']}; got HTTP "
-              f"{gap.get('status_code') or 200}" for gap in summary.get("validation_gaps") or []]
+    lines += [f"  validation gap: {gap.count} × {gap.scenario} expected {gap.expectation}; got HTTP "
+              f"{gap.status_code or 200}" for gap in summary.validation_gaps]
     return lines
 
 
@@ -173,11 +173,11 @@ def start(**options: Any) -> None:
     from soak.config import resolve_config
 
     config = resolve_config(start_flags(options))
-    summary = _run(config).to_json_dict()  # the CLI's edge: summary.json's document from here on
+    summary = _run(config)
     print_verdict(summary)
     if config.json_output:
-        print_json(summary)
-    sys.exit(VERDICT_EXIT.get(summary["verdict"], 3))
+        print_json(summary.to_json_dict())  # the CLI's edge: summary.json's document
+    sys.exit(VERDICT_EXIT.get(summary.verdict.value, 3))
 
 
 def _run(config) -> Summary:  # config: a RunConfig
