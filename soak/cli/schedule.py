@@ -17,6 +17,7 @@ from soak.errors import ConfigError
 if TYPE_CHECKING:
     from soak.config import RunConfig
     from soak.locations import Locations
+    from soak.schedule.jobs import Schedule, ScheduleListing
 
 
 def _duration_s(text: str | None) -> float | None:
@@ -25,10 +26,9 @@ def _duration_s(text: str | None) -> float | None:
     return None if text is None else parse_duration(text)
 
 
-def _echo_schedule(schedule: dict[str, Any], verb: str) -> None:
-    state = "paused" if schedule["paused"] else f"next fire {schedule['next_fire_at']}"
-    click.echo(f"{verb} schedule {schedule['name']}: cron {schedule['cron']!r} ({schedule['timezone']}), {state}",
-               err=True)
+def _echo_schedule(schedule: Schedule, verb: str) -> None:
+    state = "paused" if schedule.paused else f"next fire {schedule.next_fire_at}"
+    click.echo(f"{verb} schedule {schedule.name}: cron {schedule.cron!r} ({schedule.timezone}), {state}", err=True)
 
 
 def _warn_without_daemon(out_dir: Path) -> None:
@@ -97,7 +97,7 @@ def add(name: str, cron: str, timezone: str | None, notify_env: str | None, misf
         click.echo(f"note: ${notify_env} is not set here; the daemon reads it from its own environment", err=True)
     _warn_without_daemon(locations.out_dir)
     if json_output:
-        print_json(added)
+        print_json(added.as_dict())
 
 
 def _table(columns: list[str], rows: list[list[Any]]) -> None:
@@ -112,9 +112,13 @@ def _table(columns: list[str], rows: list[list[Any]]) -> None:
     Console(width=160).print(table)
 
 
-def _last_run_text(schedule: dict[str, Any]) -> str | None:
-    run = schedule["last_run"]
-    return None if run is None else f"{run['id']} {run['status']} {run['verdict'] or ''}".strip()
+def _list_row(listing: ScheduleListing) -> list[Any]:
+    """One row of the `schedule list` table."""
+    schedule, run, event = listing.schedule, listing.last_run, listing.last_event
+    return [schedule.name, schedule.cron, schedule.timezone,
+            "paused" if schedule.paused else schedule.next_fire_at,
+            None if run is None else f"{run.id} {run.status} {run.verdict or ''}".strip(),
+            event and f"{event.kind} {event.at}", " ".join(schedule.start_args)]
 
 
 @schedule.command(name="list")
@@ -127,12 +131,10 @@ def list_(locations: Locations, json_output: bool) -> None:
     store = open_store_or_none(locations)
     found = list_schedules(store) if store else []
     if json_output:
-        print_json(found)
+        print_json([listing.as_dict() for listing in found])
         return
-    _table(["name", "cron", "zone", "next fire", "last run", "last event", "start arguments"], [
-        [s["name"], s["cron"], s["timezone"], "paused" if s["paused"] else s["next_fire_at"], _last_run_text(s),
-         s["last_event"] and f"{s['last_event']['kind']} {s['last_event']['at']}", " ".join(s["start_args"])]
-        for s in found])
+    _table(["name", "cron", "zone", "next fire", "last run", "last event", "start arguments"],
+           [_list_row(listing) for listing in found])
 
 
 @schedule.command()
@@ -194,15 +196,16 @@ def run_now(name: str, locations: Locations) -> None:
 def events(name: str | None, locations: Locations, limit: int, json_output: bool) -> None:
     """What the daemon did with each fire (started, finished, skipped, missed, notified), newest first."""
     from soak.schedule import list_events
+    from soak.store.queries import row_to_dict
 
     store = open_store_or_none(locations)
     found = list_events(store, name, limit=limit) if store else []
     if json_output:
-        print_json(found)
+        print_json([row_to_dict(event) for event in found])  # the JSON edge: every column of each event
         return
     for event in found:
-        run = f" run {event['run_id']}" if event["run_id"] else ""
-        click.echo(f"{event['at']}  {event['schedule_name']}  {event['kind']}{run}  {event['message']}")
+        run = f" run {event.run_id}" if event.run_id else ""
+        click.echo(f"{event.at}  {event.schedule_name}  {event.kind}{run}  {event.message}")
 
 
 @click.command()

@@ -12,7 +12,6 @@ from typing import Any
 from sqlalchemy import select, update
 
 from soak.schedule.clock import iso, utc_now
-from soak.store.queries import row_to_dict
 from soak.store.schedule_models import ScheduleEvent, ScheduleRequest
 from soak.store.store import Store
 
@@ -29,12 +28,12 @@ def record_event(store: Store, name: str, kind: str, message: str = "", **fields
         session.add(ScheduleEvent(schedule_name=name, at=iso(utc_now()), kind=kind, message=message, **fields))
 
 
-def list_events(store: Store, name: str | None = None, limit: int = 50) -> list[dict[str, Any]]:
-    """Events, newest first, of one schedule or of all."""
+def list_events(store: Store, name: str | None = None, limit: int = 50) -> list[ScheduleEvent]:
+    """Events, newest first, of one schedule or of all (the rows themselves, detached, as `Store.read_rows`)."""
     query = select(ScheduleEvent).order_by(ScheduleEvent.id.desc()).limit(limit)
     if name is not None:
         query = query.where(ScheduleEvent.schedule_name == name)
-    return [row_to_dict(event) for event in store.scalars(query)]
+    return store.scalars(query)
 
 
 def add_request(store: Store, name: str) -> int:

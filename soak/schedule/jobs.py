@@ -22,6 +22,8 @@ from soak.schedule.clock import iso, utc_now
 from soak.schedule.cron import cron_trigger, parse_timezone
 from soak.schedule.events import add_request, cancel_requests, list_events
 from soak.schedule.outcome import last_run
+from soak.store.records import StoredRun
+from soak.store.schedule_models import ScheduleEvent
 from soak.store.store import Store
 
 JOBS_TABLE = "apscheduler_jobs"
@@ -159,17 +161,54 @@ def spec_of(job: Any) -> ScheduleSpec:
     return ScheduleSpec.from_dict(job.kwargs["spec"])
 
 
-def describe_job(job: Any) -> dict[str, Any]:
-    """A job as the plain dict `schedule list` shows."""
+@dataclass(frozen=True)
+class Schedule:
+    """A stored schedule as the `soak schedule` commands show it: its spec, whether it is paused, when it fires."""
+
+    name: str
+    cron: str
+    timezone: str
+    paused: bool
+    next_fire_at: str | None
+    start_args: tuple[str, ...]
+    notify_env: str | None
+    misfire_grace_s: float | None
+    workdir: str | None
+
+    def as_dict(self) -> dict[str, Any]:
+        """The JSON of `soak schedule add --json` (and each entry of `list --json`)."""
+        return {**asdict(self), "start_args": list(self.start_args)}
+
+
+@dataclass(frozen=True)
+class ScheduleListing:
+    """One row of `soak schedule list`: a schedule, the newest run it fired, and the daemon's last event of it."""
+
+    schedule: Schedule
+    last_run: StoredRun | None
+    last_event: ScheduleEvent | None
+
+    def as_dict(self) -> dict[str, Any]:
+        """The JSON of one entry of `soak schedule list --json`: the few fields of the run and the event it shows."""
+        run, event = self.last_run, self.last_event
+        return {**self.schedule.as_dict(),
+                "last_run": run and {"id": run.id, "status": run.status, "verdict": run.verdict,
+                                     "started_at": run.started_at, "ended_at": run.ended_at},
+                "last_event": event and {"at": event.at, "kind": event.kind, "message": event.message,
+                                         "run_id": event.run_id, "exit_code": event.exit_code}}
+
+
+def describe_job(job: Any) -> Schedule:  # job: an APScheduler Job
+    """The `Schedule` of a stored job."""
     spec = spec_of(job)
-    return {"name": spec.name, "cron": spec.cron, "timezone": spec.timezone, "paused": job.next_run_time is None,
-            "next_fire_at": iso(job.next_run_time), "start_args": list(spec.start_args),
-            "notify_env": spec.notify_env, "misfire_grace_s": job.misfire_grace_time, "workdir": spec.workdir}
+    return Schedule(name=spec.name, cron=spec.cron, timezone=spec.timezone, paused=job.next_run_time is None,
+                    next_fire_at=iso(job.next_run_time), start_args=tuple(spec.start_args),
+                    notify_env=spec.notify_env, misfire_grace_s=job.misfire_grace_time, workdir=spec.workdir)
 
 
 def add_schedule(store: Store, spec: ScheduleSpec, *, check_start_args: StartArgsCheck,
                  misfire_grace_s: float = DEFAULT_MISFIRE_GRACE_S,
-                 first_fire_at: datetime | None = None) -> dict[str, Any]:
+                 first_fire_at: datetime | None = None) -> Schedule:
     """Validate and store a new schedule; ConfigError when the name is taken or anything is invalid.
 
     `check_start_args` parses the start arguments as `soak start` would; the command line owns that parser,
@@ -183,7 +222,7 @@ def add_schedule(store: Store, spec: ScheduleSpec, *, check_start_args: StartArg
     return describe_job(JobTable(store).add(spec, trigger, misfire_grace_s, next_run_time))
 
 
-def get_schedule(store: Store, name: str) -> dict[str, Any]:
+def get_schedule(store: Store, name: str) -> Schedule:
     """One schedule; UnknownScheduleError when there is none."""
     return describe_job(JobTable(store).get(name))
 
@@ -194,13 +233,13 @@ def remove_schedule(store: Store, name: str) -> None:
     cancel_requests(store, name)
 
 
-def pause_schedule(store: Store, name: str) -> dict[str, Any]:
+def pause_schedule(store: Store, name: str) -> Schedule:
     """Stop firing until resumed (a run in progress is not touched)."""
     table = JobTable(store)
     return describe_job(table.set_next_run_time(table.get(name), None))
 
 
-def resume_schedule(store: Store, name: str) -> dict[str, Any]:
+def resume_schedule(store: Store, name: str) -> Schedule:
     """Fire again from the next cron time after now (fires missed while paused are not made up)."""
     table = JobTable(store)
     job = table.get(name)
@@ -214,15 +253,12 @@ def request_run_now(store: Store, name: str, out_dir: Path) -> dict[str, Any]:
     return {"request_id": request_id, "schedule": name, "daemon_pid": lock_holder(daemon_lock_path(out_dir))}
 
 
-def list_schedules(store: Store) -> list[dict[str, Any]]:
+def list_schedules(store: Store) -> list[ScheduleListing]:
     """Every schedule by name, with next fire time, last run (and verdict) and last daemon event."""
-    schedules = sorted((describe_job(job) for job in JobTable(store).all()), key=lambda s: s["name"])
-    for schedule in schedules:
-        schedule["last_run"] = last_run(store, schedule["name"])
-        events = list_events(store, schedule["name"], limit=1)
-        schedule["last_event"] = ({k: events[0][k] for k in ("at", "kind", "message", "run_id", "exit_code")}
-                                  if events else None)
-    return schedules
+    schedules = sorted((describe_job(job) for job in JobTable(store).all()), key=lambda s: s.name)
+    return [ScheduleListing(schedule, last_run(store, schedule.name),
+                            next(iter(list_events(store, schedule.name, limit=1)), None))
+            for schedule in schedules]
 
 
 def first_fire_at(delay_s: float | None) -> datetime | None:

@@ -21,20 +21,15 @@ from soak.store.store import Store
 NO_SUMMARY_SCHEMA = "soak.run.summary/1"
 
 
-def last_run(store: Store, name: str) -> dict[str, Any] | None:
-    """The newest run tagged with this schedule (or, failing that, named by its events), with verdict: the few
-    fields `soak schedule list` shows (JSON)."""
+def last_run(store: Store, name: str) -> StoredRun | None:
+    """The newest run tagged with this schedule (or, failing that, named by its events)."""
     query = select(Run).where(Run.schedule_name == name).order_by(Run.id.desc()).limit(1)
     found = store.runs(query)
     if not found:
         run_ids = select(ScheduleEvent.run_id).where(ScheduleEvent.schedule_name == name,
                                                      ScheduleEvent.run_id.is_not(None))
         found = store.runs(select(Run).where(Run.id.in_(run_ids)).order_by(Run.id.desc()).limit(1))
-    if not found:
-        return None
-    run = found[0]
-    return {"id": run.id, "status": run.status, "verdict": run.verdict, "started_at": run.started_at,
-            "ended_at": run.ended_at}
+    return found[0] if found else None
 
 
 def describe_exit(exit_code: int) -> str:

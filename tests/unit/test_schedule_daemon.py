@@ -118,11 +118,11 @@ def spec(mode: str, name: str = "nightly", notify_env: str | None = None) -> Sch
 
 
 def kinds(store, name: str = "nightly") -> list[str]:
-    return [event["kind"] for event in reversed(list_events(store, name))]
+    return [event.kind for event in reversed(list_events(store, name))]
 
 
 def events_with(store, kind: str, name: str = "nightly"):
-    return lambda: [e for e in list_events(store, name) if e["kind"] == kind]
+    return lambda: [e for e in list_events(store, name) if e.kind == kind]
 
 
 def test_a_fire_runs_start_records_the_run_and_notifies(store, out, fake_start, monkeypatch):
@@ -135,12 +135,12 @@ def test_a_fire_runs_start_records_the_run_and_notifies(store, out, fake_start, 
         finally:
             running.stop()
     assert kinds(store) == ["started", "finished", "notified"]
-    finished = next(e for e in list_events(store) if e["kind"] == "finished")
-    assert finished["exit_code"] == 0 and finished["verdict"] == "PASS" and finished["run_id"]
-    assert body["run_id"] == finished["run_id"] and body["verdict"] == "PASS"
+    finished = next(e for e in list_events(store) if e.kind == "finished")
+    assert finished.exit_code == 0 and finished.verdict == "PASS" and finished.run_id
+    assert body["run_id"] == finished.run_id and body["verdict"] == "PASS"
     assert "nightly" in body["text"] and "PASS" in body["text"]
     assert (out / "env-finish").read_text() == "nightly"  # SOAK_SCHEDULE_NAME reached the run
-    assert any("SECRET-TOKEN" in e["message"] for e in list_events(store)) is False
+    assert any("SECRET-TOKEN" in e.message for e in list_events(store)) is False
 
 
 def test_a_run_that_fails_before_starting_is_recorded_and_notified(store, out, fake_start, monkeypatch):
@@ -152,9 +152,9 @@ def test_a_run_that_fails_before_starting_is_recorded_and_notified(store, out, f
             body = hook.bodies.get(timeout=10)
         finally:
             running.stop()
-    failed = next(e for e in list_events(store) if e["kind"] == "failed")
-    assert failed["exit_code"] == 2 and failed["run_id"] is None
-    assert "target unreachable" in failed["message"]
+    failed = next(e for e in list_events(store) if e.kind == "failed")
+    assert failed.exit_code == 2 and failed.run_id is None
+    assert "target unreachable" in failed.message
     assert body["status"] == "crashed" and body["verdict"] is None and "target unreachable" in body["text"]
 
 
@@ -166,7 +166,7 @@ def test_a_missing_webhook_variable_is_recorded(store, out, fake_start, monkeypa
     finally:
         running.stop()
     assert kinds(store)[-1] == "notify_failed"
-    assert "$SOAK_TEST_HOOK is not set" in list_events(store)[0]["message"]
+    assert "$SOAK_TEST_HOOK is not set" in list_events(store)[0].message
 
 
 def test_a_fire_is_skipped_while_the_run_lock_is_held(store, out, fake_start):
@@ -177,7 +177,7 @@ def test_a_fire_is_skipped_while_the_run_lock_is_held(store, out, fake_start):
     finally:
         running.stop()
     [skipped] = list_events(store)
-    assert skipped["kind"] == "skipped" and ".soak.lock" in skipped["message"]
+    assert skipped.kind == "skipped" and ".soak.lock" in skipped.message
     assert not (out / "env-finish").exists()
 
 
@@ -188,12 +188,12 @@ def test_only_one_scheduled_run_at_a_time_and_stop_finalises_it(store, out, fake
     wait_until(lambda: (out / "hanging").exists(), 20, "the first run to start")
     running.daemon.fire(spec("finish", name="other"), TRIGGER_RUN_NOW)
     assert kinds(store, "other") == ["skipped"]
-    assert "nightly" in list_events(store, "other")[0]["message"]
+    assert "nightly" in list_events(store, "other")[0].message
     running.stop()
     first.join(10)
     assert kinds(store) == ["started", "stopping", "finished"]
     finished = list_events(store)[0]
-    assert finished["exit_code"] == 3 and finished["verdict"] == "INCONCLUSIVE"
+    assert finished.exit_code == 3 and finished.verdict == "INCONCLUSIVE"
 
 
 def test_on_stop_wait_lets_the_run_finish_and_a_second_stop_ends_it(store, out, fake_start):
@@ -209,7 +209,7 @@ def test_on_stop_wait_lets_the_run_finish_and_a_second_stop_ends_it(store, out, 
     first.join(10)
     assert not running.thread.is_alive()
     finished = events_with(store, "finished")()[0]
-    assert finished["pid"] == pid and finished["exit_code"] == 3
+    assert finished.pid == pid and finished.exit_code == 3
 
 
 def test_run_now_requests_reach_the_daemon_and_the_run_shows_in_list(store, out, fake_start):
@@ -227,7 +227,7 @@ def test_run_now_requests_reach_the_daemon_and_the_run_shows_in_list(store, out,
         running.stop()
     assert kinds(store) == ["started", "failed"]  # the stand-in has no --mode here: it exits with an error
     [listed] = list_schedules(store)
-    assert listed["last_event"]["kind"] == "failed"
+    assert listed.last_event.kind == "failed"
 
 
 def add_stand_in_job(store, mode: str, next_run_time, misfire_grace_s: float = 3600) -> None:
@@ -246,8 +246,8 @@ def test_cron_fires_go_through_the_scheduler(store, out, fake_start):
         running.stop()
     assert kinds(store) == ["started", "finished"]
     [listed] = list_schedules(store)
-    assert listed["last_run"]["verdict"] == "PASS"
-    assert datetime.fromisoformat(listed["next_fire_at"]).hour == 3
+    assert listed.last_run.verdict == "PASS"
+    assert datetime.fromisoformat(listed.schedule.next_fire_at).hour == 3
 
 
 def test_a_fire_missed_past_the_grace_time_is_recorded(store, out, fake_start):
@@ -260,7 +260,7 @@ def test_a_fire_missed_past_the_grace_time_is_recorded(store, out, fake_start):
         running.stop()
     assert kinds(store) == ["missed"]
     assert not (out / "env-finish").exists()
-    assert datetime.fromisoformat(list_schedules(store)[0]["next_fire_at"]) > datetime.now(UTC)
+    assert datetime.fromisoformat(list_schedules(store)[0].schedule.next_fire_at) > datetime.now(UTC)
 
 
 def test_only_one_daemon_per_folder(store, out, fake_start):

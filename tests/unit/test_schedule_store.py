@@ -55,21 +55,23 @@ def test_migration_creates_the_schedule_tables(store):
 
 def test_add_then_list_shows_next_fire_in_the_schedule_zone(store):
     added = add(store, spec(notify_env="SOAK_TEST_HOOK"))
-    assert added["name"] == "weekend" and not added["paused"]
-    next_fire = datetime.fromisoformat(added["next_fire_at"])
+    assert added.name == "weekend" and not added.paused
+    next_fire = datetime.fromisoformat(added.next_fire_at)
     assert next_fire.strftime("%A %H:%M") == "Friday 20:00"
     assert next_fire.utcoffset() in (timedelta(hours=1), timedelta(hours=2))
     [listed] = list_schedules(store)
-    assert listed["start_args"] == list(ARGS)
-    assert listed["notify_env"] == "SOAK_TEST_HOOK"
-    assert listed["last_run"] is None and listed["last_event"] is None
+    assert listed.schedule.start_args == ARGS
+    assert listed.as_dict() == {**added.as_dict(), "last_run": None, "last_event": None}  # `list --json`
+    assert added.as_dict()["start_args"] == list(ARGS)
+    assert listed.schedule.notify_env == "SOAK_TEST_HOOK"
+    assert listed.last_run is None and listed.last_event is None
 
 
 def test_schedules_survive_reopening_the_database(db_url):
     add(Store.open(db_url), spec())
     reopened = Store.open(db_url)
-    assert [s["name"] for s in list_schedules(reopened)] == ["weekend"]
-    assert get_schedule(reopened, "weekend")["next_fire_at"]
+    assert [s.schedule.name for s in list_schedules(reopened)] == ["weekend"]
+    assert get_schedule(reopened, "weekend").next_fire_at
 
 
 def test_duplicate_names_are_refused(store):
@@ -118,10 +120,10 @@ def test_add_runs_the_given_start_argument_check_after_the_library_checks(store)
 def test_pause_and_resume(store):
     add(store, spec())
     paused = pause_schedule(store, "weekend")
-    assert paused["paused"] and paused["next_fire_at"] is None
-    assert list_schedules(store)[0]["paused"]
+    assert paused.paused and paused.next_fire_at is None
+    assert list_schedules(store)[0].schedule.paused
     resumed = resume_schedule(store, "weekend")
-    assert not resumed["paused"] and resumed["next_fire_at"]
+    assert not resumed.paused and resumed.next_fire_at
 
 
 def test_unknown_names_are_exit_2(store, tmp_path):
@@ -150,19 +152,19 @@ def test_remove_drops_the_job_and_pending_requests_but_keeps_history(store, tmp_
     remove_schedule(store, "weekend")
     assert list_schedules(store) == []
     assert take_requests(store) == []
-    assert [e["kind"] for e in list_events(store, "weekend")] == ["skipped"]
+    assert [e.kind for e in list_events(store, "weekend")] == ["skipped"]
 
 
 def test_first_fire_override(store):
     soon = datetime.now().astimezone() + timedelta(seconds=30)
     added = add(store, spec(cron="0 0 1 1 *"), first_fire_at=soon)
-    assert abs((datetime.fromisoformat(added["next_fire_at"]) - soon).total_seconds()) < 1
+    assert abs((datetime.fromisoformat(added.next_fire_at) - soon).total_seconds()) < 1
 
 
 def test_events_are_newest_first_and_filtered_by_schedule(store):
     record_event(store, "a", "started")
     record_event(store, "b", "skipped", "lock held")
     record_event(store, "a", "finished", run_id="r1", exit_code=0, verdict="PASS")
-    assert [e["kind"] for e in list_events(store)] == ["finished", "skipped", "started"]
+    assert [e.kind for e in list_events(store)] == ["finished", "skipped", "started"]
     [latest, _] = list_events(store, "a")
-    assert (latest["run_id"], latest["exit_code"], latest["verdict"]) == ("r1", 0, "PASS")
+    assert (latest.run_id, latest.exit_code, latest.verdict) == ("r1", 0, "PASS")
