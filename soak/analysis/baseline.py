@@ -14,6 +14,7 @@ from typing import Any
 
 from soak.analysis.findings import FAIL, PASS, SUSPECT, Finding, skipped
 from soak.analysis.gates import Gates
+from soak.contracts import Summary
 
 CHECK = "baseline.regression"
 REGRESSED, IMPROVED, WITHIN = "regressed", "improved", "within noise"
@@ -31,43 +32,39 @@ def _is_percentile(level: str) -> bool:
     return level.startswith("p") and level[1:].replace(".", "", 1).isdigit()
 
 
-def _latency_values(summary: dict) -> dict[str, float]:
+def _latency_values(summary: Summary) -> dict[str, float]:
     """Latency percentiles in ms; a stats entry's sample `count` is no latency and is left out."""
     values = {}
-    for metric, stats in (summary.get("latency_ms") or {}).items():
-        for level, value in (stats or {}).items():
+    for metric, stats in summary.latency_ms.model_dump().items():
+        for level, value in stats.items():
             if _is_percentile(level) and isinstance(value, (int, float)):
                 values[f"{metric}.{level}"] = float(value)
     return values
 
 
-def _throughput(summary: dict) -> float | None:
-    tokens = (summary.get("totals") or {}).get("output_tokens")
-    duration_s = summary.get("duration_s")
+def _throughput(summary: Summary) -> float | None:
+    tokens, duration_s = summary.totals.output_tokens, summary.duration_s
     return tokens / duration_s if tokens and duration_s else None
 
 
-def _error_rate(summary: dict) -> float | None:
-    totals = summary.get("totals") or {}
-    if totals.get("error_rate") is not None:
-        return float(totals["error_rate"])
-    return totals["errors"] / totals["requests"] if totals.get("requests") else None
+def _error_rate(summary: Summary) -> float | None:
+    """The run's error rate; None for a run without requests (its 0.0 measures nothing)."""
+    return float(summary.totals.error_rate) if summary.totals.requests else None
 
 
 GOODPUT = "goodput"
 
 
-def _goodput(summary: dict) -> float | None:
-    share = (summary.get("goodput") or {}).get("share")
-    return float(share) if isinstance(share, (int, float)) else None
+def _goodput(summary: Summary) -> float | None:
+    return summary.goodput.share if summary.goodput else None
 
 
-def _same_slo(current: dict, baseline: dict) -> bool:
+def _same_slo(current: Summary, baseline: Summary) -> bool:
     """Goodput is comparable only against the same targets: a share of other targets is another quantity."""
-    return (current.get("goodput") or {}).get("slo_ms") == (baseline.get("goodput") or {}).get("slo_ms")
+    return (current.goodput and current.goodput.slo_ms) == (baseline.goodput and baseline.goodput.slo_ms)
 
 
-def metric_values(summary: dict) -> dict[Metric, float]:
+def metric_values(summary: Summary) -> dict[Metric, float]:
     """The comparable numbers of one summary."""
     out = {Metric(f"latency.{k}", "ms", True, True): v for k, v in _latency_values(summary).items()}
     rate = _error_rate(summary)
@@ -111,12 +108,12 @@ def compare_row(metric: Metric, current: float, baseline: float, tolerance: floa
             "status": _status(metric, current, baseline, tolerance)}
 
 
-def compare_baseline(current: dict, baseline: dict, gates: Gates) -> tuple[Finding, list[dict]]:
-    """(finding, rows) comparing two summary.json dicts."""
+def compare_baseline(current: Summary, baseline: Summary, gates: Gates) -> tuple[Finding, list[dict]]:
+    """(finding, rows) comparing two runs' summaries."""
     now, before = metric_values(current), metric_values(baseline)
     rows = [compare_row(m, now[m], before[m], _tolerance(m, gates)) for m in now
             if m in before and (m.name != GOODPUT or _same_slo(current, baseline))]
-    base_id = baseline.get("run_id", "the baseline")
+    base_id = baseline.run_id
     if not rows:
         return skipped(CHECK, f"No metric in common with {base_id}.", baseline_run=base_id), rows
     regressed = [r for r in rows if r["status"] == REGRESSED]
@@ -142,9 +139,8 @@ def _text(regressed: list[dict], rows: list[dict], base_id: str) -> str:
     return f"Regressed against {base_id}: {_row_text(regressed[0])}{more}."
 
 
-def _verdict_changes(current: dict, baseline: dict) -> list[dict]:
+def _verdict_changes(current: Summary, baseline: Summary) -> list[dict]:
     """Checks whose verdict changed between the runs (for the report's comparison table)."""
-    before = {f.get("check"): f.get("verdict") for f in baseline.get("findings") or []}
-    return [{"check": f.get("check"), "baseline": before[f.get("check")], "current": f.get("verdict")}
-            for f in current.get("findings") or []
-            if f.get("check") in before and before[f.get("check")] != f.get("verdict")]
+    before = {f.check: f.verdict.value for f in baseline.findings}
+    return [{"check": f.check, "baseline": before[f.check], "current": f.verdict.value}
+            for f in current.findings if f.check in before and before[f.check] != f.verdict.value]

@@ -12,7 +12,7 @@ from typing import Any
 
 from soak.analysis.baseline import IMPROVED, REGRESSED, WITHIN, compare_baseline, metric_values
 from soak.analysis.gates import Gates
-from soak.contracts import loads_summary
+from soak.contracts import Summary, stored_summary
 from soak.store.records import StoredRun
 
 LEAK_CHECKS = ("leak.rss", "leak.vram", "leak.kv", "leak.fds")
@@ -39,7 +39,7 @@ class HistoryRun:
     status: str
     labels: dict[str, str]
     environment: dict[str, Any]
-    summary: dict[str, Any] | None  # None until the run is finalised
+    summary: Summary | None  # None until the run is finalised
 
 
 @dataclass
@@ -49,7 +49,7 @@ class HistoryRow:
     run: HistoryRun
     verdict: str | None
     figures: dict[str, float | None]
-    checks: dict[str, dict[str, Any]]
+    checks: dict[str, dict[str, Any] | None]
     previous: str | None = None  # the run the deltas are against (the latest earlier run with a summary)
     deltas: dict[str, dict[str, Any]] = field(default_factory=dict)
     verdict_changes: list[dict[str, Any]] = field(default_factory=list)
@@ -68,17 +68,17 @@ def from_stored(run: StoredRun) -> HistoryRun:
     environment = {**run.environment, "model": run.model,
                    "serve_args": (run.config.get("target") or {}).get("serve_args") or []}
     return HistoryRun(run_id=run.id, started_at=run.started_at, status=run.status, labels=dict(run.labels),
-                      environment=environment, summary=loads_summary(run.summary_json))
+                      environment=environment, summary=stored_summary(run.summary_json))
 
 
-def select_checks(summaries: list[dict[str, Any]], wanted: tuple[str, ...]) -> list[str]:
+def select_checks(summaries: list[Summary], wanted: tuple[str, ...]) -> list[str]:
     """The checks to show: each name in `wanted` or those it prefixes (`creep` → creep.*); default the leaks.
 
     ValueError for a name no run has a finding of.
     """
     if not wanted:
         return list(LEAK_CHECKS)
-    known = list(dict.fromkeys(f.get("check") for s in summaries for f in s.get("findings") or []))
+    known = list(dict.fromkeys(f.check for s in summaries for f in s.findings))
     chosen: list[str] = []
     for name in wanted:
         matches = [check for check in known if check == name or check.startswith(name.rstrip(".") + ".")]
@@ -88,17 +88,17 @@ def select_checks(summaries: list[dict[str, Any]], wanted: tuple[str, ...]) -> l
     return chosen
 
 
-def figures_of(summary: dict[str, Any] | None) -> dict[str, float | None]:
+def figures_of(summary: Summary | None) -> dict[str, float | None]:
     """The FIGURES of one summary (None where it has none)."""
     values = {metric.name: value for metric, value in metric_values(summary).items()} if summary else {}
     return {key: values.get(key) for key, _, _ in FIGURES}
 
 
-def checks_of(summary: dict[str, Any] | None, checks: list[str]) -> dict[str, dict[str, Any]]:
-    """Verdict, value and unit of each chosen check (None when the run has no such finding)."""
-    findings = {f.get("check"): f for f in (summary or {}).get("findings") or []}
-    return {check: {"verdict": findings[check].get("verdict"), "value": findings[check].get("value"),
-                    "unit": findings[check].get("unit")} if check in findings else None for check in checks}
+def checks_of(summary: Summary | None, checks: list[str]) -> dict[str, dict[str, Any] | None]:
+    """Verdict, value and unit of each chosen check (None when the run has no such finding), as JSON shows them."""
+    findings = {f.check: f for f in summary.findings} if summary else {}
+    return {check: {"verdict": findings[check].verdict.value, "value": findings[check].value,
+                    "unit": findings[check].unit} if check in findings else None for check in checks}
 
 
 def _environment_value(environment: dict[str, Any], key: str) -> Any:
@@ -152,7 +152,8 @@ def build_history(runs: list[HistoryRun], gates: Gates, wanted_checks: tuple[str
     checks = select_checks([run.summary for run in runs if run.summary], wanted_checks)
     rows: list[HistoryRow] = []
     for run in runs:
-        row = HistoryRow(run=run, verdict=(run.summary or {}).get("verdict"), figures=figures_of(run.summary),
+        row = HistoryRow(run=run, verdict=run.summary.verdict.value if run.summary else None,
+                         figures=figures_of(run.summary),
                          checks=checks_of(run.summary, checks))
         finalised = [earlier for earlier in rows if earlier.run.summary is not None]
         if rows:

@@ -11,7 +11,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from soak.contracts import Summary, SummaryFinding, Verdict, loads_summary
+from soak.contracts import Summary, SummaryFinding, Verdict, stored_summary
 from soak.run.environment import dumps
 from soak.run.summary import build_summary
 from soak.store.models import Run
@@ -44,8 +44,7 @@ def baseline_comparison(store: Store, summary: Summary, baseline_id: str | None,
     baseline_run = store.get_run(baseline_id)
     if not baseline_run.summary_json:
         return {"run_id": baseline_id, "rows": [], "note": "the baseline run has no summary yet"}
-    finding, rows = compare_baseline(summary.to_json_dict(), loads_summary(baseline_run.summary_json),
-                                     load_gates(gates_file))
+    finding, rows = compare_baseline(summary, stored_summary(baseline_run.summary_json), load_gates(gates_file))
     summary.findings.append(SummaryFinding.model_validate(finding.to_dict()))
     return {"run_id": baseline_id, "rows": rows}
 

@@ -2,19 +2,30 @@
 
 import pytest
 
-from soak.analysis import compare_baseline
+from soak.analysis import baseline
 from soak.analysis.findings import FAIL, PASS, SKIPPED, SUSPECT
 from soak.analysis.gates import Gates
+from support.records import run_summary
+
+NO_LATENCY = {"p50": None, "p95": None, "p99": None, "count": 0}
 
 
 def summary(ttft_p99=1000.0, e2e_p99=5000.0, error_rate=0.001, tokens=1_000_000, duration_s=3600.0,
             run_id="run-a", findings=()):
+    """summary.json's fields that compare reads (as a dict, so a test can change one)."""
+    errors = int(error_rate * 10_000)
     return {"run_id": run_id, "duration_s": duration_s,
-            "latency_ms": {"ttft": {"p50": 200.0, "p95": 700.0, "p99": ttft_p99},
-                           "itl": {}, "e2e": {"p50": 2000.0, "p95": 4000.0, "p99": e2e_p99}},
-            "totals": {"requests": 10_000, "errors": int(error_rate * 10_000), "error_rate": error_rate,
-                       "output_tokens": tokens},
+            "latency_ms": {"ttft": {"p50": 200.0, "p95": 700.0, "p99": ttft_p99, "count": 9000},
+                           "itl": NO_LATENCY, "e2e": {"p50": 2000.0, "p95": 4000.0, "p99": e2e_p99, "count": 9000}},
+            "totals": {"requests": 10_000, "errors": errors, "error_rate": error_rate, "output_tokens": tokens,
+                       "cancelled": 0, "errors_by_class": {"connect": 0, "timeout": 0, "http_4xx": 0, "http_5xx": errors,
+                                                           "bad_stream": 0}},
             "findings": list(findings)}
+
+
+def compare_baseline(current: dict, before: dict, gates: Gates):
+    """`compare_baseline` of the two summaries these dicts describe."""
+    return baseline.compare_baseline(run_summary(**current), run_summary(**before), gates)
 
 
 def rows_by_name(rows):
@@ -54,7 +65,7 @@ def test_error_rate_uses_an_absolute_tolerance():
 
 
 def test_nothing_in_common_is_skipped():
-    finding, rows = compare_baseline(summary(), {"run_id": "empty"}, Gates())
+    finding, rows = compare_baseline(summary(), {"run_id": "empty"}, Gates())  # no requests: nothing measured
     assert finding.verdict == SKIPPED and rows == []
 
 
@@ -66,15 +77,16 @@ def test_verdict_changes_are_listed():
 
 
 def test_sample_counts_are_not_compared_as_latency():
-    current, baseline = summary(), summary(run_id="base")
-    current["latency_ms"]["ttft"]["count"], baseline["latency_ms"]["ttft"]["count"] = 50, 5000
-    finding, rows = compare_baseline(current, baseline, Gates())
+    current, before = summary(), summary(run_id="base")
+    current["latency_ms"]["ttft"]["count"], before["latency_ms"]["ttft"]["count"] = 50, 5000
+    finding, rows = compare_baseline(current, before, Gates())
     assert not any(r["name"].endswith(".count") for r in rows)
     assert finding.verdict == PASS and "0 improved" in finding.evidence
 
 
 def with_goodput(data, share, slo_ms=None):
-    return {**data, "goodput": {"slo_ms": slo_ms or {"ttft": 500.0}, "share": share}}
+    return {**data, "goodput": {"slo_ms": slo_ms or {"ttft": 500.0}, "requests": 1000, "good": round(1000 * share),
+                                "share": share, "windows": []}}
 
 
 def test_goodput_is_compared_only_under_the_same_slo():

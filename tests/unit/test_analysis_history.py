@@ -14,6 +14,7 @@ import pytest
 from soak.analysis import compare_baseline
 from soak.analysis.gates import Gates
 from soak.analysis.history import HistoryRun, build_history, environment_changes, from_stored, select_checks
+from soak.contracts import parse_summary
 from support.records import stored_run
 
 REFERENCE = Path(__file__).parent / "data" / "reference_run_summary.json"
@@ -30,10 +31,15 @@ def summary(run_id: str, ttft_p99: float, verdict: str = "INCONCLUSIVE", kv_verd
     return data
 
 
+def goodput(slo_ms: dict[str, float], share: float) -> dict:
+    """summary.json's `goodput` of 1000 requests after warm-up."""
+    return {"slo_ms": slo_ms, "requests": 1000, "good": round(1000 * share), "share": share, "windows": []}
+
+
 def run(run_id: str, data: dict | None, **environment: object) -> HistoryRun:
     return HistoryRun(run_id=run_id, started_at=f"2026-12-0{run_id[-1]}T10:00:00+00:00", status="completed",
                       labels={"release": f"1.4.{run_id[-1]}"}, environment={**ENVIRONMENT, **environment},
-                      summary=data)
+                      summary=None if data is None else parse_summary(data))
 
 
 def test_each_row_holds_its_figures_and_the_previous_runs_delta_as_compare_judges_it():
@@ -43,7 +49,7 @@ def test_each_row_holds_its_figures_and_the_previous_runs_delta_as_compare_judge
     assert rows[0].figures["latency.ttft.p99"] == 40.0 and rows[1].figures["latency.ttft.p99"] == 50.0
     assert rows[0].previous is None and rows[0].deltas == {}
     delta = rows[1].deltas["latency.ttft.p99"]
-    _, compared = compare_baseline(second, first, Gates())
+    _, compared = compare_baseline(parse_summary(second), parse_summary(first), Gates())
     expected = next(r for r in compared if r["name"] == "latency.ttft.p99")
     assert delta["delta_pct"] == pytest.approx(25.0) == pytest.approx(expected["delta_pct"])
     assert delta["status"] == expected["status"] == "regressed"
@@ -65,7 +71,7 @@ def test_verdict_changes_and_the_chosen_checks_are_reported():
 
 def test_an_unknown_check_names_the_known_ones():
     with pytest.raises(ValueError, match="no run here has a check named 'leak.nope'.*leak.rss"):
-        select_checks([summary("r1", 1.0)], ("leak.nope",))
+        select_checks([parse_summary(summary("r1", 1.0))], ("leak.nope",))
 
 
 def test_environment_changes_name_what_changed_and_ignore_the_port():
@@ -88,7 +94,7 @@ def test_from_stored_reads_the_run_row_of_the_store():
     stored = stored_run(started_at="2026-12-01T10:00:00+00:00", model="m", labels={"release": "1"},
                         summary_json=json.dumps(data), environment=ENVIRONMENT, config={"target": {"serve_args": ["--a"]}})
     history_run = from_stored(stored)
-    assert history_run.summary == data and history_run.labels == {"release": "1"}
+    assert history_run.summary == parse_summary(data) and history_run.labels == {"release": "1"}
     assert history_run.environment["model"] == "m" and history_run.environment["serve_args"] == ["--a"]
     no_summary = from_stored(dataclasses.replace(stored, summary_json=None))
     assert no_summary.summary is None
@@ -96,9 +102,9 @@ def test_from_stored_reads_the_run_row_of_the_store():
 
 def test_goodput_is_a_figure_and_changes_only_between_runs_with_the_same_slo():
     first, second, third = summary("r1", 40.0), summary("r2", 40.0), summary("r3", 40.0)
-    first["goodput"] = {"slo_ms": {"ttft": 500.0}, "share": 0.98}
-    second["goodput"] = {"slo_ms": {"ttft": 500.0}, "share": 0.95}
-    third["goodput"] = {"slo_ms": {"ttft": 200.0}, "share": 0.90}
+    first["goodput"] = goodput({"ttft": 500.0}, 0.98)
+    second["goodput"] = goodput({"ttft": 500.0}, 0.95)
+    third["goodput"] = goodput({"ttft": 200.0}, 0.90)
     rows = build_history([run("r1", first), run("r2", second), run("r3", third), run("r4", summary("r4", 40.0))],
                          Gates())
     assert [row.figures["goodput"] for row in rows] == [0.98, 0.95, 0.90, None]

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from soak.analysis.gates import Gates
 from soak.analysis.history import HistoryRun, build_history
+from soak.contracts import parse_summary
 from soak.report.history import cells, columns, delta_text, render_history
 
 REFERENCE = Path(__file__).parent / "data" / "reference_run_summary.json"
@@ -21,7 +22,7 @@ def series() -> list:
         data["run_id"], data["latency_ms"]["ttft"]["p99"] = f"r{index}", ttft
         runs.append(HistoryRun(run_id=f"r{index}", started_at=f"2026-12-0{index}T10:00:00+00:00", status="completed",
                                labels={"release": f"1.4.{index}", "note": HOSTILE}, environment={"vllm": vllm},
-                               summary=data))
+                               summary=parse_summary(data)))
     return build_history(runs, Gates())
 
 
