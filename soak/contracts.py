@@ -12,7 +12,9 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, ValidationError, model_serializer
+
+from soak.errors import StorageError
 
 SUMMARY_SCHEMA = "soak.run.summary/1"
 # Every schema summary.json was ever written in, oldest first (docs/summary.md, "Schema versions").
@@ -495,7 +497,17 @@ def parse_summary(data: dict[str, Any]) -> Summary:
     return Summary.model_validate(read_summary(data))
 
 
-def stored_summary(text: str | None) -> Summary | None:
-    """`parse_summary` of a stored summary's JSON text; None for none."""
-    return parse_summary(json.loads(text)) if text else None
+def stored_summary(text: str | None, run_id: str) -> Summary | None:
+    """`parse_summary` of the JSON text stored with run `run_id`; None for none, StorageError (one line naming the
+    run and the first field at fault) for text that is no summary soak wrote."""
+    if not text:
+        return None
+    try:
+        return parse_summary(json.loads(text))
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        where = ".".join(str(part) for part in error["loc"])
+        raise StorageError(f"the summary stored with run {run_id} cannot be read: {where}: {error['msg']}") from None
+    except ValueError as exc:  # not JSON, or a schema soak never wrote
+        raise StorageError(f"the summary stored with run {run_id} cannot be read: {exc}") from None
 

@@ -68,7 +68,7 @@ def from_stored(run: StoredRun) -> HistoryRun:
     environment = {**run.environment, "model": run.model,
                    "serve_args": (run.config.get("target") or {}).get("serve_args") or []}
     return HistoryRun(run_id=run.id, started_at=run.started_at, status=run.status, labels=dict(run.labels),
-                      environment=environment, summary=stored_summary(run.summary_json))
+                      environment=environment, summary=stored_summary(run.summary_json, run.id))
 
 
 def select_checks(summaries: list[Summary], wanted: tuple[str, ...]) -> list[str]:

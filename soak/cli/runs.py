@@ -214,7 +214,7 @@ def compare(run_a: str, run_b: str, locations: Locations, gates: str | None, jso
         run = store.get_run(run_id)
         if not run.summary_json:
             raise UnknownRunError(f"run {run_id} has no summary yet: finalise it with `soak close {run_id}`")
-        summaries.append(stored_summary(run.summary_json))
+        summaries.append(stored_summary(run.summary_json, run.id))
     finding, rows = compare_baseline(summaries[1], summaries[0], load_gates(Path(gates) if gates else None))
     if json_output:
         print_json({"baseline": run_a, "current": run_b, "finding": finding.to_dict(), "rows": rows})

@@ -199,7 +199,7 @@ def build_context(store: Store, run_id: str, summary: Summary | None,
     schema it was written in), and a run never finalised has none."""
     run = store.get_run(run_id)
     if summary is None:
-        summary = stored_summary(run.summary_json)
+        summary = stored_summary(run.summary_json, run.id)
     events, data = store.read_events(run_id), read_data(store, run_id)
     last_s = last_sample_s(data)
     duration_s = sections.run_duration_s(run, last_s)

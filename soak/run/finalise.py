@@ -44,7 +44,7 @@ def baseline_comparison(store: Store, summary: Summary, baseline_id: str | None,
     baseline_run = store.get_run(baseline_id)
     if not baseline_run.summary_json:
         return {"run_id": baseline_id, "rows": [], "note": "the baseline run has no summary yet"}
-    finding, rows = compare_baseline(summary, stored_summary(baseline_run.summary_json), load_gates(gates_file))
+    finding, rows = compare_baseline(summary, stored_summary(baseline_run.summary_json, baseline_id), load_gates(gates_file))
     summary.findings.append(SummaryFinding.model_validate(finding.to_dict()))
     return {"run_id": baseline_id, "rows": rows}
 

@@ -10,7 +10,15 @@ from click.testing import CliRunner
 from sqlalchemy import insert
 
 from soak.cli import main
-from soak.contracts import READABLE_SUMMARY_SCHEMAS, SUMMARY_SCHEMA, Summary, read_summary
+from soak.contracts import (
+    READABLE_SUMMARY_SCHEMAS,
+    SUMMARY_SCHEMA,
+    Summary,
+    parse_summary,
+    read_summary,
+    stored_summary,
+)
+from soak.errors import StorageError
 from soak.store import Store
 from soak.store.models import Run
 
@@ -39,6 +47,23 @@ def test_each_example_reads_as_todays_summary(schema):
 def test_a_schema_soak_never_wrote_is_named():
     with pytest.raises(ValueError, match="summary schema 'other/9' is not one soak writes or wrote"):
         read_summary({"schema": "other/9"})
+
+
+@pytest.mark.parametrize("schema", READABLE_SUMMARY_SCHEMAS)
+def test_a_stored_summary_of_each_schema_is_the_typed_summary(schema):
+    data = example(schema)
+    assert stored_summary(json.dumps(data), "r1") == parse_summary(data) == Summary.model_validate(read_summary(data))
+    assert stored_summary(None, "r1") is None
+
+
+@pytest.mark.parametrize(("text", "says"), [
+    (json.dumps({"schema": SUMMARY_SCHEMA, "run_id": "r1"}), "status: Field required"),
+    (json.dumps({"schema": "other/9"}), "summary schema 'other/9' is not one soak writes or wrote"),
+    ("{not json", "Expecting property name")])
+def test_a_stored_summary_soak_cannot_read_is_one_line_naming_the_run(text, says):
+    with pytest.raises(StorageError, match="the summary stored with run r7 cannot be read: ") as raised:
+        stored_summary(text, "r7")
+    assert says in str(raised.value) and "\n" not in str(raised.value)
 
 
 def _store(tmp_path: Path, summaries: list[dict]) -> str:
