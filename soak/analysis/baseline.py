@@ -9,7 +9,7 @@ goodput: the share of requests meeting it (lower is worse, absolute tolerance). 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from soak.analysis.findings import FAIL, PASS, SUSPECT, Finding, skipped
@@ -18,6 +18,34 @@ from soak.contracts import Summary
 
 CHECK = "baseline.regression"
 REGRESSED, IMPROVED, WITHIN = "regressed", "improved", "within noise"
+
+
+@dataclass(frozen=True)
+class ComparisonRow:
+    """One metric of this run against the baseline run: the delta in % of the baseline, and whether it is beyond
+    the tolerance (`tolerance` a fraction of the baseline, or an absolute difference; `tolerance_text` says which)."""
+
+    name: str
+    unit: str
+    current: float
+    baseline: float
+    delta_pct: float | None
+    tolerance: float
+    tolerance_text: str
+    status: str
+
+    def as_dict(self) -> dict[str, Any]:
+        """The row as JSON (the finding's details, `soak compare --json`)."""
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class BaselineComparison:
+    """The before/after comparison with a baseline run that a report shows (`note`: why it has no rows)."""
+
+    run_id: str
+    rows: tuple[ComparisonRow, ...] = ()
+    note: str = ""
 
 
 @dataclass(frozen=True)
@@ -99,16 +127,16 @@ def _status(metric: Metric, current: float, baseline: float, tolerance: float) -
     return REGRESSED if worse > tolerance else (IMPROVED if worse < -tolerance else WITHIN)
 
 
-def compare_row(metric: Metric, current: float, baseline: float, tolerance: float) -> dict[str, Any]:
+def compare_row(metric: Metric, current: float, baseline: float, tolerance: float) -> ComparisonRow:
     """One comparison: delta in % of the baseline, and whether it is beyond tolerance."""
     tolerance_text = f"{100 * tolerance:g} %" if metric.relative else f"{100 * tolerance:g} pp"
-    return {"name": metric.name, "unit": metric.unit, "current": current, "baseline": baseline,
-            "delta_pct": 100 * (current - baseline) / baseline if baseline else None,
-            "tolerance": tolerance, "tolerance_text": tolerance_text,
-            "status": _status(metric, current, baseline, tolerance)}
+    return ComparisonRow(name=metric.name, unit=metric.unit, current=current, baseline=baseline,
+                         delta_pct=100 * (current - baseline) / baseline if baseline else None,
+                         tolerance=tolerance, tolerance_text=tolerance_text,
+                         status=_status(metric, current, baseline, tolerance))
 
 
-def compare_baseline(current: Summary, baseline: Summary, gates: Gates) -> tuple[Finding, list[dict]]:
+def compare_baseline(current: Summary, baseline: Summary, gates: Gates) -> tuple[Finding, list[ComparisonRow]]:
     """(finding, rows) comparing two runs' summaries."""
     now, before = metric_values(current), metric_values(baseline)
     rows = [compare_row(m, now[m], before[m], _tolerance(m, gates)) for m in now
@@ -116,24 +144,23 @@ def compare_baseline(current: Summary, baseline: Summary, gates: Gates) -> tuple
     base_id = baseline.run_id
     if not rows:
         return skipped(CHECK, f"No metric in common with {base_id}.", baseline_run=base_id), rows
-    regressed = [r for r in rows if r["status"] == REGRESSED]
+    regressed = [r for r in rows if r.status == REGRESSED]
     verdict = (FAIL if gates.baseline.fail_on_regression else SUSPECT) if regressed else PASS
     finding = Finding(check=CHECK, verdict=verdict, value=len(regressed), unit="metrics regressed",
                       threshold=0, evidence=_text(regressed, rows, base_id),
-                      details={"baseline_run": base_id, "rows": rows,
+                      details={"baseline_run": base_id, "rows": [row.as_dict() for row in rows],
                                "verdict_changes": _verdict_changes(current, baseline)})
     return finding, rows
 
 
-def _row_text(row: dict) -> str:
-    delta = "n/a" if row["delta_pct"] is None else f"{row['delta_pct']:+.1f} %"
-    return (f"{row['name']} {row['current']:.4g} vs {row['baseline']:.4g} {row['unit']} "
-            f"({delta}, tolerance {row['tolerance_text']})")
+def _row_text(row: ComparisonRow) -> str:
+    delta = "n/a" if row.delta_pct is None else f"{row.delta_pct:+.1f} %"
+    return f"{row.name} {row.current:.4g} vs {row.baseline:.4g} {row.unit} ({delta}, tolerance {row.tolerance_text})"
 
 
-def _text(regressed: list[dict], rows: list[dict], base_id: str) -> str:
+def _text(regressed: list[ComparisonRow], rows: list[ComparisonRow], base_id: str) -> str:
     if not regressed:
-        improved = sum(r["status"] == IMPROVED for r in rows)
+        improved = sum(r.status == IMPROVED for r in rows)
         return f"No regression against {base_id}: {len(rows)} metrics compared, {improved} improved."
     more = f"; {len(regressed) - 1} more regressed" if len(regressed) > 1 else ""
     return f"Regressed against {base_id}: {_row_text(regressed[0])}{more}."

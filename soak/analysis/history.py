@@ -138,10 +138,9 @@ def compare_with(row: HistoryRow, previous: HistoryRow, gates: Gates) -> None:
     if row.run.summary is None or previous.run.summary is None:
         return
     finding, compared = compare_baseline(row.run.summary, previous.run.summary, gates)
-    row.deltas = {item["name"]: {"delta": item["current"] - item["baseline"], "unit": item["unit"],
-                                 "delta_pct": item["delta_pct"], "status": item["status"],
-                                 "tolerance": item["tolerance_text"]}
-                  for item in compared if item["name"] in dict.fromkeys(k for k, _, _ in FIGURES)}
+    row.deltas = {item.name: {"delta": item.current - item.baseline, "unit": item.unit,
+                              "delta_pct": item.delta_pct, "status": item.status, "tolerance": item.tolerance_text}
+                  for item in compared if item.name in dict.fromkeys(k for k, _, _ in FIGURES)}
     row.verdict_changes = (finding.details or {}).get("verdict_changes", [])
     check_deltas(row, previous)
 

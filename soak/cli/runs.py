@@ -14,6 +14,7 @@ from soak.errors import ConfigError, UnknownRunError
 from soak.units import format_duration
 
 if TYPE_CHECKING:
+    from soak.analysis.baseline import ComparisonRow
     from soak.contracts import Summary
     from soak.locations import Locations
     from soak.store import Store
@@ -217,7 +218,8 @@ def compare(run_a: str, run_b: str, locations: Locations, gates: str | None, jso
         summaries.append(stored_summary(run.summary_json, run.id))
     finding, rows = compare_baseline(summaries[1], summaries[0], load_gates(Path(gates) if gates else None))
     if json_output:
-        print_json({"baseline": run_a, "current": run_b, "finding": finding.to_dict(), "rows": rows})
+        print_json({"baseline": run_a, "current": run_b, "finding": finding.to_dict(),
+                    "rows": [row.as_dict() for row in rows]})
         return
     _table(f"{run_b} against baseline {run_a}", ["metric", "unit", "baseline", "current", "delta", "tolerance",
                                                   "status"],
@@ -225,9 +227,8 @@ def compare(run_a: str, run_b: str, locations: Locations, gates: str | None, jso
     click.echo(f"{finding.verdict}: {finding.evidence}")
 
 
-def _compare_cells(row: dict[str, Any]) -> list[Any]:
+def _compare_cells(row: ComparisonRow) -> list[Any]:
     """One table row of `soak compare`, numbers rounded to what they mean."""
-    delta = None if row["delta_pct"] is None else f"{row['delta_pct']:+.1f} %"
-    return [row["name"], row["unit"], f"{row['baseline']:.4g}", f"{row['current']:.4g}", delta,
-            row["tolerance_text"], row["status"]]
+    delta = None if row.delta_pct is None else f"{row.delta_pct:+.1f} %"
+    return [row.name, row.unit, f"{row.baseline:.4g}", f"{row.current:.4g}", delta, row.tolerance_text, row.status]
 

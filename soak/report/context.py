@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from soak.analysis.baseline import BaselineComparison
 from soak.analysis.gates import ClientGate
 from soak.analysis.goodput import slo_text
 from soak.contracts import Event, Summary, SummaryFinding, stored_summary
@@ -194,7 +195,7 @@ def make_frame(end_s: float, markers: list[dict[str, Any]]) -> Frame:
 
 
 def build_context(store: Store, run_id: str, summary: Summary | None,
-                  baseline: dict[str, Any] | None = None) -> dict[str, Any]:
+                  baseline: BaselineComparison | None = None) -> dict[str, Any]:
     """The whole report as a plain dict; with no summary, the one stored with the run is used (read whatever
     schema it was written in), and a run never finalised has none."""
     run = store.get_run(run_id)

@@ -10,13 +10,13 @@ import json
 import shlex
 from typing import Any
 
+from soak.analysis.baseline import BaselineComparison, ComparisonRow
 from soak.contracts import Event, EventKind, SentCounts, Summary, SummaryFinding, Verdict, trace_summary
 from soak.report import timeline
 from soak.report.formatting import (
     MISSING,
     format_bytes,
     format_hours,
-    format_number,
     format_percent,
     format_span,
     format_utc,
@@ -356,29 +356,16 @@ def _delta_text(delta_pct: Any) -> str:
     return f"{delta_pct:+.1f} %" if is_number(delta_pct) else MISSING
 
 
-def _tolerance_text(row: dict[str, Any]) -> str:
-    """The row's tolerance: `tolerance_pct`, else analysis's own `tolerance_text` (% or pp), else a fraction."""
-    if is_number(row.get("tolerance_pct")):
-        return f"± {format_number(row['tolerance_pct'])} %"
-    if row.get("tolerance_text"):
-        return f"± {row['tolerance_text']}"
-    if is_number(row.get("tolerance")):
-        return f"± {format_number(100 * row['tolerance'])} %"
-    return MISSING
-
-
-def baseline_row(row: dict[str, Any]) -> dict[str, str]:
+def baseline_row(row: ComparisonRow) -> dict[str, str]:
     """One before/after row; values in the row's unit when it names one."""
-    texts = quantity_texts(row.get("current"), row.get("unit"), None, row.get("baseline"))
-    status = str(row.get("status") or "")
-    return {"metric": str(row.get("metric") or row.get("name") or "?"), "current": texts["value"],
-            "baseline": texts["threshold"], "delta": _delta_text(row.get("delta_pct")),
-            "tolerance": _tolerance_text(row), "status": status, "status_class": "b-" + status.replace(" ", "-")}
+    texts = quantity_texts(row.current, row.unit, None, row.baseline)
+    return {"metric": row.name, "current": texts["value"], "baseline": texts["threshold"],
+            "delta": _delta_text(row.delta_pct), "tolerance": f"± {row.tolerance_text}", "status": row.status,
+            "status_class": "b-" + row.status.replace(" ", "-")}
 
 
-def baseline_table(baseline: dict[str, Any] | None) -> dict[str, Any] | None:
+def baseline_table(baseline: BaselineComparison | None) -> dict[str, Any] | None:
     """The before/after comparison with a baseline run, or None without one."""
-    if not baseline:
+    if baseline is None:
         return None
-    return {"run_id": str(baseline.get("run_id") or MISSING), "note": str(baseline.get("note") or ""),
-            "rows": [baseline_row(row) for row in baseline.get("rows") or []]}
+    return {"run_id": baseline.run_id, "note": baseline.note, "rows": [baseline_row(row) for row in baseline.rows]}

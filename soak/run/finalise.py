@@ -9,7 +9,7 @@ import dataclasses
 import json
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from soak.contracts import Summary, SummaryFinding, Verdict, stored_summary
 from soak.run.environment import dumps
@@ -17,6 +17,9 @@ from soak.run.summary import build_summary
 from soak.store.models import Run
 from soak.store.records import StoredRun
 from soak.store.store import Store
+
+if TYPE_CHECKING:
+    from soak.analysis.baseline import BaselineComparison
 
 log = logging.getLogger(__name__)
 
@@ -35,18 +38,19 @@ def analyse_stored_run(store: Store, run: StoredRun, stopped_early: bool, gates_
 
 
 def baseline_comparison(store: Store, summary: Summary, baseline_id: str | None, gates_file: Path | None
-                        ) -> dict[str, Any] | None:
+                        ) -> BaselineComparison | None:
     """Compare with a baseline run's stored summary; adds the `baseline.regression` finding."""
     if not baseline_id:
         return None
     from soak.analysis import compare_baseline, load_gates
+    from soak.analysis.baseline import BaselineComparison
 
     baseline_run = store.get_run(baseline_id)
     if not baseline_run.summary_json:
-        return {"run_id": baseline_id, "rows": [], "note": "the baseline run has no summary yet"}
+        return BaselineComparison(baseline_id, note="the baseline run has no summary yet")
     finding, rows = compare_baseline(summary, stored_summary(baseline_run.summary_json, baseline_id), load_gates(gates_file))
     summary.findings.append(SummaryFinding.model_validate(finding.to_dict()))
-    return {"run_id": baseline_id, "rows": rows}
+    return BaselineComparison(baseline_id, tuple(rows))
 
 
 def apply_baseline_verdict(summary: Summary, gates_file: Path | None = None, stopped_early: bool = False) -> None:

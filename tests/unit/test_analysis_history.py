@@ -50,9 +50,9 @@ def test_each_row_holds_its_figures_and_the_previous_runs_delta_as_compare_judge
     assert rows[0].previous is None and rows[0].deltas == {}
     delta = rows[1].deltas["latency.ttft.p99"]
     _, compared = compare_baseline(parse_summary(second), parse_summary(first), Gates())
-    expected = next(r for r in compared if r["name"] == "latency.ttft.p99")
-    assert delta["delta_pct"] == pytest.approx(25.0) == pytest.approx(expected["delta_pct"])
-    assert delta["status"] == expected["status"] == "regressed"
+    expected = next(r for r in compared if r.name == "latency.ttft.p99")
+    assert delta["delta_pct"] == pytest.approx(25.0) == pytest.approx(expected.delta_pct)
+    assert delta["status"] == expected.status == "regressed"
     assert rows[1].deltas["error_rate"]["status"] == "within noise"
 
 

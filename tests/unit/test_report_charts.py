@@ -89,19 +89,22 @@ def test_many_processes_are_capped_with_a_note():
     assert chart["notes"] and "3 smaller processes" in chart["notes"][0]
 
 
-def test_baseline_rows_in_analysis_shape_and_in_the_brief_shape():
+def test_baseline_rows_read_the_comparison_rows():
+    from soak.analysis.baseline import BaselineComparison, ComparisonRow
     from soak.report.sections import baseline_table
 
-    table = baseline_table({"run_id": "b", "note": "", "rows": [
-        {"name": "error_rate", "unit": "fraction", "current": 0.012, "baseline": 0.010, "delta_pct": 20.0,
-         "tolerance": 0.005, "tolerance_text": "0.5 pp", "status": "within noise"},
-        {"metric": "ttft_p99_ms", "current": 640.0, "baseline": 520.0, "delta_pct": 23.1, "tolerance_pct": 10.0,
-         "status": "regressed"}]})
+    table = baseline_table(BaselineComparison("b", (
+        ComparisonRow(name="error_rate", unit="fraction", current=0.012, baseline=0.010, delta_pct=20.0,
+                      tolerance=0.005, tolerance_text="0.5 pp", status="within noise"),
+        ComparisonRow(name="latency.ttft.p99", unit="ms", current=640.0, baseline=520.0, delta_pct=23.1,
+                      tolerance=0.10, tolerance_text="10 %", status="regressed"))))
     first, second = table["rows"]
     assert (first["metric"], first["current"], first["baseline"], first["tolerance"]) == (
         "error_rate", "1.20 %", "1.00 %", "± 0.5 pp")
     assert first["status_class"] == "b-within-noise"
-    assert (second["metric"], second["delta"], second["tolerance"]) == ("ttft_p99_ms", "+23.1 %", "± 10.0 %")
+    assert (second["metric"], second["delta"], second["tolerance"]) == ("latency.ttft.p99", "+23.1 %", "± 10 %")
+    assert baseline_table(None) is None
+    assert baseline_table(BaselineComparison("b", note="no summary yet"))["note"] == "no summary yet"
 
 
 def run_with_lag(lag_p99_ms: float, windows: int = 6) -> Any:

@@ -16,6 +16,7 @@ import numpy as np
 from hdrh.histogram import HdrHistogram
 from sqlalchemy import insert
 
+from soak.analysis.baseline import BaselineComparison, ComparisonRow
 from soak.store import Store
 from soak.store.models import (
     EventRow,
@@ -236,15 +237,16 @@ def summary_dict() -> dict[str, Any]:
     }
 
 
-def baseline_dict() -> dict[str, Any]:
-    return {"run_id": "20261125T200000Z-aaaa", "rows": [
-        {"metric": "ttft_p99_ms", "current": 640.0, "baseline": 520.0, "delta_pct": 23.1, "tolerance_pct": 10.0,
-         "status": "regressed"},
-        {"metric": "e2e_p99_ms", "current": 4100.0, "baseline": 4080.0, "delta_pct": 0.5, "tolerance_pct": 10.0,
-         "status": "within noise"},
-        {"metric": "tokens_per_s", "current": 990.0, "baseline": 900.0, "delta_pct": 10.0, "tolerance_pct": 5.0,
-         "status": "improved"},
-    ]}
+def baseline_dict() -> BaselineComparison:
+    def row(name: str, current: float, baseline: float, delta_pct: float, tolerance: float, status: str):
+        return ComparisonRow(name=name, unit="", current=current, baseline=baseline, delta_pct=delta_pct,
+                             tolerance=tolerance, tolerance_text=f"{100 * tolerance:g} %", status=status)
+
+    return BaselineComparison("20261125T200000Z-aaaa", (
+        row("ttft_p99_ms", 640.0, 520.0, 23.1, 0.10, "regressed"),
+        row("e2e_p99_ms", 4100.0, 4080.0, 0.5, 0.10, "within noise"),
+        row("tokens_per_s", 990.0, 900.0, 10.0, 0.05, "improved"),
+    ))
 
 
 def build_run(db_path: Path, gpu: bool = True, with_hist: bool = True, seed: int = 7) -> dict[str, Any]:
