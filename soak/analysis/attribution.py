@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.stats import t as student_t
 
+from soak.analysis.findings import ScenarioGrowth
 from soak.analysis.inputs import RequestWindow
 
 TIME = "time"
@@ -43,10 +44,10 @@ class Term:
     def is_time(self) -> bool:
         return self.name == TIME
 
-    def to_dict(self, unit: str) -> dict:
+    def growth(self, unit: str) -> ScenarioGrowth:
+        """This term as a finding's evidence row, its unit per request (per second for `time`)."""
         per = "s" if self.is_time else "request"
-        return {"scenario": self.name, "per_request": self.estimate, "ci": list(self.ci),
-                "unit": f"{unit}/{per}", "share": self.share}
+        return ScenarioGrowth(self.name, self.estimate, self.ci, f"{unit}/{per}", self.share)
 
 
 @dataclass(frozen=True)
@@ -57,8 +58,8 @@ class Attribution:
     named: Term | None
     intervals: int
 
-    def to_dicts(self, unit: str) -> list[dict]:
-        return [term.to_dict(unit) for term in self.terms]
+    def growths(self, unit: str) -> list[ScenarioGrowth]:
+        return [term.growth(unit) for term in self.terms]
 
 
 def attribute(t_s: np.ndarray, values: np.ndarray, scenario_windows: Mapping[str, tuple[RequestWindow, ...]],

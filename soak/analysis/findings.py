@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from soak.contracts import Verdict
@@ -23,6 +23,97 @@ CHECK_ORDER = (
 CHECK_NAMES = CHECK_ORDER + ("baseline.regression",)
 
 
+@dataclass(frozen=True)
+class Trend:
+    """A fitted line a chart can draw: in "log" space exp(intercept + slope_per_s·(t − t0_s)), in "linear" space
+    intercept + slope_per_s·(t − t0_s), t in seconds since run start; `series` names the chart's series when the
+    check's name does not say it (e.g. "kv_usage")."""
+
+    slope_per_s: float
+    intercept: float
+    t0_s: float
+    space: str = "linear"
+    series: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return _set_fields(self)
+
+
+@dataclass(frozen=True)
+class Exhaustion:
+    """When a leak's headroom runs out at the measured slope (`hours` None when the slope is not upward)."""
+
+    resource: str
+    headroom: float
+    hours: float | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return _all_fields(self)
+
+
+@dataclass(frozen=True)
+class PerRequest:
+    """A leak's slope divided by the request rate: what each request leaves behind, with its CI."""
+
+    value: float
+    ci: tuple[float, float]
+    unit: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return _all_fields(self)
+
+
+@dataclass(frozen=True)
+class ScenarioGrowth:
+    """One scenario's fitted growth per request (or, for the "time" term, per second) and its share of the
+    growth the attribution fit explains."""
+
+    scenario: str
+    per_request: float
+    ci: tuple[float, float]
+    unit: str
+    share: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return _all_fields(self)
+
+
+@dataclass(frozen=True)
+class ProcessGrowth:
+    """One server process's own leak trend, per hour in `unit` (value, ci and detection_limit None when too
+    few points were fitted); step, net_growth and warmup are the JSON of what was found (None when nothing)."""
+
+    verdict: Verdict
+    value: float | None
+    ci: tuple[float, float] | None
+    detection_limit: float | None
+    mk_p: float
+    points: int
+    step: dict[str, Any] | None
+    net_growth: dict[str, Any] | None
+    warmup: dict[str, Any] | None
+    pid: int
+    name: str
+    unit: str
+    floor: float | None
+    trend: Trend | None
+
+    def as_dict(self) -> dict[str, Any]:
+        out = _all_fields(self)
+        out["trend"] = None if self.trend is None else self.trend.as_dict()
+        return out
+
+
+def _all_fields(record: Any) -> dict[str, Any]:
+    """Every field of a record in declaration order (nested records left as they are)."""
+    return {f.name: getattr(record, f.name) for f in fields(record)}
+
+
+def _set_fields(record: Any) -> dict[str, Any]:
+    """The fields of a record that are not None, in declaration order."""
+    return {key: value for key, value in _all_fields(record).items() if value is not None}
+
+
 @dataclass
 class Finding:
     """One check's verdict with the number it rests on and a sentence of evidence.
@@ -31,10 +122,8 @@ class Finding:
     change the run rules out (the upper end of a trend's CI). `exhaustion` (leak checks) says when the
     headroom runs out at the measured slope; `attribution` (leak checks) the growth per request of
     each scenario. `next_step` (any verdict but PASS and SKIPPED) says in one line what would settle the
-    check or where to look. `trend` lets a chart draw the fitted line:
-    {"slope_per_s", "intercept", "t0_s", "space"}; in "log" space the line is
-    exp(intercept + slope_per_s·(t − t0_s)), in "linear" space intercept + slope_per_s·(t − t0_s),
-    with t in seconds since run start and the result in the finding's series unit (see details).
+    check or where to look. `trend` lets a chart draw the fitted line in the finding's series unit (see
+    details). Each evidence record turns into its summary.json object with `as_dict()`.
     """
 
     check: str
@@ -44,13 +133,13 @@ class Finding:
     ci: tuple[float, float] | None = None
     threshold: float | None = None
     evidence: str = ""
-    per_process: list[dict[str, Any]] | None = None
-    per_request: dict[str, Any] | None = None
+    per_process: list[ProcessGrowth] | None = None
+    per_request: PerRequest | None = None
     percentile_used: str | None = None
-    trend: dict[str, Any] | None = None
+    trend: Trend | None = None
     detection_limit: float | None = None
-    exhaustion: dict[str, Any] | None = None
-    attribution: list[dict[str, Any]] | None = None
+    exhaustion: Exhaustion | None = None
+    attribution: list[ScenarioGrowth] | None = None
     next_step: str | None = None
     details: dict[str, Any] = field(default_factory=dict)
 
@@ -69,10 +158,17 @@ class Finding:
         for key in ("per_process", "per_request", "percentile_used", "trend", "detection_limit",
                     "exhaustion", "attribution", "next_step"):
             if getattr(self, key) is not None:
-                out[key] = _clean(getattr(self, key))
+                out[key] = _clean(_as_json(getattr(self, key)))
         if self.details:
             out["details"] = _clean(self.details)
         return out
+
+
+def _as_json(value: Any) -> Any:
+    """An evidence field as JSON-shaped data: records (alone or in a list) by their `as_dict()`."""
+    if isinstance(value, list):
+        return [_as_json(item) for item in value]
+    return value.as_dict() if hasattr(value, "as_dict") else value
 
 
 def _num(value: Any) -> float | int | None:

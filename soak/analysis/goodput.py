@@ -26,7 +26,7 @@ import numpy as np
 from scipy.stats import beta
 
 from soak.analysis.evidence import detection_sentence, settle_step, trend_caveats, trend_sentence
-from soak.analysis.findings import FAIL, INCONCLUSIVE, PASS, SUSPECT, Finding, inconclusive, skipped
+from soak.analysis.findings import FAIL, INCONCLUSIVE, PASS, SUSPECT, Finding, Trend, inconclusive, skipped
 from soak.analysis.fmt import duration_text, p_text, pct_text
 from soak.analysis.gates import Gates
 from soak.analysis.inputs import RequestWindow, RunData
@@ -172,8 +172,7 @@ def _decay_finding(run: RunData, windows: list[GoodputWindow], result: TrendResu
         evidence += "; " + sentence.replace("rises above", "falls of more than")
     first_share, slope = 1.0 - result.intercept, -result.slope_per_s
     return Finding(check=DECAY, verdict=verdict, value=value, unit="pp fall over run", ci=ci, threshold=threshold,
-                   evidence=evidence, trend={"slope_per_s": slope, "intercept": first_share, "t0_s": result.t0_s,
-                                             "space": "linear"},
+                   evidence=evidence, trend=Trend(slope, first_share, result.t0_s),
                    detection_limit=high if ci else None, details=details,
                    next_step=WHERE if verdict == FAIL else settle_step(result, lambda s: f"a {100 * s * span:.2f} pp fall"))
 

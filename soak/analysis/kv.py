@@ -176,7 +176,7 @@ def _floor_finding(run: RunData, gates: Gates, trend: TrendResult, step: StepRes
         check=CHECK, verdict=verdict, value=trend.slope_per_s * HOUR_S, unit="fraction of KV cache/h",
         ci=(trend.ci_per_s[0] * HOUR_S, trend.ci_per_s[1] * HOUR_S), threshold=trend.min_slope_per_s * HOUR_S,
         evidence=_floor_evidence(trend, step if stepped else None, verdict, start, run.horizon_s, gates.confidence),
-        trend={**trend.line("linear"), "series": "kv_usage"},
+        trend=trend.line("linear", series="kv_usage"),
         detection_limit=trend.detection_limit_per_s * HOUR_S, next_step=settle_step(trend, _rate),
         details={"probes_ran": run.probes_ran, "source": FLOOR_SOURCE, "points": trend.n, "mk_p": trend.mk_p,
                  "gates": trend.gates, "start_floor": start, "step": None if step is None else step.to_dict()})

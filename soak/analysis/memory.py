@@ -35,7 +35,17 @@ import numpy as np
 from soak.analysis.attribution import Attribution, attribute, attribution_text
 from soak.analysis.churn import ChurnFit, cycle_times, fit_churn
 from soak.analysis.evidence import MATERIAL_PHRASE, detection_sentence, settle_step, trend_sentence
-from soak.analysis.findings import FAIL, INCONCLUSIVE, SUSPECT, Finding, inconclusive, skipped
+from soak.analysis.findings import (
+    FAIL,
+    INCONCLUSIVE,
+    SUSPECT,
+    Exhaustion,
+    Finding,
+    PerRequest,
+    ProcessGrowth,
+    inconclusive,
+    skipped,
+)
 from soak.analysis.fmt import bytes_range_text, count_text, duration_text, hours_text, p_text, small_bytes_text
 from soak.analysis.gates import FdLeakGate, Gates, MemoryLeakGate
 from soak.analysis.inputs import ProbeReading, RunData
@@ -428,7 +438,7 @@ def leak_finding(run: RunData, gates: Gates, outcome: Outcome) -> Finding:
         per_process=[_process_entry(kind, j) for j in outcome.per_process],
         per_request=_per_request(kind, result, rate_per_s), trend=result.line("linear"),
         detection_limit=_h(result.detection_limit_per_s), exhaustion=exhaustion,
-        attribution=None if attribution is None else attribution.to_dicts(kind.base_unit),
+        attribution=None if attribution is None else attribution.growths(kind.base_unit),
         next_step=_leak_next_step(kind, outcome, attribution, churn), details=_details(run, outcome, churn),
     )
 
@@ -542,17 +552,17 @@ def _summary(judged: Judged) -> dict:
             "warmup": None if judged.cut is None else judged.cut.to_dict()}
 
 
-def _exhaustion(kind: LeakKind, result: TrendResult, headroom: float | None) -> dict | None:
+def _exhaustion(kind: LeakKind, result: TrendResult, headroom: float | None) -> Exhaustion | None:
     """When the headroom runs out at the measured slope (hours None when the slope is not upward)."""
     if kind.resource is None or headroom is None:
         return None
     per_h = result.slope_per_s * HOUR_S
     hours = headroom / per_h if per_h > 0 else None
-    return {"resource": kind.resource, "headroom": headroom, "hours": hours}
+    return Exhaustion(kind.resource, headroom, hours)
 
 
 def _leak_evidence(outcome: Outcome, rate_per_s: float | None, confidence: float,
-                   exhaustion: dict | None, attribution: Attribution | None, churn: ChurnFit | None = None) -> str:
+                   exhaustion: Exhaustion | None, attribution: Attribution | None, churn: ChurnFit | None = None) -> str:
     kind, chosen, verdict = outcome.kind, outcome.chosen, outcome.verdict
     result = chosen.trend
     low, high = _per_h(result.ci_per_s)
@@ -573,8 +583,8 @@ def _leak_evidence(outcome: Outcome, rate_per_s: float | None, confidence: float
     if verdict in (FAIL, SUSPECT):
         if rate_per_s and result.slope_per_s > 0:
             parts.append(f"{kind.amount(result.slope_per_s / rate_per_s)}/request")
-        if exhaustion and exhaustion["hours"] is not None:
-            parts.append(f"{exhaustion['resource']} runs out in {hours_text(exhaustion['hours'])} at this slope")
+        if exhaustion and exhaustion.hours is not None:
+            parts.append(f"{exhaustion.resource} runs out in {hours_text(exhaustion.hours)} at this slope")
         if churn is not None:
             parts.append(churn.text(kind.amount, kind.amount_range, confidence))
         if attribution is not None and not (churn is not None and churn.named and not _names_scenario(attribution)):
@@ -615,24 +625,22 @@ def _step_text(kind: LeakKind, subject: str, step: StepResult) -> str:
             f"a step of {kind.amount(step.min_shift)} or more counts)")
 
 
-def _process_entry(kind: LeakKind, judged: Judged) -> dict:
+def _process_entry(kind: LeakKind, judged: Judged) -> ProcessGrowth:
     row, result = judged.series, judged.trend
     finite = row.values[np.isfinite(row.values)]
-    entry = _summary(judged)
-    entry.update({"pid": row.pid, "name": row.name, "unit": kind.unit,
-                  "floor": float(finite.min()) if finite.size else None,
-                  "trend": result.line("linear") if entry["value"] is not None else None})
-    return entry
+    own = _summary(judged)
+    return ProcessGrowth(**own, pid=row.pid, name=row.name, unit=kind.unit,
+                         floor=float(finite.min()) if finite.size else None,
+                         trend=result.line("linear") if own["value"] is not None else None)
 
 
-def _per_request(kind: LeakKind, result: TrendResult, rate_per_s: float | None) -> dict | None:
+def _per_request(kind: LeakKind, result: TrendResult, rate_per_s: float | None) -> PerRequest | None:
     """Slope divided by the request rate: how much each request leaves behind."""
     if not rate_per_s or result.slope_per_s != result.slope_per_s:
         return None
     unit = "bytes/request" if kind.is_bytes else "fds/request"
     low, high = result.ci_per_s
-    return {"value": result.slope_per_s / rate_per_s,
-            "ci": [low / rate_per_s, high / rate_per_s], "unit": unit}
+    return PerRequest(result.slope_per_s / rate_per_s, (low / rate_per_s, high / rate_per_s), unit)
 
 
 def request_rate_per_s(run: RunData) -> float | None:

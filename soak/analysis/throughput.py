@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from soak.analysis.evidence import detection_sentence, settle_step, trend_sentence
-from soak.analysis.findings import FAIL, Finding, inconclusive, skipped
+from soak.analysis.findings import FAIL, Finding, Trend, inconclusive, skipped
 from soak.analysis.gates import Gates
 from soak.analysis.inputs import RequestWindow, RunData
 from soak.analysis.trend import assess_trend
@@ -55,7 +55,6 @@ def check_decay(run: RunData, gates: Gates) -> Finding:
     return Finding(check=CHECK, verdict=result.verdict, value=decline, unit="% decline over run",
                    ci=(low, high), threshold=100 * gates.throughput.decay_frac, evidence=evidence,
                    detection_limit=high, next_step=settle_step(result, lambda s: f"a {100 * s * result.span_s:.2g} % decline"),
-                   trend={"slope_per_s": result.slope_per_s * -median, "intercept": -result.intercept * median,
-                          "t0_s": result.t0_s, "space": "linear"},
+                   trend=Trend(result.slope_per_s * -median, -result.intercept * median, result.t0_s),
                    details={"measure": measure, "median": median, "windows_used": result.n,
                             "mk_p": result.mk_p, "gates": result.gates})

@@ -34,7 +34,7 @@ import numpy as np
 import pymannkendall as mk
 from scipy.stats import norm, theilslopes
 
-from soak.analysis.findings import FAIL, INCONCLUSIVE, PASS, SUSPECT
+from soak.analysis.findings import FAIL, INCONCLUSIVE, PASS, SUSPECT, Trend
 
 
 @dataclass(frozen=True)
@@ -92,10 +92,9 @@ class TrendResult:
         # upper end that has to come under the threshold.
         return self.span_s * (high - centre) / room
 
-    def line(self, space: str = "linear") -> dict:
+    def line(self, space: str = "linear", series: str | None = None) -> Trend:
         """The fitted line for a chart."""
-        return {"slope_per_s": self.slope_per_s, "intercept": self.intercept,
-                "t0_s": self.t0_s, "space": space}
+        return Trend(self.slope_per_s, self.intercept, self.t0_s, space, series)
 
     def failed_gates(self) -> list[str]:
         return [name for name, ok in self.gates.items() if not ok]

@@ -70,7 +70,7 @@ def test_a_falling_share_fails_with_its_size():
     assert finding.verdict == FAIL
     assert finding.value == pytest.approx(12.0, abs=0.5)
     assert "falls 11.98 pp over the run" in finding.evidence
-    assert finding.trend["intercept"] == pytest.approx(0.98, abs=0.01) and finding.trend["slope_per_s"] < 0
+    assert finding.trend.intercept == pytest.approx(0.98, abs=0.01) and finding.trend.slope_per_s < 0
 
 
 def test_a_late_lasting_drop_fails_through_the_step_gate():

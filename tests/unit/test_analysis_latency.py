@@ -52,8 +52,8 @@ def test_creep_fails_and_line_is_log_space():
     finding = check_e2e(windows_with(5000, noisy(1, creep_frac=1.0)), Gates())
     assert finding.verdict == FAIL
     assert finding.value == pytest.approx(100 * (2 ** (47 / 48 * 0.95) - 1), abs=12)
-    assert finding.trend["space"] == "log"
-    start = math.exp(finding.trend["intercept"])
+    assert finding.trend.space == "log"
+    start = math.exp(finding.trend.intercept)
     assert 700 < start < 1100
     assert "P99 E2E latency rises" in finding.evidence
 

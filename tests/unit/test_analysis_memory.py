@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from soak.analysis.findings import FAIL, INCONCLUSIVE, PASS, SKIPPED, SUSPECT
+from soak.analysis.findings import FAIL, INCONCLUSIVE, PASS, SKIPPED, SUSPECT, Exhaustion
 from soak.analysis.gates import Gates
 from soak.analysis.inputs import (
     GpuProcessSeries,
@@ -46,12 +46,12 @@ def test_leak_fails_with_per_request_and_per_process():
     assert finding.value == pytest.approx(200 * MIB, rel=0.05)
     assert finding.ci[0] < 200 * MIB < finding.ci[1] or finding.ci[0] == pytest.approx(200 * MIB, rel=0.05)
     assert finding.detection_limit == finding.ci[1]
-    assert finding.per_request["unit"] == "bytes/request"
-    assert finding.per_request["value"] == pytest.approx(200 * MIB / 3600 / 5.0, rel=0.05)
-    assert [p["name"] for p in finding.per_process] == ["api", "EngineCore"]
-    assert [p["verdict"] for p in finding.per_process] == [PASS, FAIL]
+    assert finding.per_request.unit == "bytes/request"
+    assert finding.per_request.value == pytest.approx(200 * MIB / 3600 / 5.0, rel=0.05)
+    assert [p.name for p in finding.per_process] == ["api", "EngineCore"]
+    assert [p.verdict for p in finding.per_process] == [PASS, FAIL]
     assert "MiB/h" in finding.evidence and "persists in 2nd half" in finding.evidence
-    assert finding.trend["space"] == "linear" and finding.details["source"] == "window floors"
+    assert finding.trend.space == "linear" and finding.details["source"] == "window floors"
     assert finding.exhaustion is None  # no host series: headroom unknown
 
 
@@ -73,9 +73,9 @@ def test_threshold_and_time_to_exhaustion_come_from_the_host_headroom():
     headroom = finding.details["headroom"]
     assert 1 * GIB <= headroom < 1.1 * GIB  # the least available over the judged windows
     assert finding.threshold == pytest.approx(headroom / 168)  # under the 16 MiB/h cap
-    assert finding.exhaustion["resource"] == "host memory"
-    assert finding.exhaustion["hours"] == pytest.approx(headroom / finding.value)
-    assert f"host memory runs out in {finding.exhaustion['hours']:.0f} h at this slope" in finding.evidence
+    assert finding.exhaustion.resource == "host memory"
+    assert finding.exhaustion.hours == pytest.approx(headroom / finding.value)
+    assert f"host memory runs out in {finding.exhaustion.hours:.0f} h at this slope" in finding.evidence
 
 
 def test_short_run_with_a_clear_leak_fails():
@@ -130,7 +130,7 @@ def test_sentence_and_figures_describe_the_process_that_decides():
     assert finding.evidence.startswith("RSS of EngineCore (pid 2) rises")
     assert finding.value == pytest.approx(150 * MIB, rel=0.05)  # the process's slope, not the flat total
     assert finding.ci[0] <= finding.value <= finding.ci[1] and finding.detection_limit == finding.ci[1]
-    assert finding.trend["slope_per_s"] * 3600 == pytest.approx(finding.value)
+    assert finding.trend.slope_per_s * 3600 == pytest.approx(finding.value)
     assert abs(finding.details["tree_total"]["value"]) < 20 * MIB
 
 
@@ -158,7 +158,7 @@ def test_vram_leak_fails_with_gpu_headroom():
     run = bare_run(RUN_S, gpu_seen=True, gpu_processes=(GpuProcessSeries(7, t_s, used, "EngineCore"),), host=host)
     finding = check_vram(run, Gates())
     assert finding.verdict == FAIL and "VRAM of EngineCore (pid 7)" in finding.evidence
-    assert finding.exhaustion["resource"] == "GPU memory" and finding.exhaustion["headroom"] == 8 * GIB
+    assert finding.exhaustion.resource == "GPU memory" and finding.exhaustion.headroom == 8 * GIB
     assert "GPU memory runs out in" in finding.evidence
 
 
@@ -180,7 +180,7 @@ def test_per_request_figures_keep_their_significant_digits():
     leaking = flat_process(1, "api", 500 * MIB, fds=lambda t: 50 + np.floor(t * 5.0 / 500))
     finding = check_fds(with_requests(RUN_S, processes=(leaking,)), Gates())
     assert finding.verdict == FAIL
-    assert finding.per_request["value"] == pytest.approx(0.002, rel=0.05)
+    assert finding.per_request.value == pytest.approx(0.002, rel=0.05)
     assert "0.002 fds/request" in finding.evidence
 
 
@@ -242,9 +242,9 @@ def test_leak_finding_attributes_growth_to_the_leaking_scenario():
     run = bare_run(RUN_S, processes=(process,), scenario_windows={"chat": tuple(chat), "cancel": tuple(cancel)})
     finding = check_rss(run, Gates())
     assert finding.verdict in (FAIL, SUSPECT)
-    by_name = {a["scenario"]: a for a in finding.attribution}
-    assert by_name["cancel (cancelled)"]["per_request"] == pytest.approx(2 * MIB, rel=0.1)
-    assert by_name["cancel (cancelled)"]["unit"] == "bytes/request"
+    by_name = {a.scenario: a for a in finding.attribution}
+    assert by_name["cancel (cancelled)"].per_request == pytest.approx(2 * MIB, rel=0.1)
+    assert by_name["cancel (cancelled)"].unit == "bytes/request"
     assert "per cancelled `cancel` request" in finding.evidence and "other scenarios ≈ 0" in finding.evidence
 
 
@@ -262,7 +262,7 @@ def test_a_shrinking_tree_has_no_time_to_exhaustion():
     host = HostSeries(t_s=t_s, available_bytes=np.full(t_s.size, 8.0 * GIB))
     finding = check_rss(bare_run(RUN_S, processes=processes, host=host), Gates())
     assert finding.verdict == PASS
-    assert finding.exhaustion == {"resource": "host memory", "headroom": 8 * GIB, "hours": None}
+    assert finding.exhaustion == Exhaustion("host memory", 8 * GIB, None)
     assert "runs out" not in finding.evidence
 
 
@@ -369,8 +369,8 @@ def test_the_warmup_cut_per_series_is_in_the_details_and_a_tail_is_cut_away():
     assert set(cuts) == {"the server tree (2 processes)", "EngineCore (pid 1)", "api (pid 2)"}
     assert cuts["EngineCore (pid 1)"]["method"] == "mser-5" and cuts["EngineCore (pid 1)"]["t_s"] > run.warmup_s
     assert cuts["api (pid 2)"]["method"] == "configured" and cuts["api (pid 2)"]["t_s"] >= run.warmup_s
-    entry = next(p for p in finding.per_process if p["name"] == "EngineCore")
-    assert entry["warmup"] == cuts["EngineCore (pid 1)"]
+    entry = next(p for p in finding.per_process if p.name == "EngineCore")
+    assert entry.warmup == cuts["EngineCore (pid 1)"]
 
 
 def test_a_warmup_cut_that_would_leave_too_few_probe_readings_is_not_taken():

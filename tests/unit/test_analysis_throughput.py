@@ -32,7 +32,7 @@ def test_decline_fails():
     assert finding.value == pytest.approx(30 * 0.95 / 0.85, rel=0.2)  # relative to the median
     assert "Throughput (tokens per offered request) falls" in finding.evidence
     line = finding.trend
-    assert line["slope_per_s"] < 0 and line["intercept"] == pytest.approx(200 * (1 - 0.3 * 0.05), rel=0.05)
+    assert line.slope_per_s < 0 and line.intercept == pytest.approx(200 * (1 - 0.3 * 0.05), rel=0.05)
 
 
 def test_growth_passes_and_tokens_per_s_without_sends():

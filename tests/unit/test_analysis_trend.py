@@ -114,8 +114,8 @@ def test_second_half_slope_needs_three_points():
 def test_line_describes_fit():
     y = 5 + 0.5 * T_S
     line = assess_trend(T_S, y, spec()).line("linear")
-    assert line["t0_s"] == 0.0 and line["slope_per_s"] == pytest.approx(0.5)
-    assert line["intercept"] == pytest.approx(5.0) and line["space"] == "linear"
+    assert line.t0_s == 0.0 and line.slope_per_s == pytest.approx(0.5)
+    assert line.intercept == pytest.approx(5.0) and line.space == "linear"
 
 
 @settings(max_examples=40, deadline=None)
