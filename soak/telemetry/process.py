@@ -8,6 +8,7 @@ import socket
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -51,22 +52,37 @@ def off_loop(call: Callable[[], T]) -> T:
     return call()
 
 
-def _read_process(process: psutil.Process, with_pss: bool = True) -> dict[str, Any] | None:
+@dataclass(frozen=True)
+class ProcessStats:
+    """One reading of one process; None where it was not read (PSS/USS between their slower reads, anything
+    denied for another user's process, or all but RSS and fds for the row read from the server's /metrics)."""
+
+    pid: int
+    name: str
+    rss_bytes: int | None
+    ppid: int | None = None
+    swap_bytes: int | None = None
+    threads: int | None = None
+    cpu_percent: float | None = None
+    pss_bytes: int | None = None
+    uss_bytes: int | None = None
+    fds: int | None = None
+
+    def row(self, role: str) -> dict[str, Any]:
+        """The process_samples row of this reading, for a "server" or "client" process."""
+        return {**asdict(self), "role": role}
+
+
+def _read_process(process: psutil.Process, with_pss: bool = True) -> ProcessStats | None:
     """RSS, swap, PSS/USS (from smaps_rollup, when asked), fds, threads and CPU % of one process; None once
     gone."""
     try:
         with process.oneshot():
-            row: dict[str, Any] = {
-                "pid": process.pid,
-                "ppid": process.ppid(),
-                "name": process.name()[:128],
-                "rss_bytes": process.memory_info().rss,
-                "swap_bytes": swap_bytes(process.pid),
-                "threads": process.num_threads(),
-                "cpu_percent": process.cpu_percent(None),
-            }
-            row.update(_optional_readings(process, with_pss))
-            return row
+            return ProcessStats(
+                pid=process.pid, ppid=process.ppid(), name=process.name()[:128],
+                rss_bytes=process.memory_info().rss, swap_bytes=swap_bytes(process.pid),
+                threads=process.num_threads(), cpu_percent=process.cpu_percent(None),
+                **_optional_readings(process, with_pss))
     except (psutil.NoSuchProcess, psutil.ZombieProcess):
         return None
 
@@ -159,7 +175,7 @@ class ProcessTreeSampler:
         except psutil.NoSuchProcess:
             return None
 
-    def sample(self) -> list[dict[str, Any]]:
+    def sample(self) -> list[ProcessStats]:
         """One reading per live process of the tree; PSS/USS at most every `pss_every_s`.
 
         The kernel walks every page table entry to produce smaps_rollup (≈5 ms for a 300 MB process), so at
@@ -180,7 +196,7 @@ class SelfSampler:
         self._process = psutil.Process(os.getpid())
         self._process.cpu_percent(None)
 
-    def sample(self) -> dict[str, Any]:
+    def sample(self) -> ProcessStats:
         """One reading of this process."""
         row = _read_process(self._process, with_pss=False)  # soak's own RSS is enough to see it grow
         assert row is not None  # this process is alive while it runs

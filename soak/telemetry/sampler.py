@@ -28,7 +28,7 @@ from soak.telemetry.dcgm import XidChanges
 from soak.telemetry.dialects import DIALECTS, Dialect
 from soak.telemetry.gpu import GpuSampler
 from soak.telemetry.latency import LatencyWindows
-from soak.telemetry.process import ProcessTreeSampler, SelfSampler, off_loop
+from soak.telemetry.process import ProcessStats, ProcessTreeSampler, SelfSampler, off_loop
 from soak.telemetry.prometheus import models_dialect, probe_health, scrape
 
 log = logging.getLogger(__name__)
@@ -42,16 +42,16 @@ class Snapshot:
     """The latest readings, for the live display and for idle-probe readings."""
 
     t_s: float = 0.0
-    server_processes: list[dict[str, Any]] = field(default_factory=list)
-    server: dict[str, Any] = field(default_factory=dict)
-    client: dict[str, Any] = field(default_factory=dict)
+    server_processes: list[ProcessStats] = field(default_factory=list)
+    server: dict[str, Any] = field(default_factory=dict)  # the server_samples row of the server's /metrics
+    client: ProcessStats | None = None
     gpu_process_bytes: int = 0
     host_available_bytes: int | None = None
 
     @property
     def server_rss_bytes(self) -> int:
         """Total RSS of the server tree."""
-        return sum(row.get("rss_bytes") or 0 for row in self.server_processes)
+        return sum(row.rss_bytes or 0 for row in self.server_processes)
 
 
 @dataclass
@@ -212,9 +212,9 @@ class Telemetry:
     def _sample_processes(self, snapshot: Snapshot, t_s: float) -> None:
         self.tree.set_roots(self.sources.server_pids())
         snapshot.server_processes = off_loop(self.tree.sample)  # PSS reads block for tens of ms a process
-        snapshot.client = self.me.sample()
-        self.recorder.rows(ProcessSample, [{**row, "role": "server"} for row in snapshot.server_processes], t_s)
-        self.recorder.rows(ProcessSample, [{**snapshot.client, "role": "client"}], t_s)
+        snapshot.client = client = self.me.sample()
+        self.recorder.rows(ProcessSample, [row.row("server") for row in snapshot.server_processes], t_s)
+        self.recorder.rows(ProcessSample, [client.row("client")], t_s)
 
     def _sample_host(self, snapshot: Snapshot, t_s: float) -> None:
         """The host's available memory (MemAvailable), the headroom a leak eats into.
@@ -282,11 +282,10 @@ class Telemetry:
         rss, fds = reading.get("process_rss_bytes"), reading.get("process_fds")
         if snapshot.server_processes or (rss is None and fds is None):
             return
-        row = {"pid": 0, "ppid": None, "name": METRICS_PROCESS_NAME, "rss_bytes": None if rss is None else int(rss),
-               "fds": None if fds is None else int(fds), "threads": None, "cpu_percent": None,
-               "pss_bytes": None, "uss_bytes": None, "swap_bytes": None}
+        row = ProcessStats(pid=0, name=METRICS_PROCESS_NAME, rss_bytes=None if rss is None else int(rss),
+                           fds=None if fds is None else int(fds))
         snapshot.server_processes = [row]
-        self.recorder.rows(ProcessSample, [{**row, "role": "server"}], t_s)
+        self.recorder.rows(ProcessSample, [row.row("server")], t_s)
 
     def flush(self) -> None:
         """Write every latency window that changed since the last flush."""
@@ -306,8 +305,8 @@ class Telemetry:
         data = {
             "index": index, "drained": drained, "kv_usage": server.get("kv_usage"),
             "running": server.get("running"), "waiting": server.get("waiting"),
-            "processes": [{k: row.get(k) for k in ("pid", "name", "rss_bytes", "swap_bytes", "pss_bytes", "fds")}
-                          for row in snapshot.server_processes],
+            "processes": [{"pid": row.pid, "name": row.name, "rss_bytes": row.rss_bytes, "swap_bytes": row.swap_bytes,
+                           "pss_bytes": row.pss_bytes, "fds": row.fds} for row in snapshot.server_processes],
             "gpu_process_bytes": snapshot.gpu_process_bytes,
         }
         self.recorder.event(EventKind.PROBE_READING, f"idle probe {index}: kv={data['kv_usage']} running={data['running']}",

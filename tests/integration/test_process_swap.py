@@ -46,12 +46,12 @@ def paged_out():
 
 def test_the_sampler_reads_the_swap_of_a_process_that_paged_its_memory_out(paged_out):
     process, outcome = paged_out
-    row = next(row for row in ProcessTreeSampler([process.pid]).sample() if row["pid"] == process.pid)
+    row = next(row for row in ProcessTreeSampler([process.pid]).sample() if row.pid == process.pid)
     if _swap_on() and outcome == "paged":
-        assert row["swap_bytes"] >= 30 * MiB, row
-        assert row["rss_bytes"] < 32 * MiB, row  # the 32 MiB left RSS for swap
+        assert row.swap_bytes >= 30 * MiB, row
+        assert row.rss_bytes < 32 * MiB, row  # the 32 MiB left RSS for swap
     else:  # no swap on this machine (or a kernel before 5.4): the pages stay resident and VmSwap reads 0
-        assert row["swap_bytes"] == 0 and row["rss_bytes"] >= 32 * MiB, row
+        assert row.swap_bytes == 0 and row.rss_bytes >= 32 * MiB, row
 
 
 def test_swap_is_none_where_it_cannot_be_read_and_soak_reads_its_own():
@@ -62,4 +62,4 @@ def test_swap_is_none_where_it_cannot_be_read_and_soak_reads_its_own():
     kernel_thread = 2  # kthreadd: no memory of its own, so no VmSwap line
     if psutil.pid_exists(kernel_thread) and psutil.Process(kernel_thread).name() == "kthreadd":
         assert swap_bytes(kernel_thread) is None
-    assert isinstance(SelfSampler().sample()["swap_bytes"], int)
+    assert isinstance(SelfSampler().sample().swap_bytes, int)

@@ -37,7 +37,7 @@ def parent():
 
 
 def sampled_pids(sampler):
-    return {row["pid"] for row in sampler.sample()}
+    return {row.pid for row in sampler.sample()}
 
 
 def wait_for(condition, timeout_s=10.0):

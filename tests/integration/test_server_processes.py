@@ -44,9 +44,9 @@ def test_the_process_listening_on_the_port_is_found_with_its_children(local_serv
     for host in ("127.0.0.1", "localhost"):
         assert local_listeners(f"http://{host}:{port}") == [pid]
     sampler = ProcessTreeSampler(local_listeners(f"http://127.0.0.1:{port}"))
-    rows = {row["pid"]: row for row in sampler.sample()}
+    rows = {row.pid: row for row in sampler.sample()}
     assert set(rows) == {pid, child}
-    assert rows[pid]["rss_bytes"] > 1_000_000 and rows[pid]["fds"] >= 3
+    assert rows[pid].rss_bytes > 1_000_000 and rows[pid].fds >= 3
 
 
 def test_a_url_on_another_host_finds_nothing(local_server):

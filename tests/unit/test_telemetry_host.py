@@ -5,6 +5,7 @@ from __future__ import annotations
 import psutil
 
 from soak.store.models import HOST_AVAILABLE_METRIC, MetricSample
+from soak.telemetry.process import ProcessStats
 from soak.telemetry.sampler import Snapshot, Telemetry
 
 
@@ -29,7 +30,7 @@ def _telemetry() -> tuple[Telemetry, FakeRecorder]:
 
 def test_the_host_reading_is_stored_as_a_metric_sample_at_the_tick():
     telemetry, recorder = _telemetry()
-    snapshot = Snapshot(t_s=5.0, server_processes=[{"pid": 1, "rss_bytes": 10}])
+    snapshot = Snapshot(t_s=5.0, server_processes=[ProcessStats(pid=1, name="server", rss_bytes=10)])
     telemetry._sample_host(snapshot, 5.0)
     [row] = recorder.rows_of(MetricSample)
     assert row["name"] == HOST_AVAILABLE_METRIC and recorder.calls[0][2] == 5.0
