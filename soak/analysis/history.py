@@ -7,7 +7,7 @@ Pure: it reads the `StoredRun` records the store returns and imports no stage.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from soak.analysis.baseline import IMPROVED, REGRESSED, WITHIN, compare_baseline, metric_values
@@ -42,6 +42,61 @@ class HistoryRun:
     summary: Summary | None  # None until the run is finalised
 
 
+@dataclass(frozen=True)
+class CheckValue:
+    """A chosen check's verdict, value and unit in one run."""
+
+    verdict: str
+    value: float | None
+    unit: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Delta:
+    """A figure's or a check's change from the previous run: `status` and `tolerance` as `soak compare` judges a
+    figure; a check has neither (its verdict says enough)."""
+
+    delta: float
+    unit: str
+    delta_pct: float | None
+    status: str | None = None
+    tolerance: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        if self.tolerance is None:  # a check's delta has no tolerance key
+            del out["tolerance"]
+        return out
+
+
+@dataclass(frozen=True)
+class VerdictChange:
+    """A check whose verdict differs from the previous run's."""
+
+    check: str
+    baseline: str
+    current: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class EnvironmentChange:
+    """An ENVIRONMENT_KEYS entry whose value differs from the run before (`title` says it for people)."""
+
+    key: str
+    title: str
+    before: Any
+    after: Any
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
 @dataclass
 class HistoryRow:
     """One run of the series: its figures, the checks asked for, and what changed since the previous run."""
@@ -49,18 +104,20 @@ class HistoryRow:
     run: HistoryRun
     verdict: str | None
     figures: dict[str, float | None]
-    checks: dict[str, dict[str, Any] | None]
+    checks: dict[str, CheckValue | None]
     previous: str | None = None  # the run the deltas are against (the latest earlier run with a summary)
-    deltas: dict[str, dict[str, Any]] = field(default_factory=dict)
-    verdict_changes: list[dict[str, Any]] = field(default_factory=list)
-    environment_changes: list[dict[str, Any]] = field(default_factory=list)
+    deltas: dict[str, Delta] = field(default_factory=dict)
+    verdict_changes: list[VerdictChange] = field(default_factory=list)
+    environment_changes: list[EnvironmentChange] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         """The row as `soak history --json` prints it."""
         return {"run_id": self.run.run_id, "started_at": self.run.started_at, "status": self.run.status,
                 "labels": self.run.labels, "verdict": self.verdict, "figures": self.figures,
-                "checks": self.checks, "previous": self.previous, "deltas": self.deltas,
-                "verdict_changes": self.verdict_changes, "environment_changes": self.environment_changes}
+                "checks": {check: None if value is None else value.as_dict() for check, value in self.checks.items()},
+                "previous": self.previous, "deltas": {key: delta.as_dict() for key, delta in self.deltas.items()},
+                "verdict_changes": [change.as_dict() for change in self.verdict_changes],
+                "environment_changes": [change.as_dict() for change in self.environment_changes]}
 
 
 def from_stored(run: StoredRun) -> HistoryRun:
@@ -94,11 +151,11 @@ def figures_of(summary: Summary | None) -> dict[str, float | None]:
     return {key: values.get(key) for key, _, _ in FIGURES}
 
 
-def checks_of(summary: Summary | None, checks: list[str]) -> dict[str, dict[str, Any] | None]:
-    """Verdict, value and unit of each chosen check (None when the run has no such finding), as JSON shows them."""
+def checks_of(summary: Summary | None, checks: list[str]) -> dict[str, CheckValue | None]:
+    """Verdict, value and unit of each chosen check (None when the run has no such finding)."""
     findings = {f.check: f for f in summary.findings} if summary else {}
-    return {check: {"verdict": findings[check].verdict.value, "value": findings[check].value,
-                    "unit": findings[check].unit} if check in findings else None for check in checks}
+    return {check: CheckValue(findings[check].verdict.value, findings[check].value, findings[check].unit)
+            if check in findings else None for check in checks}
 
 
 def _environment_value(environment: dict[str, Any], key: str) -> Any:
@@ -110,13 +167,13 @@ def _environment_value(environment: dict[str, Any], key: str) -> Any:
     return value or None
 
 
-def environment_changes(before: dict[str, Any], after: dict[str, Any]) -> list[dict[str, Any]]:
+def environment_changes(before: dict[str, Any], after: dict[str, Any]) -> list[EnvironmentChange]:
     """Each ENVIRONMENT_KEYS entry whose value differs between two runs."""
     changes = []
     for key, title in ENVIRONMENT_KEYS:
         old, new = _environment_value(before, key), _environment_value(after, key)
         if old != new:
-            changes.append({"key": key, "title": title, "before": old, "after": new})
+            changes.append(EnvironmentChange(key, title, old, new))
     return changes
 
 
@@ -124,11 +181,9 @@ def check_deltas(row: HistoryRow, previous: HistoryRow) -> None:
     """Each chosen check's change of value from the previous run (no tolerance: its verdict says enough)."""
     for check, now in row.checks.items():
         before = previous.checks.get(check)
-        if now and before and isinstance(now["value"], (int, float)) and isinstance(before["value"], (int, float)):
-            delta = now["value"] - before["value"]
-            row.deltas[check] = {"delta": delta, "unit": now["unit"],
-                                 "delta_pct": 100 * delta / before["value"] if before["value"] else None,
-                                 "status": None}
+        if now and before and isinstance(now.value, (int, float)) and isinstance(before.value, (int, float)):
+            delta = now.value - before.value
+            row.deltas[check] = Delta(delta, now.unit, 100 * delta / before.value if before.value else None)
 
 
 def compare_with(row: HistoryRow, previous: HistoryRow, gates: Gates) -> None:
@@ -138,10 +193,10 @@ def compare_with(row: HistoryRow, previous: HistoryRow, gates: Gates) -> None:
     if row.run.summary is None or previous.run.summary is None:
         return
     finding, compared = compare_baseline(row.run.summary, previous.run.summary, gates)
-    row.deltas = {item.name: {"delta": item.current - item.baseline, "unit": item.unit,
-                              "delta_pct": item.delta_pct, "status": item.status, "tolerance": item.tolerance_text}
+    row.deltas = {item.name: Delta(item.current - item.baseline, item.unit, item.delta_pct, item.status,
+                                   item.tolerance_text)
                   for item in compared if item.name in dict.fromkeys(k for k, _, _ in FIGURES)}
-    row.verdict_changes = (finding.details or {}).get("verdict_changes", [])
+    row.verdict_changes = [VerdictChange(**change) for change in (finding.details or {}).get("verdict_changes", [])]
     check_deltas(row, previous)
 
 
@@ -163,5 +218,5 @@ def build_history(runs: list[HistoryRun], gates: Gates, wanted_checks: tuple[str
 
 def status_counts(rows: list[HistoryRow]) -> dict[str, int]:
     """How many deltas regressed, improved or stayed within noise over the whole series."""
-    statuses = [delta["status"] for row in rows for delta in row.deltas.values() if delta["status"]]
+    statuses = [delta.status for row in rows for delta in row.deltas.values() if delta.status]
     return {status: statuses.count(status) for status in (REGRESSED, IMPROVED, WITHIN)}

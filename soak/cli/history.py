@@ -74,7 +74,7 @@ def _print(rows: list[HistoryRow]) -> None:
     console = Console(width=200)
     console.print(table)
     for row in rows:
-        changes = [f"{c['check']} {c['baseline']} → {c['current']}" for c in row.verdict_changes]
+        changes = [f"{c.check} {c.baseline} → {c.current}" for c in row.verdict_changes]
         changes += [change_text(change) for change in row.environment_changes]
         if changes:
             console.print(f"{row.run.run_id} against {row.previous}: {'; '.join(changes)}", markup=False,

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import soak
-from soak.analysis.history import FIGURES, HistoryRow, status_counts
+from soak.analysis.history import FIGURES, CheckValue, Delta, EnvironmentChange, HistoryRow, status_counts
 from soak.report.charts import PALETTE
 from soak.report.formatting import MISSING, display_unit, format_utc, format_value, quantity_texts
 from soak.report.render import environment, plotly_js, script_json, write_atomically
@@ -27,32 +27,32 @@ def quantity_text(value: Any, unit: str | None) -> str:
     return quantity_texts(value, unit)["value"]
 
 
-def delta_text(delta: dict[str, Any] | None) -> str:
+def delta_text(delta: Delta | None) -> str:
     """`+3.2 % regressed`, `−0.1 pp`, or "" without a delta."""
-    if not delta:
+    if delta is None:
         return ""
-    if delta.get("unit") == "fraction":
-        change = f"{100 * delta['delta']:+.2f} pp"
-    elif delta.get("delta_pct") is not None:
-        change = f"{delta['delta_pct']:+.1f} %"
+    if delta.unit == "fraction":
+        change = f"{100 * delta.delta:+.2f} pp"
+    elif delta.delta_pct is not None:
+        change = f"{delta.delta_pct:+.1f} %"
     else:
-        change = f"{delta['delta']:+.4g} {delta.get('unit') or ''}".strip()
-    return f"{change} {delta['status']}" if delta.get("status") else change
+        change = f"{delta.delta:+.4g} {delta.unit or ''}".strip()
+    return f"{change} {delta.status}" if delta.status else change
 
 
-def check_text(entry: dict[str, Any] | None) -> str:
+def check_text(entry: CheckValue | None) -> str:
     """`PASS 0 % of KV cache`, or "—" for a run without that finding."""
-    if not entry:
+    if entry is None:
         return MISSING
-    value = quantity_text(entry["value"], entry["unit"]) if entry["value"] is not None else ""
-    return f"{entry['verdict']} {value}".strip()
+    value = quantity_text(entry.value, entry.unit) if entry.value is not None else ""
+    return f"{entry.verdict} {value}".strip()
 
 
-def change_text(change: dict[str, Any]) -> str:
+def change_text(change: EnvironmentChange) -> str:
     """`vLLM 0.6.1 → 0.6.2`."""
-    before = MISSING if change["before"] is None else format_value(change["before"])
-    after = MISSING if change["after"] is None else format_value(change["after"])
-    return f"{change['title']} {before} → {after}"
+    before = MISSING if change.before is None else format_value(change.before)
+    after = MISSING if change.after is None else format_value(change.after)
+    return f"{change.title} {before} → {after}"
 
 
 def columns(rows: list[HistoryRow]) -> list[str]:
@@ -69,8 +69,12 @@ def cells(row: HistoryRow) -> list[dict[str, str]]:
     out += [{"text": check_text(entry), "delta": delta_text(row.deltas.get(check))}
             for check, entry in row.checks.items()]
     out += [{"text": quantity_text(row.figures[key], FIGURE_UNITS[key]), "delta": delta_text(row.deltas.get(key)),
-             "status": (row.deltas.get(key) or {}).get("status") or ""} for key, _, _ in FIGURES]
+             "status": _status(row.deltas.get(key))} for key, _, _ in FIGURES]
     return [{"delta": "", "status": "", **cell} for cell in out]
+
+
+def _status(delta: Delta | None) -> str:
+    return (delta.status or "") if delta is not None else ""
 
 
 def series_chart(chart_id: str, title: str, unit: str | None, rows: list[HistoryRow],
@@ -106,9 +110,9 @@ def history_charts(rows: list[HistoryRow]) -> list[dict[str, Any]]:
     charts = []
     for index, check in enumerate(rows[0].checks if rows else []):
         entries = [row.checks.get(check) for row in rows]
-        unit = next((entry["unit"] for entry in entries if entry and entry["unit"]), None)
+        unit = next((entry.unit for entry in entries if entry and entry.unit), None)
         charts.append(series_chart(f"history-check-{index}", check, unit, rows,
-                                   [entry["value"] if entry else None for entry in entries]))
+                                   [entry.value if entry else None for entry in entries]))
     for index, (key, title, unit) in enumerate(FIGURES):
         charts.append(series_chart(f"history-figure-{index}", title, unit, rows, [row.figures[key] for row in rows]))
     return charts
@@ -124,7 +128,8 @@ def history_context(rows: list[HistoryRow], filters: dict[str, str]) -> dict[str
         "changes": [{"run_id": row.run.run_id, "previous": row.previous,
                      "lines": [change_text(change) for change in row.environment_changes]}
                     for row in rows if row.environment_changes],
-        "verdict_changes": [{"run_id": row.run.run_id, "previous": row.previous, "changes": row.verdict_changes}
+        "verdict_changes": [{"run_id": row.run.run_id, "previous": row.previous,
+                             "changes": [change.as_dict() for change in row.verdict_changes]}
                             for row in rows if row.verdict_changes],
         "counts": status_counts(rows), "charts": [chart for chart in charts if chart["figure"]],
         "no_chart": [chart["title"] for chart in charts if not chart["figure"]],

@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 from soak.analysis.gates import Gates
-from soak.analysis.history import HistoryRun, build_history
+from soak.analysis.history import Delta, HistoryRun, build_history
 from soak.contracts import parse_summary
 from soak.report.history import cells, columns, delta_text, render_history
 
@@ -31,7 +31,7 @@ def test_cells_follow_the_columns_and_carry_the_delta():
     assert len(cells(rows[1])) == len(columns(rows))
     ttft = cells(rows[1])[columns(rows).index("P99 TTFT")]
     assert ttft == {"text": "60.0 ms", "delta": "+50.0 % regressed", "status": "regressed"}
-    assert delta_text({"delta": 0.002, "unit": "fraction", "delta_pct": None, "status": "regressed"}) == \
+    assert delta_text(Delta(0.002, "fraction", None, "regressed")) == \
         "+0.20 pp regressed"
 
 
