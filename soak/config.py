@@ -205,6 +205,7 @@ class ReplicaSpec(_Model):
         head, _, url = parts[0].rpartition("=") if "=" in parts[0].split("://")[0] else ("", "", parts[0])
         if head and not REPLICA_NAME.match(head):
             raise ValueError(f"replica name {head!r} must be letters, digits, '_', '-' or '.' (at most 64)")
+        url = target_url(url)  # the URL's error first: "bad name=URL" is a bad URL, not a bad weight
         weight = parts[1] if len(parts) == 2 else "1"
         try:
             weight_value = float(weight)
@@ -212,7 +213,7 @@ class ReplicaSpec(_Model):
             weight_value = -1.0
         if not weight_value > 0 or weight_value == float("inf"):
             raise ValueError(f"target {text!r}: the weight {weight!r} must be a positive number")
-        return cls(name=head or None, url=target_url(url), weight=weight_value)
+        return cls(name=head or None, url=url, weight=weight_value)
 
 
 def parse_targets_file(path: Path) -> list[ReplicaSpec]:
