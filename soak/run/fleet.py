@@ -24,13 +24,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sqlalchemy import delete
+
 from soak.config import LoadSettings, ReplicaSpec, RunConfig, TargetSettings, name_replicas, parse_targets_file
 from soak.contracts import FleetSummary
 from soak.errors import ConfigError, TargetError
 from soak.run.environment import dumps
 from soak.run.fleet_summary import finalise_fleet
 from soak.store import Store
-from soak.store.models import Run
+from soak.store.models import Run, RunLabel
 from soak.store.recorder import new_run_id, utc_now_iso
 
 FLEET_KIND = "fleet"  # the target_kind of a fleet's own row
@@ -175,14 +177,16 @@ class FleetConductor:
                "config_json": config.model_dump_json(), "environment_json": dumps({"host": socket.gethostname()})}
         with store.writing() as session:
             session.add(Run(**row))
+            session.add_all(RunLabel(run_id=plan.fleet_id, key=key, value=value) for key, value in config.labels.items())
 
     def _finish(self, store: Store, started: float) -> FleetSummary:
         """End the fleet row and build its verdict; with no replica run at all, remove the row and say why."""
         opened = {run.replica for run in store.fleet_runs(self.plan.fleet_id)}
         errors = {child.name: child.error_line() for child in self.children if child.name not in opened}
         if not opened:
-            with store.writing() as session:
-                session.delete(session.get(Run, self.plan.fleet_id))
+            with store.writing() as session:  # a fleet that never started leaves no run behind, like one run
+                session.execute(delete(RunLabel).where(RunLabel.run_id == self.plan.fleet_id))
+                session.execute(delete(Run).where(Run.id == self.plan.fleet_id))
             first = self.children[0]
             raise TargetError(f"no replica of the fleet started; replica {first.name}: {errors[first.name]}")
         status = "aborted" if self.stopped_by else "completed"
