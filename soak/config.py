@@ -202,7 +202,7 @@ class ReplicaSpec(_Model):
         parts = str(text).split()
         if not parts or len(parts) > 2:
             raise ValueError(f"target {text!r} is not [NAME=]URL [WEIGHT]")
-        head, _, url = parts[0].rpartition("=") if "=" in parts[0].split("://")[0] else ("", "", parts[0])
+        head, _, url = parts[0].partition("=") if "=" in parts[0].split("://")[0] else ("", "", parts[0])
         if head and not REPLICA_NAME.match(head):
             raise ValueError(f"replica name {head!r} must be letters, digits, '_', '-' or '.' (at most 64)")
         url = target_url(url)  # the URL's error first: "bad name=URL" is a bad URL, not a bad weight

@@ -37,6 +37,7 @@ from soak.store.recorder import new_run_id, utc_now_iso
 
 FLEET_KIND = "fleet"  # the target_kind of a fleet's own row
 OUTPUT_TAIL_LINES = 20
+HEARTBEAT_S = 5.0  # as often as a run's own heartbeat
 
 
 def refuse_unsupported(config: RunConfig) -> None:
@@ -152,14 +153,31 @@ class FleetConductor:
             self._insert_row(store, started)
             self.say(f"fleet {plan.fleet_id}: {len(plan.replicas)} replicas, one run each ({plan.folder})")
             self.children = [start_replica(spec.name, config, plan.folder, self.say) for spec, config in plan.replicas]
-            for child in self.children:
-                child.process.wait()
-                child.pump.join()
+            self._wait(store)
             return self._finish(store, started)
         finally:
+            self._end_children()  # none left, unless the fleet itself failed: then its replicas stop too
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
             store.close()
+
+    def _wait(self, store: Store) -> None:
+        """Wait for every replica to end, beating the fleet row's heartbeat meanwhile (a reader on another host
+        takes a fleet without one for aborted)."""
+        for child in self.children:
+            while True:
+                try:
+                    child.process.wait(timeout=HEARTBEAT_S)
+                    break
+                except subprocess.TimeoutExpired:
+                    with store.writing() as session:
+                        session.get(Run, self.plan.fleet_id).heartbeat_at = utc_now_iso()
+            child.pump.join()
+
+    def _end_children(self) -> None:
+        for child in self.children:
+            if child.process.poll() is None:
+                child.process.terminate()
 
     def _pass_on(self, signum: int, _frame: object) -> None:
         """A stop signal goes to every replica still running (a second one forces them, as for one run)."""

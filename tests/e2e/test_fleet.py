@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import json
 import re
-import sqlite3
 import subprocess
 import sys
 from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
+from e2e_helpers import query
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(400)]
 
@@ -41,14 +41,6 @@ def fleet():
         yield {name: start_refserver(stack, faults) for name, faults in REPLICAS.items()}
 
 
-def _query(out: Path, sql: str) -> list[tuple]:
-    db = sqlite3.connect(out / "soak.db")
-    try:
-        return db.execute(sql).fetchall()
-    finally:
-        db.close()
-
-
 def test_a_fleet_names_the_replicas_that_leak_and_creep(tmp_path, soak_cli, fleet):
     targets = [arg for name, (url, _) in fleet.items() for arg in ("--target", f"{name}={url}")]
     result = soak_cli(*FLEET_RUN, *targets, "--out", str(tmp_path), timeout_s=360)
@@ -69,13 +61,13 @@ def test_a_fleet_names_the_replicas_that_leak_and_creep(tmp_path, soak_cli, flee
 
     # One run per replica, linked to the fleet's row; each sampled its own server, found by its port.
     fleet_id = summary["fleet_id"]
-    rows = _query(tmp_path, f"select replica, id from runs where fleet_id = '{fleet_id}'")
+    rows = query(tmp_path, f"select replica, id from runs where fleet_id = '{fleet_id}'")
     assert sorted(name for name, _ in rows) == sorted(REPLICAS)
     for name, run_id in rows:
-        [(pids,)] = _query(tmp_path, f"select group_concat(distinct pid) from process_samples where run_id = "
+        [(pids,)] = query(tmp_path, f"select group_concat(distinct pid) from process_samples where run_id = "
                                      f"'{run_id}' and role = 'server'")
         assert pids == str(fleet[name][1]), (name, pids)
-    [(kind, verdict)] = _query(tmp_path, f"select target_kind, verdict from runs where id = '{fleet_id}'")
+    [(kind, verdict)] = query(tmp_path, f"select target_kind, verdict from runs where id = '{fleet_id}'")
     assert (kind, verdict) == ("fleet", "FAIL")
     fleet_page = Path(summary["report_html"]).read_text()
     assert all(f'id="replica-{name}"' in fleet_page for name in REPLICAS)

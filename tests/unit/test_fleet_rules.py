@@ -24,6 +24,7 @@ def fleet_config(*targets: str, **flags):
     ("gpu-0=http://h:8000/v1", "gpu-0", "http://h:8000", 1.0),
     ("gpu-1=https://h:8001/ 2.5", "gpu-1", "https://h:8001", 2.5),
     ("http://h:8000?a=b 0.5", None, "http://h:8000?a=b", 0.5),
+    ("g=http://h:8000?a=b", "g", "http://h:8000?a=b", 1.0),
 ])
 def test_a_target_is_an_optional_name_a_url_and_an_optional_weight(text, name, url, weight):
     assert ReplicaSpec.parse(text) == ReplicaSpec(name=name, url=url, weight=weight)
@@ -192,3 +193,55 @@ def test_a_bad_fleet_on_the_command_line_is_one_line_and_exit_2(soak_cli, tmp_pa
     [line] = result.stderr.strip().splitlines()
     assert line.startswith("soak: error: ") and message in line
     assert not (tmp_path / "soak.db").exists()
+
+
+# -- the fleet's summary and report, from a real database -----------------------------------------------------
+def store_fleet(tmp_path, replicas: dict[str, tuple[str, float, float]]):
+    """A SQLite store holding fleet F (replicas a, b, c, d) and a run for each replica in `replicas`:
+    name → (verdict, leak.rss slope, P99 TTFT)."""
+    from soak.run.environment import dumps
+    from soak.store import Store
+    from soak.store.models import Run
+    from support.records import run_summary
+
+    store = Store.open(f"sqlite:///{tmp_path / 'soak.db'}")
+    plan = plan_fleet(fleet_config(*(f"{n}=http://{n}:1" for n in "abcd"), out=str(tmp_path)), fleet_id="F")
+    row = {"status": "completed", "started_at": "2026-01-01T00:00:00+00:00", "t0_epoch_s": 0.0,
+           "planned_duration_s": 600.0, "warmup_s": 30.0, "window_s": 10.0, "environment_json": "{}"}
+    ttft = {"p50": 100.0, "p95": 200.0, "count": 600}
+    with store.writing() as session:
+        session.add(Run(id="F", target_kind="fleet", out_dir=str(tmp_path / "F"), config_json=plan.config.model_dump_json(),
+                        **row))
+        for name, (verdict, slope, p99) in replicas.items():
+            folder = tmp_path / "F" / f"R-{name}"
+            summary = run_summary(run_id=f"R-{name}", verdict=verdict, verdict_reason=f"{name} said so",
+                                  report_html=str(folder / "report.html"),
+                                  latency_ms={"ttft": ttft | {"p99": p99}, "itl": ttft | {"p99": 1.0},
+                                              "e2e": ttft | {"p99": p99 * 3}},
+                                  findings=[{"check": "leak.rss", "verdict": verdict, "value": slope,
+                                             "unit": "bytes/h", "threshold": 16e6}])
+            session.add(Run(id=f"R-{name}", target_kind="external", out_dir=str(folder), config_json="{}",
+                            fleet_id="F", replica=name, verdict=verdict, summary_json=dumps(summary.to_json_dict()),
+                            **row))
+    return store
+
+
+def test_the_fleet_summary_and_report_come_from_the_replicas_stored_runs(tmp_path):
+    import json
+
+    from soak.run.fleet_summary import finalise_fleet
+
+    # c leaks under the threshold but far above its peers; d never opened its run.
+    store = store_fleet(tmp_path, {"a": ("PASS", 1e5, 300.0), "b": ("PASS", 2e5, 310.0), "c": ("PASS", 9e6, 305.0)})
+    fleet = finalise_fleet(store, "F", {"d": "connection refused"})
+    by_name = {r.name: r for r in fleet.replicas}
+    assert by_name["c"].verdict == Verdict.SUSPECT and by_name["c"].outliers[0].metric == "leak.rss slope"
+    assert by_name["d"].verdict == Verdict.INVALID and by_name["d"].run_id is None
+    assert by_name["d"].verdict_reason == "its run never opened: connection refused"
+    assert fleet.verdict == Verdict.INVALID and fleet.verdict_reason.startswith("1 of 4 replicas INVALID: replica d:")
+    assert [by_name[n].verdict for n in "ab"] == [Verdict.PASS, Verdict.PASS]
+    assert json.loads((tmp_path / "F" / "summary.json").read_text())["verdict"] == "INVALID"
+    page = (tmp_path / "F" / "report.html").read_text()
+    assert 'href="R-c/report.html"' in page and 'id="replica-d"' in page and "outlier: leak.rss slope" in page
+    assert store.get_run("F").verdict == "INVALID"
+    store.close()
