@@ -12,6 +12,7 @@ the rates split the same way, which is what each child draws with a seed of its 
 from __future__ import annotations
 
 import collections
+import logging
 import math
 import os
 import signal
@@ -24,16 +25,18 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sqlalchemy import delete
+from sqlalchemy import delete, update
 
 from soak.config import LoadSettings, ReplicaSpec, RunConfig, TargetSettings, name_replicas, parse_targets_file
 from soak.contracts import FleetSummary
-from soak.errors import ConfigError, TargetError
+from soak.errors import ConfigError, StorageError, TargetError
 from soak.run.environment import dumps
 from soak.run.fleet_summary import finalise_fleet
 from soak.store import Store
 from soak.store.models import Run, RunLabel
 from soak.store.recorder import new_run_id, utc_now_iso
+
+log = logging.getLogger(__name__)
 
 FLEET_KIND = "fleet"  # the target_kind of a fleet's own row
 OUTPUT_TAIL_LINES = 20
@@ -170,9 +173,20 @@ class FleetConductor:
                     child.process.wait(timeout=HEARTBEAT_S)
                     break
                 except subprocess.TimeoutExpired:
-                    with store.writing() as session:
-                        session.get(Run, self.plan.fleet_id).heartbeat_at = utc_now_iso()
+                    self._beat(store)
             child.pump.join()
+
+    def _beat(self, store: Store) -> None:
+        """One UPDATE, no read first: a read transaction turned writer fails at once, busy timeout or not, when a
+        replica's writer committed meanwhile. A beat the database refuses is only late; the next one tries again."""
+        try:
+            self._update_row(store, heartbeat_at=utc_now_iso())
+        except StorageError as exc:
+            log.warning("fleet heartbeat not stored: %s", exc)
+
+    def _update_row(self, store: Store, **values: object) -> None:
+        with store.writing() as session:
+            session.execute(update(Run).where(Run.id == self.plan.fleet_id).values(**values))
 
     def _end_children(self) -> None:
         for child in self.children:
@@ -208,7 +222,5 @@ class FleetConductor:
             first = self.children[0]
             raise TargetError(f"no replica of the fleet started; replica {first.name}: {errors[first.name]}")
         status = "aborted" if self.stopped_by else "completed"
-        with store.writing() as session:
-            fleet = session.get(Run, self.plan.fleet_id)
-            fleet.status, fleet.ended_at, fleet.duration_s = status, utc_now_iso(), time.time() - started
+        self._update_row(store, status=status, ended_at=utc_now_iso(), duration_s=time.time() - started)
         return finalise_fleet(store, self.plan.fleet_id, errors)
