@@ -17,8 +17,11 @@ def replica_links(summary: FleetSummary, out_path: Path) -> dict[str, str]:
     return {r.name: os.path.relpath(r.report_html, Path(out_path).parent) for r in summary.replicas if r.report_html}
 
 
+def fleet_html(summary: FleetSummary, links: dict[str, str]) -> str:
+    """The fleet's page as text; `links` maps a replica's name to where its report is."""
+    return environment().get_template(TEMPLATE).render(fleet=summary, links=links, soak_version=soak.__version__)
+
+
 def render_fleet_report(summary: FleetSummary, out_path: Path) -> Path:
     """Write the fleet's report.html to `out_path` and return that path."""
-    html = environment().get_template(TEMPLATE).render(fleet=summary, links=replica_links(summary, out_path),
-                                                       soak_version=soak.__version__)
-    return write_atomically(html, Path(out_path))
+    return write_atomically(fleet_html(summary, replica_links(summary, out_path)), Path(out_path))

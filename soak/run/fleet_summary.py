@@ -34,9 +34,12 @@ def replica_outcome(spec: ReplicaSpec, run: StoredRun | None, start_error: str |
     base = {"name": spec.name, "url": spec.url, "weight": spec.weight, "run_id": run.id if run else None,
             "status": run.status if run else None}
     if summary is None:
-        reason = (f"its run never opened: {start_error or 'soak could not start it'}" if run is None
-                  else f"run {run.id} has no summary (`soak close {run.id}` finalises it)")
-        return ReplicaOutcome(**base, verdict=Verdict.INVALID, verdict_reason=reason, leak_slope=None,
+        verdict, reason = Verdict.INVALID, (f"its run never opened: {start_error or 'soak could not start it'}"
+                                            if run is None else f"run {run.id} has no summary (`soak close {run.id}` "
+                                            "finalises it)")
+        if run is not None and run.status == "running":
+            verdict, reason = Verdict.INCONCLUSIVE, f"run {run.id} is still running"
+        return ReplicaOutcome(**base, verdict=verdict, verdict_reason=reason, leak_slope=None,
                               leak_unit=None, ttft_p99_ms=None, e2e_p99_ms=None, latency_samples=None, requests=None, errors=None,
                               report_html=None)
     leak = summary.finding(LEAK_CHECK)

@@ -245,3 +245,13 @@ def test_the_fleet_summary_and_report_come_from_the_replicas_stored_runs(tmp_pat
     assert 'href="R-c/report.html"' in page and 'id="replica-d"' in page and "outlier: leak.rss slope" in page
     assert store.get_run("F").verdict == "INVALID"
     store.close()
+
+
+def test_the_live_view_shows_a_fleet_as_its_table_of_replicas(tmp_path):
+    from soak.web.pages import LivePages
+
+    store = store_fleet(tmp_path, {"a": ("PASS", 1e5, 300.0), "b": ("FAIL", 9e7, 310.0)})
+    page = LivePages(store).run_page("F")
+    assert "2 of 4 replicas INVALID" not in page and "1 of 4 replicas FAIL: replica b: b said so" in page
+    assert 'href="/runs/R-a"' in page and 'id="replica-c"' in page
+    store.close()
