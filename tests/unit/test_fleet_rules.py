@@ -255,3 +255,21 @@ def test_the_live_view_shows_a_fleet_as_its_table_of_replicas(tmp_path):
     assert "2 of 4 replicas INVALID" not in page and "1 of 4 replicas FAIL: replica b: b said so" in page
     assert 'href="/runs/R-a"' in page and 'id="replica-c"' in page
     store.close()
+
+
+def test_a_fleet_none_of_whose_replicas_starts_is_one_line_and_leaves_no_run(soak_cli, tmp_path):
+    import socket
+
+    ports = []
+    for _ in range(2):  # ports that were free a moment ago: nothing listens there
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            ports.append(sock.getsockname()[1])
+    result = soak_cli("start", "--duration", "30s", "--startup-timeout", "3s", "--out", str(tmp_path),
+                      *(arg for port in ports for arg in ("--target", f"http://127.0.0.1:{port}")), timeout_s=90)
+    assert result.returncode == 2, result.stderr[-2000:]
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"soak: error: no replica of the fleet started; replica replica-1: target "
+                           f"http://127.0.0.1:{ports[0]} is unreachable")
+    listed = soak_cli("runs", "--out", str(tmp_path), "--json")
+    assert listed.returncode == 0 and listed.stdout.strip() == "[]"
