@@ -17,10 +17,12 @@ from e2e_helpers import query
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(400)]
 
 READY = re.compile(r"^SOAK_REFSERVER_READY (http://\S+)$")
-# 23 windows of 5 s after a 20 s warm-up (the trend tests need 20), 2 req/s to each replica.
-FLEET_RUN = ["start", "--duration", "135s", "--warmup", "20s", "--window", "5s", "--sample-every", "1s", "--rate", "6",
-             "--scenario", "chat_short", "--no-idle-probes", "--json"]
-REPLICAS = {"healthy": [], "leaky": ["--fault", "rss-leak=1MiB"], "creepy": ["--fault", "latency-creep=300"]}
+# 23 windows of 5 s after a 20 s warm-up (the trend tests need 20), 1.5 req/s to each replica: light, so a busy
+# test machine leaves the clients on time.
+FLEET_RUN = ["start", "--duration", "135s", "--warmup", "20s", "--window", "5s", "--sample-every", "1s",
+             "--rate", "4.5", "--scenario", "chat_short", "--no-idle-probes", "--json"]
+# ITL ten times slower each model hour: a creep that stands far above the noise of a busy machine's timings.
+REPLICAS = {"healthy": [], "leaky": ["--fault", "rss-leak=1MiB"], "creepy": ["--fault", "latency-creep=1000"]}
 
 
 def start_refserver(stack: ExitStack, faults: list[str]) -> tuple[str, int]:
@@ -50,7 +52,10 @@ def test_a_fleet_names_the_replicas_that_leak_and_creep(tmp_path, soak_cli, flee
     assert summary["schema"] == "soak.fleet.summary/1" and summary["verdict"] == "FAIL"
     assert "replica leaky: " in summary["verdict_reason"] and "replica creepy: " in summary["verdict_reason"]
     assert replicas["leaky"]["verdict"] == "FAIL" and replicas["creepy"]["verdict"] == "FAIL", replicas
-    assert replicas["healthy"]["verdict"] in ("PASS", "INCONCLUSIVE"), replicas["healthy"]
+    healthy = json.loads((Path(replicas["healthy"]["report_html"]).parent / "summary.json").read_text())
+    assert replicas["healthy"]["verdict"] not in ("FAIL", "INVALID"), replicas["healthy"]
+    # short of PASS only for lack of time, or (SUSPECT) a client a busy machine slowed: never for the server
+    assert {f["check"] for f in healthy["findings"] if f["verdict"] == "SUSPECT"} <= {"client.saturation"}, healthy
     assert "fleet verdict: FAIL" in result.stderr and "[leaky] " in result.stderr
 
     leaky = json.loads((Path(replicas["leaky"]["report_html"]).parent / "summary.json").read_text())
