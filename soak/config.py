@@ -172,10 +172,87 @@ class PhaseSpec(_Model):
         return fields
 
 
+REPLICA_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
+
+
+def target_url(url: str) -> str:
+    """A server's base URL as soak keeps it: http(s), no trailing slash, no /v1; ValueError naming it otherwise."""
+    if not url.startswith(("http://", "https://")) or len(url) <= len("https://"):
+        raise ValueError(f"target URL {url!r} must start with http:// or https://")
+    url = url.rstrip("/")
+    return url[: -len("/v1")] if url.endswith("/v1") else url
+
+
+class ReplicaSpec(_Model):
+    """One replica of a fleet (`--target [NAME=]URL [WEIGHT]`): its name, base URL and share of the arrivals.
+    An unnamed one is `replica-N` by its place on the command line (then the targets file)."""
+
+    name: str | None = None
+    url: str
+    weight: float = Field(default=1.0, gt=0)
+
+    @field_validator("url")
+    @classmethod
+    def _normal_url(cls, url: str) -> str:
+        return target_url(url)
+
+    @classmethod
+    def parse(cls, text: str) -> ReplicaSpec:
+        """`gpu-0=http://h:8000 2`, `http://h:8000` or `http://h:8000 0.5`; ValueError saying what is wrong."""
+        parts = str(text).split()
+        if not parts or len(parts) > 2:
+            raise ValueError(f"target {text!r} is not [NAME=]URL [WEIGHT]")
+        head, _, url = parts[0].partition("=") if "=" in parts[0].split("://")[0] else ("", "", parts[0])
+        if head and not REPLICA_NAME.match(head):
+            raise ValueError(f"replica name {head!r} must be letters, digits, '_', '-' or '.' (at most 64)")
+        url = target_url(url)  # the URL's error first: "bad name=URL" is a bad URL, not a bad weight
+        weight = parts[1] if len(parts) == 2 else "1"
+        try:
+            weight_value = float(weight)
+        except ValueError:
+            weight_value = -1.0
+        if not weight_value > 0 or weight_value == float("inf"):
+            raise ValueError(f"target {text!r}: the weight {weight!r} must be a positive number")
+        return cls(name=head or None, url=url, weight=weight_value)
+
+
+def parse_targets_file(path: Path) -> list[ReplicaSpec]:
+    """The replicas of a targets file, one `[NAME=]URL [WEIGHT]` a line, `#` comments; ConfigError naming the line."""
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise ConfigError(f"cannot read the targets file {path}: {exc.strerror or exc}") from None
+    replicas = []
+    for number, line in enumerate(lines, start=1):
+        text = line.split("#", 1)[0].strip()
+        if not text:
+            continue
+        try:
+            replicas.append(ReplicaSpec.parse(text))
+        except ValueError as exc:
+            raise ConfigError(f"targets file {path} line {number}: {exc}") from None
+    if not replicas:
+        raise ConfigError(f"targets file {path} names no target")
+    return replicas
+
+
+def name_replicas(replicas: list[ReplicaSpec]) -> tuple[ReplicaSpec, ...]:
+    """Every replica named (`replica-N` for the unnamed N-th), or a ConfigError for a name or URL given twice."""
+    named = tuple(r if r.name else r.model_copy(update={"name": f"replica-{n}"}) for n, r in enumerate(replicas, 1))
+    for attribute in ("name", "url"):
+        values = [getattr(r, attribute) for r in named]
+        twice = next((value for value in values if values.count(value) > 1), None)
+        if twice is not None:
+            raise ConfigError(f"two targets have the same {attribute} {twice!r}: each replica needs its own")
+    return named
+
+
 class TargetSettings(_Model):
     """Which server to test and how to start it."""
 
-    url: str | None = None
+    url: str | None = None  # the one server of a plain run: the only --target, or a fleet's replica
+    replicas: tuple[ReplicaSpec, ...] = ()  # every --target as given
+    targets_file: Path | None = None  # more replicas, read when the run starts (soak/run/fleet.py)
     model: str | None = None
     served_model: str | None = None
     vllm_bin: str | None = None
@@ -200,12 +277,33 @@ class TargetSettings(_Model):
     @field_validator("url")
     @classmethod
     def _strip_v1(cls, url: str | None) -> str | None:
-        if url is None:
-            return None
-        if not url.startswith(("http://", "https://")):
-            raise ValueError(f"target URL {url!r} must start with http:// or https://")
-        url = url.rstrip("/")
-        return url[: -len("/v1")] if url.endswith("/v1") else url
+        return None if url is None else target_url(url)
+
+    @field_validator("replicas", mode="before")
+    @classmethod
+    def _parse_replicas(cls, value: Any) -> Any:
+        items = [value] if isinstance(value, (str, dict)) else list(value or ())
+        return tuple(ReplicaSpec.parse(v) if isinstance(v, str) else v for v in items)
+
+    @model_validator(mode="after")
+    def _one_or_a_fleet(self) -> TargetSettings:
+        """One unnamed --target is the plain run's URL; more (or a targets file) make a fleet, which soak cannot
+        combine with starting a server itself."""
+        if self.is_fleet and (self.model or self.url):
+            what = "--model" if self.model else "a single target URL"
+            raise ValueError(f"several targets (a fleet) cannot be combined with {what}")
+        try:
+            name_replicas(list(self.replicas))
+        except ConfigError as exc:  # a ValueError lets pydantic say which setting it was
+            raise ValueError(str(exc)) from None
+        if len(self.replicas) == 1 and not self.targets_file and self.url is None:
+            object.__setattr__(self, "url", self.replicas[0].url)  # frozen: set once, while validating
+        return self
+
+    @property
+    def is_fleet(self) -> bool:
+        """Several targets, or a targets file: one run per replica under one fleet run (soak/run/fleet.py)."""
+        return len(self.replicas) > 1 or self.targets_file is not None
 
     @field_validator("vllm_faults")
     @classmethod
@@ -218,8 +316,8 @@ class TargetSettings(_Model):
 
     @property
     def kind(self) -> Literal["reference", "vllm", "external"]:
-        """reference when nothing is named, vllm with --model, external with --target."""
-        if self.url:
+        """reference when nothing is named, vllm with --model, external with --target (every replica of a fleet)."""
+        if self.url or self.is_fleet:
             return "external"
         return "vllm" if self.model else "reference"
 
@@ -337,6 +435,8 @@ class RunConfig(_Model):
     web: str | None = None  # HOST:PORT of the live view (soak.web), None = off
     slo: SloTargets | None = None  # per-request targets that goodput counts against (soak/slo.py), None = no SLO
     config_file: Path | None = None
+    fleet_id: str | None = None  # the fleet run this replica's run belongs to (soak/run/fleet.py), else None
+    replica: str | None = None  # this run's replica name within that fleet
     target: TargetSettings = TargetSettings()
     load: LoadSettings = LoadSettings()
     telemetry: TelemetrySettings = TelemetrySettings()

@@ -511,3 +511,58 @@ def stored_summary(text: str | None, run_id: str) -> Summary | None:
     except ValueError as exc:  # not JSON, or a schema soak never wrote
         raise StorageError(f"the summary stored with run {run_id} cannot be read: {exc}") from None
 
+
+
+FLEET_SUMMARY_SCHEMA = "soak.fleet.summary/1"
+
+
+class FleetOutlier(BaseModel):
+    """A replica whose figure stands out among its peers' under the same load (docs/gates.md, "Fleets")."""
+
+    metric: str = Field(description="`leak.rss slope`, `P99 TTFT` or `P99 E2E`")
+    value: float
+    median: float = Field(description="the median over the replicas that have the figure")
+    robust_z: float = Field(description="(value − median) ÷ (1.4826 × MAD, at least the floor)")
+    unit: str
+
+
+class ReplicaOutcome(BaseModel):
+    """One replica of a fleet run: its own run, verdict and the figures the fleet table compares."""
+
+    name: str
+    url: str
+    weight: float
+    run_id: str | None = Field(description="null when the replica's run never opened")
+    status: str | None
+    verdict: Verdict = Field(description="its run's verdict, raised to SUSPECT when it is an outlier")
+    verdict_reason: str
+    leak_slope: float | None = Field(description="leak.rss's slope, in `leak_unit`")
+    leak_unit: str | None
+    ttft_p99_ms: float | None
+    e2e_p99_ms: float | None
+    latency_samples: int | None = Field(description="the fewer of the TTFT and E2E samples the P99s rest on")
+    requests: int | None
+    errors: int | None
+    outliers: list[FleetOutlier] = Field(default_factory=list)
+    report_html: str | None
+
+
+class FleetSummary(BaseModel):
+    """The summary.json of a fleet run (`soak start` with several targets): the worst replica's verdict, named."""
+
+    model_config = ConfigDict(populate_by_name=True)
+
+    schema_id: Literal[FLEET_SUMMARY_SCHEMA] = Field(FLEET_SUMMARY_SCHEMA, alias="schema")
+    fleet_id: str
+    status: str
+    started_at: str
+    ended_at: str | None
+    planned_duration_s: float
+    verdict: Verdict
+    verdict_reason: str
+    replicas: list[ReplicaOutcome]
+    report_html: str | None
+
+    def to_json_dict(self) -> dict[str, Any]:
+        """The fleet's summary.json document as plain JSON values."""
+        return self.model_dump(mode="json", by_alias=True)

@@ -70,7 +70,11 @@ SETTINGS: tuple[Setting, ...] = (
        metavar="D"),
     _s("horizon", "horizon_s", LENGTH, "Service horizon the leak gates protect: a leak may not exhaust the "
        "headroom within it (default 7d).", kind="duration", metavar="D"),
-    _s("target", "target.url", TARGET, "Base URL of a running OpenAI-compatible server (no /v1).", metavar="URL"),
+    _s("target", "target.replicas", TARGET, "Base URL of a running OpenAI-compatible server (no /v1). Repeat it "
+       "for a fleet, one run per replica: NAME=URL names one, a weight after a space sets its share of the arrivals "
+       "(default equal; docs/load.md, \"Fleets\").", metavar="[NAME=]URL", multiple=True),
+    _s("targets_file", "target.targets_file", TARGET, "File of fleet replicas, one `[NAME=]URL [WEIGHT]` a line, "
+       "`#` comments (with or instead of --target).", kind="file", metavar="FILE"),
     _s("model", "target.model", TARGET,
        "Start embedded vLLM serving NAME (needs vLLM: beside soak's Python, on PATH, or --vllm-bin); "
        "`tiny`: a tiny model soak builds itself.", metavar="NAME"),

@@ -50,11 +50,12 @@ from soak.cli.history import history  # noqa: E402 - registered after the group 
 from soak.cli.model import model  # noqa: E402 - registered after the group exists
 from soak.cli.runs import close, compare, report, runs, status  # noqa: E402 - registered after the group exists
 from soak.cli.schedule import daemon, schedule  # noqa: E402 - registered after the group exists
-from soak.cli.start import start  # noqa: E402 - registered after the group exists
+from soak.cli.start import replica, start  # noqa: E402 - registered after the group exists
 from soak.cli.web import web  # noqa: E402 - registered after the group exists
 from soak.cli.worker import worker  # noqa: E402 - registered after the group exists
 
 main.add_command(start)
+main.add_command(replica)
 main.add_command(runs)
 main.add_command(status)
 main.add_command(report)

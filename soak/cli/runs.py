@@ -65,12 +65,18 @@ def runs(locations: Locations, limit: int, labels: dict[str, str], json_output: 
         click.echo(f"no runs yet: there is no database at {locations.db_url}", err=True)
     if json_output:
         print_json([{k: getattr(r, k) for k in ("id", "status", "verdict", "started_at", "ended_at", "duration_s",
-                                                "target_kind", "model", "schedule_name", "out_dir", "labels")}
+                                                "target_kind", "model", "schedule_name", "out_dir", "labels", "fleet_id",
+                                                "replica")}
                     for r in found])
         return
     _table("soak runs", ["run", "status", "verdict", "started (UTC)", "duration", "target", "model", "labels"], [
         [r.id, r.status, r.verdict, r.started_at[:19], _duration_text(r),
-         r.target_kind, r.model, labels_text(r.labels)] for r in found])
+         _target_text(r), r.model, labels_text(r.labels)] for r in found])
+
+
+def _target_text(run: StoredRun) -> str:
+    """The target's kind; for a replica's run, which replica of which fleet."""
+    return f"{run.target_kind}: {run.replica} of {run.fleet_id}" if run.fleet_id else run.target_kind
 
 
 def _duration_text(run: StoredRun) -> str:
@@ -130,6 +136,10 @@ def report(run_id: str, locations: Locations, baseline: str | None, gates: str |
     """
     if paper and not pdf:
         raise click.UsageError("--paper goes with --pdf FILE")
+    if _is_fleet(run_id, locations):
+        _report_fleet(run_id, locations, report_dir, json_output, refused=[
+            (baseline, "--baseline"), (junit, "--junit"), (pdf, "--pdf"), (gates, "--gates")])
+        return
     if pdf:
         from soak.report.pdf import require_chromium
 
@@ -139,6 +149,32 @@ def report(run_id: str, locations: Locations, baseline: str | None, gates: str |
     if pdf:
         _print_pdf(summary, Path(pdf), paper or "a4")
     _emit(summary, junit, json_output, exit_with_verdict=False)
+
+
+def _is_fleet(run_id: str, locations: Locations) -> bool:
+    from soak.run.fleet import FLEET_KIND
+    from soak.store import Store
+
+    return Store.open(locations, read_only=True).get_run(run_id).target_kind == FLEET_KIND
+
+
+def _report_fleet(run_id: str, locations: Locations, report_dir: str | None, json_output: bool,
+                  refused: list[tuple[Any, str]]) -> None:
+    """A fleet run's report and summary.json again, from its replicas' stored summaries."""
+    from soak.cli.start import print_fleet_verdict
+    from soak.run.fleet_summary import finalise_fleet
+    from soak.store import Store
+
+    flag = next((flag for value, flag in refused if value), None)
+    if flag:
+        raise ConfigError(f"run {run_id} is a fleet run: {flag} goes with `soak report` of one of its replicas' runs")
+    store = Store.open(locations, create=False)
+    if store.get_run(run_id).status == "running":
+        raise ConfigError(f"fleet run {run_id} is still running: `soak report` of a replica's run shows it so far")
+    fleet = finalise_fleet(store, run_id, report_dir=Path(report_dir) if report_dir else None)
+    print_fleet_verdict(fleet)
+    if json_output:
+        print_json(fleet.to_json_dict())
 
 
 def _print_pdf(summary: Summary, pdf: Path, paper: str) -> None:
@@ -156,6 +192,9 @@ def _print_pdf(summary: Summary, pdf: Path, paper: str) -> None:
 @click.option("--json", "json_output", is_flag=True, help="Print summary.json to stdout.")
 def close(run_id: str, locations: Locations, gates: str | None, json_output: bool) -> None:
     """Finalise an aborted run (analysis and report on what was collected); ends its left-behind server."""
+    if _is_fleet(run_id, locations):
+        raise ConfigError(f"run {run_id} is a fleet run: close its replicas' runs (`soak runs` lists them), then "
+                          f"`soak report {run_id}`")
     summary = _finalise(run_id, locations, None, gates, close=True)
     _emit(summary, None, json_output, exit_with_verdict=True)
 

@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from soak.cli.common import VERDICT_EXIT, apply_options, config_option, print_json, setting_option
-from soak.contracts import P99Ms, Progress, Stage, Summary, Verdict
+from soak.contracts import FleetSummary, P99Ms, Progress, Stage, Summary, Verdict
 from soak.errors import ConfigError
 from soak.settings import LENGTH, LOCATIONS, SETTINGS, SETTINGS_BY_KEY
 from soak.units import format_duration, parse_duration
@@ -173,10 +173,45 @@ def start(**options: Any) -> None:
     from soak.config import resolve_config
 
     config = resolve_config(start_flags(options))
+    if config.target.is_fleet:
+        _start_fleet(config)
     summary = _run(config)
     print_verdict(summary)
     if config.json_output:
         print_json(summary.to_json_dict())  # the CLI's edge: summary.json's document
+    sys.exit(VERDICT_EXIT.get(summary.verdict.value, 3))
+
+
+def _start_fleet(config) -> None:  # config: a RunConfig with several targets
+    """Several targets: one run per replica under a fleet run, the fleet's verdict as the exit code."""
+    from soak.run.fleet import FleetConductor
+
+    fleet = FleetConductor(config, lambda line: click.echo(line, err=True)).execute()
+    print_fleet_verdict(fleet)
+    if config.json_output:
+        print_json(fleet.to_json_dict())
+    sys.exit(VERDICT_EXIT.get(fleet.verdict.value, 3))
+
+
+def print_fleet_verdict(fleet: FleetSummary) -> None:
+    """The fleet's verdict, then one line per replica, to stderr."""
+    click.echo(f"fleet verdict: {fleet.verdict.value} — {fleet.verdict_reason}", err=True)
+    for replica in fleet.replicas:
+        click.echo(f"  replica {replica.name}: {replica.verdict.value} — {replica.verdict_reason}", err=True)
+    click.echo(f"report: {fleet.report_html}", err=True)
+
+
+@click.command(hidden=True)
+@click.argument("config_file", type=click.Path(exists=True, dir_okay=False))
+def replica(config_file: str) -> None:
+    """One replica's run of a fleet, from the config its fleet wrote (started by `soak start`, not by hand)."""
+    from pathlib import Path
+
+    from soak.config import RunConfig
+
+    config = RunConfig.model_validate_json(Path(config_file).read_text(encoding="utf-8"))
+    summary = _run(config)
+    print_verdict(summary)
     sys.exit(VERDICT_EXIT.get(summary.verdict.value, 3))
 
 

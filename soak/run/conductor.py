@@ -9,12 +9,10 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import secrets
 import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +32,7 @@ from soak.run.notify import failed_run_payload, notify_from_env
 from soak.run.server_watch import DrainWatch, drain_timeout_hook, record_server_processes
 from soak.store import Store, StoreWriter
 from soak.store.models import CLIENT_LOOP_LAG_MAX_METRIC, CLIENT_LOOP_LAG_P99_METRIC, MetricSample, RequestRow, Run, RunLabel
-from soak.store.recorder import Recorder, utc_now_iso
+from soak.store.recorder import Recorder, new_run_id, utc_now_iso
 from soak.target import ServerInfo, Target, auth_headers, make_target
 from soak.target.openai import list_models
 from soak.telemetry.latency import LatencyWindows
@@ -51,12 +49,6 @@ SCHEDULE_NAME_ENV = "SOAK_SCHEDULE_NAME"  # set by `soak daemon` for the runs it
 
 # Receives each Progress as the dict of its fields (model_dump), which is what the CLI's printer reads.
 ProgressCallback = Callable[[Progress], None]
-
-
-def new_run_id(now: datetime | None = None) -> str:
-    """Run ids sort by time: UTC start plus a short random suffix, e.g. 20261202T101500Z-3f9a."""
-    now = now or datetime.now(UTC)
-    return now.strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(2)
 
 
 @dataclass
@@ -238,6 +230,7 @@ class Conductor:
             "target_kind": info.kind, "target_url": info.base_url, "model": info.model,
             "config_json": config_json, "environment_json": dumps(environment),
             "schedule_name": os.environ.get(SCHEDULE_NAME_ENV) or None,
+            "fleet_id": config.fleet_id, "replica": config.replica,
         }
 
     def _start_measuring(self) -> None:

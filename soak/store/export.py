@@ -44,7 +44,8 @@ LEFT_OUT = {"hist", "id"}
 FINDING_COLUMNS = ("check", "verdict", "value", "unit", "ci_low", "ci_high", "threshold", "detection_limit",
                    "evidence")
 RUN_COLUMNS = ("id", "status", "started_at", "ended_at", "duration_s", "planned_duration_s", "warmup_s", "window_s",
-               "target_kind", "target_url", "model", "schedule_name", "verdict", "verdict_reason", "labels",
+               "target_kind", "target_url", "model", "schedule_name", "fleet_id", "replica", "verdict",
+               "verdict_reason", "labels",
                "environment", "out_dir")
 
 

@@ -36,6 +36,8 @@ class Run(Base):
     target_url: Mapped[str | None] = mapped_column(Text)
     model: Mapped[str | None] = mapped_column(Text)
     schedule_name: Mapped[str | None] = mapped_column(String(128))
+    fleet_id: Mapped[str | None] = mapped_column(String(64), index=True)  # the fleet run of a replica's run
+    replica: Mapped[str | None] = mapped_column(String(64))  # its replica's name in that fleet
     config_json: Mapped[str] = mapped_column(Text)
     environment_json: Mapped[str] = mapped_column(Text)
     verdict: Mapped[str | None] = mapped_column(String(16))

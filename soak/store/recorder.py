@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import secrets
 import time
 from datetime import UTC, datetime
 from typing import Any
@@ -12,6 +13,12 @@ from soak.store.models import Base, EventRow
 from soak.store.writer import StoreWriter
 
 log = logging.getLogger(__name__)
+
+
+def new_run_id(now: datetime | None = None) -> str:
+    """Run ids sort by time: UTC start plus a short random suffix, e.g. 20261202T101500Z-3f9a."""
+    now = now or datetime.now(UTC)
+    return now.strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(2)
 
 
 def utc_now_iso() -> str:

@@ -46,6 +46,8 @@ class StoredRun:
     target_url: str | None = None
     model: str | None = None
     schedule_name: str | None = None
+    fleet_id: str | None = None  # the fleet run this replica's run belongs to
+    replica: str | None = None  # the replica's name in it
     verdict: str | None = None
     verdict_reason: str | None = None
     summary_json: str | None = None

@@ -118,6 +118,10 @@ class Store:
         query = with_labels(select(Run).order_by(Run.id.desc()), labels)
         return self.runs(query.limit(limit) if limit else query)
 
+    def fleet_runs(self, fleet_id: str) -> list[StoredRun]:
+        """The replica runs of a fleet run, oldest first."""
+        return self.runs(select(Run).where(Run.fleet_id == fleet_id).order_by(Run.id))
+
     def get_run(self, run_id: str) -> StoredRun:
         """One run; UnknownRunError when there is none."""
         found = self.runs(select(Run).where(Run.id == run_id))

@@ -16,9 +16,12 @@ from typing import Any
 
 from soak.contracts import Summary
 from soak.report.context import build_context
+from soak.report.fleet import fleet_html
 from soak.report.formatting import format_span, format_utc
 from soak.report.render import environment, render_html
 from soak.report.sections import verdict_class
+from soak.run.fleet import FLEET_KIND
+from soak.run.fleet_summary import build_fleet_summary
 from soak.run.in_progress import in_progress_summary, mark_provisional
 from soak.store.records import StoredRun
 from soak.store.store import Store
@@ -60,8 +63,9 @@ class LivePages:
                 return cached.html
             started = time.monotonic()
             run = self.store.get_run(run_id)
-            html = render_html(build_context(self.store, run_id, self._summary(run)),
-                               live={"refresh_s": self._refresh_text(), "plotly_url": PLOTLY_URL})
+            html = self._fleet_page(run) if run.target_kind == FLEET_KIND else render_html(
+                build_context(self.store, run_id, self._summary(run)),
+                live={"refresh_s": self._refresh_text(), "plotly_url": PLOTLY_URL})
             build_s = time.monotonic() - started
             finished = run.status != "running"
             self._remember(run_id, html, FINISHED_CACHE_S if finished else max(self.refresh_s / 2,
@@ -74,6 +78,11 @@ class LivePages:
         return environment().get_template(INDEX_TEMPLATE).render(
             runs=runs, refresh_s=self._refresh_text(), generated_at=_now_text(),
             database=self.store.url, soak_version=_version())
+
+    def _fleet_page(self, run: StoredRun) -> str:
+        """A fleet's table of replicas as its replicas' runs stand, each linking to its own page."""
+        summary = build_fleet_summary(self.store, run)
+        return fleet_html(summary, {r.name: f"/runs/{r.run_id}" for r in summary.replicas if r.run_id})
 
     def _summary(self, run: StoredRun) -> Summary | None:
         """A running run's summary so far; a finished run's stored one (None); one never finalised, analysed."""

@@ -22,3 +22,12 @@ def wait_for_server_samples(out: Path, minimum: int, timeout_s: float = 90) -> t
             pass  # the schema is not there yet
         time.sleep(0.25)
     raise AssertionError("the run never stored enough samples")
+
+
+def query(out: Path, sql: str) -> list[tuple]:
+    """Every row `sql` selects from `out/soak.db`."""
+    db = sqlite3.connect(out / "soak.db")
+    try:
+        return db.execute(sql).fetchall()
+    finally:
+        db.close()

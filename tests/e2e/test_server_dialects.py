@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import json
 import re
-import sqlite3
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from e2e_helpers import query
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -29,16 +29,8 @@ def _summary(result: subprocess.CompletedProcess) -> dict:
     return json.loads(result.stdout)
 
 
-def _query(out: Path, sql: str) -> list[tuple]:
-    db = sqlite3.connect(out / "soak.db")
-    try:
-        return db.execute(sql).fetchall()
-    finally:
-        db.close()
-
-
 def _events(out: Path, kind: str) -> list[dict]:
-    return [json.loads(data) for (data,) in _query(out, f"select data_json from events where kind = '{kind}'")]
+    return [json.loads(data) for (data,) in query(out, f"select data_json from events where kind = '{kind}'")]
 
 
 @pytest.mark.parametrize("dialect", sorted(EXPOSES))
@@ -52,7 +44,7 @@ def test_each_dialect_is_detected_and_its_gauges_are_read(tmp_path, soak_cli, di
     detected, final = _events(tmp_path, "server_dialect")  # at detection, and at the end with what was never seen
     assert detected["source"] == final["source"] == ("--server-kind" if forced else "the first /metrics scrape")
     kv_exposed, preemptions_exposed = EXPOSES[dialect]
-    [(rows, running, waiting, kv, preemptions, tokens)] = _query(tmp_path, (
+    [(rows, running, waiting, kv, preemptions, tokens)] = query(tmp_path, (
         "select count(*), count(running), count(waiting), count(kv_usage), count(preemptions_total), "
         "max(generation_tokens_total) from server_samples where scrape_ok"))
     assert rows >= 10 and running == rows and waiting == rows and tokens > 0
@@ -87,7 +79,7 @@ def test_a_local_server_soak_did_not_start_is_found_by_its_port_and_sampled(tmp_
     [event] = _events(tmp_path, "server_processes")
     assert event["pids"] == [pid] and event["how"].startswith("listening on port")
     assert f"sampling server process(es) {pid}" in result.stderr
-    [(samples, rss, fds)] = _query(tmp_path, "select count(*), min(rss_bytes), min(fds) from process_samples "
+    [(samples, rss, fds)] = query(tmp_path, "select count(*), min(rss_bytes), min(fds) from process_samples "
                                              f"where role = 'server' and pid = {pid}")
     assert samples >= 10 and rss > 10_000_000 and fds > 0
     findings = {f["check"]: f for f in summary["findings"]}

@@ -91,7 +91,8 @@ def _walk(group: click.Group, prefix: tuple[str, ...] = ()):
         if isinstance(command, click.Group):
             yield from _walk(command, prefix + (name,))
         elif name not in ("refserver", "worker") and prefix[:1] != ("model",):  # none of these touches runs
-            yield prefix + (name,), command
+            if not command.hidden:  # `soak replica`, a fleet's child: its config, locations included, is a file
+                yield prefix + (name,), command
 
 
 COMMANDS = list(_walk(main))

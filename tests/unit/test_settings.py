@@ -10,7 +10,7 @@ import pytest
 from pydantic import BaseModel
 
 from soak.cli.start import start, start_flags
-from soak.config import LoraAdapter, RunConfig, ScenarioSpec, resolve_config
+from soak.config import LoraAdapter, ReplicaSpec, RunConfig, ScenarioSpec, resolve_config
 from soak.settings import SETTINGS, SETTINGS_BY_KEY
 from soak.slo import SloTargets
 
@@ -32,7 +32,7 @@ OLD_START_FLAGS = {
 # Flags of `soak start` that are not settings: other spellings of --duration, and the file itself.
 START_EXTRAS = {"--hours", "--minutes", "--config"}
 # RunConfig fields no user sets directly.
-INTERNAL_FIELDS = {"config_file", "telemetry.flush_every_s"}
+INTERNAL_FIELDS = {"config_file", "telemetry.flush_every_s", "target.url", "fleet_id", "replica"}
 
 
 class Example(NamedTuple):
@@ -55,7 +55,10 @@ def repeated(values: list[str], expected: Any, toml: str | None = None) -> Examp
 FLAG = Example((), "true", "true", True)
 EXAMPLES: dict[str, Example] = {
     "duration": ex("10m", 600.0), "warmup": ex("2m", 120.0), "window": ex("30s", 30.0), "horizon": ex("72h", 259200.0),
-    "target": ex("http://127.0.0.1:9/v1", "http://127.0.0.1:9"), "model": ex("org/model", "org/model"),
+    "target": repeated(["gpu-0=http://127.0.0.1:9/v1", "http://127.0.0.1:8 2"],
+                      (ReplicaSpec(name="gpu-0", url="http://127.0.0.1:9"),
+                       ReplicaSpec(url="http://127.0.0.1:8", weight=2.0))),
+    "targets_file": ex("/etc/fleet.txt", Path("/etc/fleet.txt")), "model": ex("org/model", "org/model"),
     "served_model": ex("model", "model"), "vllm_bin": ex("/opt/vllm", "/opt/vllm"),
     "serve_arg": repeated(["--enforce-eager", "--max-num-seqs=8"], ("--enforce-eager", "--max-num-seqs=8")),
     "vllm_fault": repeated(["rss-leak=1MiB", "hang-after=60s"], ("rss-leak=1MiB", "hang-after=60s")),

@@ -1,0 +1,84 @@
+"""A fleet of three reference servers soaked as one run: the one that leaks and the one whose latency creeps are
+named in the fleet's FAIL, the healthy one is not failed, and each replica's evidence is its own. Slow: about two
+and a half minutes of compressed model time."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from contextlib import ExitStack
+from pathlib import Path
+
+import pytest
+from e2e_helpers import query
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(400)]
+
+READY = re.compile(r"^SOAK_REFSERVER_READY (http://\S+)$")
+# 23 windows of 5 s after a 20 s warm-up (the trend tests need 20), 1.5 req/s to each replica: light, so a busy
+# test machine leaves the clients on time.
+FLEET_RUN = ["start", "--duration", "135s", "--warmup", "20s", "--window", "5s", "--sample-every", "1s",
+             "--rate", "4.5", "--scenario", "chat_short", "--no-idle-probes", "--json"]
+# ITL ten times slower each model hour: a creep that stands far above the noise of a busy machine's timings.
+REPLICAS = {"healthy": [], "leaky": ["--fault", "rss-leak=1MiB"], "creepy": ["--fault", "latency-creep=1000"]}
+
+
+def start_refserver(stack: ExitStack, faults: list[str]) -> tuple[str, int]:
+    """A reference server on an OS-picked port, ended with the test; (URL, PID)."""
+    process = subprocess.Popen([sys.executable, "-m", "soak.refserver", "--port", "0", "--time-scale", "60", *faults],
+                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    stack.callback(process.wait, timeout=15)
+    stack.callback(process.terminate)
+    match = READY.match(process.stdout.readline().strip())
+    assert match, "the reference server did not start"
+    return match.group(1), process.pid
+
+
+@pytest.fixture
+def fleet():
+    """Three reference servers, one healthy, one leaking 1 MiB a request, one creeping 300 % a model hour."""
+    with ExitStack() as stack:
+        yield {name: start_refserver(stack, faults) for name, faults in REPLICAS.items()}
+
+
+def test_a_fleet_names_the_replicas_that_leak_and_creep(tmp_path, soak_cli, fleet):
+    targets = [arg for name, (url, _) in fleet.items() for arg in ("--target", f"{name}={url}")]
+    result = soak_cli(*FLEET_RUN, *targets, "--out", str(tmp_path), timeout_s=360)
+    assert result.returncode == 1, result.stderr[-4000:]
+    summary = json.loads(result.stdout)
+    replicas = {replica["name"]: replica for replica in summary["replicas"]}
+    assert summary["schema"] == "soak.fleet.summary/1" and summary["verdict"] == "FAIL"
+    assert "replica leaky: " in summary["verdict_reason"] and "replica creepy: " in summary["verdict_reason"]
+    assert replicas["leaky"]["verdict"] == "FAIL" and replicas["creepy"]["verdict"] == "FAIL", replicas
+    healthy = json.loads((Path(replicas["healthy"]["report_html"]).parent / "summary.json").read_text())
+    assert replicas["healthy"]["verdict"] not in ("FAIL", "INVALID"), replicas["healthy"]
+    # short of PASS only for lack of time, or (SUSPECT) a client a busy machine slowed: never for the server
+    assert {f["check"] for f in healthy["findings"] if f["verdict"] == "SUSPECT"} <= {"client.saturation"}, healthy
+    assert "fleet verdict: FAIL" in result.stderr and "[leaky] " in result.stderr
+
+    leaky = json.loads((Path(replicas["leaky"]["report_html"]).parent / "summary.json").read_text())
+    assert {f["check"]: f["verdict"] for f in leaky["findings"]}["leak.rss"] == "FAIL"
+    creepy = json.loads((Path(replicas["creepy"]["report_html"]).parent / "summary.json").read_text())
+    assert "FAIL" in {f["verdict"] for f in creepy["findings"] if f["check"].startswith("creep.")}
+    assert replicas["creepy"]["e2e_p99_ms"] > replicas["healthy"]["e2e_p99_ms"]
+
+    # One run per replica, linked to the fleet's row; each sampled its own server, found by its port.
+    fleet_id = summary["fleet_id"]
+    rows = query(tmp_path, f"select replica, id from runs where fleet_id = '{fleet_id}'")
+    assert sorted(name for name, _ in rows) == sorted(REPLICAS)
+    for name, run_id in rows:
+        [(pids,)] = query(tmp_path, f"select group_concat(distinct pid) from process_samples where run_id = "
+                                     f"'{run_id}' and role = 'server'")
+        assert pids == str(fleet[name][1]), (name, pids)
+    [(kind, verdict)] = query(tmp_path, f"select target_kind, verdict from runs where id = '{fleet_id}'")
+    assert (kind, verdict) == ("fleet", "FAIL")
+    fleet_page = Path(summary["report_html"]).read_text()
+    assert all(f'id="replica-{name}"' in fleet_page for name in REPLICAS)
+
+    again = soak_cli("report", fleet_id, "--out", str(tmp_path), "--json", timeout_s=120)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert json.loads(again.stdout)["verdict"] == "FAIL"
+    listed = json.loads(soak_cli("runs", "--out", str(tmp_path), "--json").stdout)
+    assert sorted(r["replica"] for r in listed if r["fleet_id"] == fleet_id) == sorted(REPLICAS)
