@@ -216,6 +216,15 @@ class ReplicaSpec(_Model):
         return cls(name=head or None, url=url, weight=weight_value)
 
 
+def target_urls(value: Any) -> list[str]:
+    """The base URLs of a `--target` setting (one spec, or several from the flag, SOAK_TARGET or the file)."""
+    specs = [value] if isinstance(value, str) else list(value or ())
+    try:
+        return [ReplicaSpec.parse(spec).url for spec in specs]
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+
+
 def parse_targets_file(path: Path) -> list[ReplicaSpec]:
     """The replicas of a targets file, one `[NAME=]URL [WEIGHT]` a line, `#` comments; ConfigError naming the line."""
     try:

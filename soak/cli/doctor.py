@@ -20,15 +20,16 @@ MARKS = {"ok": "ok  ", "warn": "WARN", "fail": "FAIL"}
 @click.option("--json", "as_json", is_flag=True, help="Print the checks as JSON on stdout.")
 @click.pass_context
 def doctor(ctx: click.Context, out: str | None, db: str | None, config: str | None, vllm_bin: str | None,
-           target: str | None, served_model: str | None, api_key_env: str | None, as_json: bool) -> None:
+           target: tuple[str, ...], served_model: str | None, api_key_env: str | None, as_json: bool) -> None:
     """Check GPU/NVML, vLLM, torch, Chromium, the database and disk, and say what `soak start` would run here.
 
-    With --target URL it also asks that server what it serves and accepts (LoRA adapters, JSON schema, tools,
-    images), one small request each, as `soak start` does before its load.
+    With --target URL (repeatable: each replica of a fleet) it also asks each server what it serves and accepts
+    (LoRA adapters, JSON schema, tools, images), one small request each, as `soak start` does before its load.
 
     It reads the settings `soak start` would (flags, SOAK_*, the --config file) and creates nothing.
     Exits 0 when soak can run here (warnings included) and 2 when nothing can (or --target does not answer).
     """
+    from soak.config import target_urls
     from soak.locations import Locations
     from soak.run.doctor import run_checks, usable
     from soak.settings import read_layers
@@ -37,7 +38,7 @@ def doctor(ctx: click.Context, out: str | None, db: str | None, config: str | No
     layers = read_layers({"out": out, "db": db, "config": config, "vllm_bin": vllm_bin, "target": target,
                           "served_model": served_model, "api_key_env": api_key_env})
     checks = run_checks(locations=Locations.from_layers(layers), vllm_bin=layers.value("vllm_bin"),
-                        target=layers.value("target"), served_model=layers.value("served_model"),
+                        targets=target_urls(layers.value("target")), served_model=layers.value("served_model"),
                         headers=bearer_headers(layers.value("api_key_env")))
     ok = usable(checks)
     if as_json:

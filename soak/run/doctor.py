@@ -10,7 +10,7 @@ import shutil
 import signal
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -326,17 +326,20 @@ def _shown_url(url: str) -> str:
         return url
 
 
-def run_checks(locations: Locations | None = None, vllm_bin: str | None = None, target: str | None = None,
-               served_model: str | None = None, headers: dict[str, str] | None = None) -> list[Check]:
+def run_checks(locations: Locations | None = None, vllm_bin: str | None = None,
+               targets: Sequence[str] = (), served_model: str | None = None,
+               headers: dict[str, str] | None = None) -> list[Check]:
     """Every check, in the order `soak doctor` prints them (default locations: from SOAK_* and SOAK_CONFIG); with
-    `target`, what that server serves and accepts last."""
+    `targets` (base URLs), what each server serves and accepts last."""
     from soak.locations import resolve_locations
 
     locations = locations or resolve_locations()
     gpu, vllm, torch = check_gpu(), check_vllm(vllm_bin), check_torch()
     checks = [gpu, vllm, torch, check_chromium(), check_database(locations), check_disk(locations.out_dir),
               check_plan(gpu, vllm, torch)]
-    return checks + (check_target(target, served_model, headers) if target else [])
+    for target in targets:
+        checks += check_target(target, served_model, headers)
+    return checks
 
 
 def usable(checks: list[Check]) -> bool:
