@@ -172,6 +172,13 @@ class Judged:
         """The trend would FAIL but its rise over the judged span is under the least change that counts."""
         return self.trend.gates.get("material") is False
 
+    @property
+    def surest_rise(self) -> float:
+        """The rise the material gate holds to `min_change`: the lower of the rise at the slope's lower
+        bound over the judged span and the rise observed from the first tenth to the last."""
+        trend = self.trend
+        return min(trend.ci_per_s[0] * trend.span_s, observed_rise(self.series.values))
+
 
 @dataclass(frozen=True)
 class Outcome:
@@ -392,7 +399,7 @@ def material_trend(trend: TrendResult, observed: float, min_change: float) -> Tr
     long warm-up from a leak; it ends SUSPECT, never FAIL."""
     if trend.verdict != FAIL or min_change <= 0:
         return trend
-    gates = {**trend.gates, "material": min(trend.ci_per_s[0] * trend.span_s, observed) >= min_change}
+    gates = {**trend.gates, "material": min(trend.ci_per_s[0] * trend.span_s, observed) >= min_change}  # = surest_rise
     return replace(trend, gates=gates,
                    verdict=trend_verdict(gates, trend.slope_per_s, trend.ci_per_s[1], trend.min_slope_per_s))
 
@@ -577,8 +584,9 @@ def _leak_evidence(outcome: Outcome, rate_per_s: float | None, confidence: float
         text = f"{_step_text(kind, subject, chosen.step)}; as a straight line: {text}"
     if chosen.immaterial:  # the gate's general phrase, with this run's figures
         text = text.replace(MATERIAL_PHRASE, f"it grows {kind.amount(result.projected_change)} over the "
-                            f"{duration_text(result.span_s)} judged, under the {kind.amount(chosen.min_change)} a "
-                            "slope must build before it can FAIL")
+                            f"{duration_text(result.span_s)} judged, but only "
+                            f"{kind.amount(max(chosen.surest_rise, 0.0))} surely (the slope's lower bound, and the rise "
+                            f"seen), under the {kind.amount(chosen.min_change)} a slope must build before it can FAIL")
     parts = [text]
     if verdict in (FAIL, SUSPECT):
         if rate_per_s and result.slope_per_s > 0:

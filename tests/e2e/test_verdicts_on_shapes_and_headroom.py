@@ -42,6 +42,7 @@ def healthy_wave_run(tmp_path_factory, soak_cli) -> dict:
     return _summary(result)
 
 
+@pytest.mark.xdist_group("healthy_wave_run")  # one module-fixture run, one worker
 def test_a_wave_of_load_on_a_healthy_server_fails_nothing(healthy_wave_run):
     findings = _by_check(healthy_wave_run)
     failed = {check: f["evidence"] for check, f in findings.items() if f["verdict"] in ("FAIL", "INVALID")}
@@ -50,6 +51,7 @@ def test_a_wave_of_load_on_a_healthy_server_fails_nothing(healthy_wave_run):
     assert healthy_wave_run["verdict"] in ("PASS", "SUSPECT", "INCONCLUSIVE"), healthy_wave_run["verdict_reason"]
 
 
+@pytest.mark.xdist_group("healthy_wave_run")  # one module-fixture run, one worker
 def test_the_memory_verdict_agrees_with_the_detection_limit(healthy_wave_run):
     rss = _by_check(healthy_wave_run)["leak.rss"]
     assert rss["detection_limit"] is not None and rss["threshold"] > 0

@@ -13,7 +13,8 @@ import sqlite3
 import pytest
 from test_report_browser import LOAD_TIMEOUT_S, _browser_or_skip, _network_requests, _start_browser
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(400)]
+# One xdist group: the runs are a module fixture, made once on one worker (`--dist loadgroup`).
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(400), pytest.mark.xdist_group("history_real_runs")]
 
 RUN = ("--duration", "12s", "--warmup", "4s", "--window", "4s", "--sample-every", "1s", "--rate", "3",
        "--no-idle-probes", "--json")

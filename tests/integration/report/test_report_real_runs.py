@@ -21,7 +21,8 @@ from browser import browser_or_skip, load_report, start_browser
 
 from support.consistency import NUMBER, SCALE, UNIT, agrees, dimension, summary_in_base, threshold_disagreements
 
-pytestmark = [pytest.mark.slow, pytest.mark.e2e, pytest.mark.timeout(900)]
+# One xdist group: the runs are a module fixture, made once on one worker (`--dist loadgroup`).
+pytestmark = [pytest.mark.slow, pytest.mark.e2e, pytest.mark.timeout(900), pytest.mark.xdist_group("report_real_runs")]
 
 COMMON = ("start", "--warmup", "10s", "--window", "3s", "--sample-every", "1s", "--json")
 RUNS = {

@@ -181,17 +181,35 @@ def _stub_app():  # returns a Starlette app
 
 @contextmanager
 def openai_stub() -> Iterator[str]:
-    """Serve the stub on 127.0.0.1, port 0, in a thread; yield its base URL (no /v1)."""
+    """Serve the stub on 127.0.0.1, port 0, in a process of its own; yield its base URL (no /v1).
+
+    Not in a thread of the test: pytest loads Locust's plugin, whose gevent patches make threads greenlets, and
+    uvicorn on uvloop (installed beside vLLM) never yields to them, so the test would hang."""
+    process = subprocess.Popen([sys.executable, "-c", "import schedule_helpers; schedule_helpers.serve_stub()"],
+                               cwd=Path(__file__).parent, stdout=subprocess.PIPE, text=True)
+    try:
+        line = process.stdout.readline() if process.stdout else ""  # the stub prints its port, then serves
+        if not line.startswith("STUB_READY "):
+            raise AssertionError(f"the OpenAI stub did not start (exit {process.poll()}, said {line!r})")
+        yield f"http://127.0.0.1:{int(line.split()[1])}"
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)
+
+
+def serve_stub() -> None:
+    """The stub's process: bind port 0, say which port, serve until SIGTERM."""
+    import socket
+
     import uvicorn
 
-    server = uvicorn.Server(uvicorn.Config(_stub_app(), host="127.0.0.1", port=0, log_level="warning",
-                                           lifespan="off"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    try:
-        wait_until(lambda: server.started, 15, "the OpenAI stub to listen")
-        port = server.servers[0].sockets[0].getsockname()[1]
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(128)  # connections made before uvicorn starts wait in the backlog
+    server = uvicorn.Server(uvicorn.Config(_stub_app(), log_level="warning", lifespan="off"))
+    print(f"STUB_READY {sock.getsockname()[1]}", flush=True)
+    server.run(sockets=[sock])

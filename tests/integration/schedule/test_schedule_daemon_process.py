@@ -11,7 +11,8 @@ from schedule_helpers import DaemonProcess, WebhookReceiver, openai_stub, soak, 
 
 from soak.run.locking import hold_run_lock
 
-pytestmark = pytest.mark.timeout(120)
+# One xdist group: the daemon is a module fixture, started once on one worker (`--dist loadgroup`).
+pytestmark = [pytest.mark.timeout(120), pytest.mark.xdist_group("schedule_daemon_process")]
 
 # --scenario: a built-in that exists today; the stub answers every request in a few milliseconds.
 START = ("--duration", "20s", "--scenario", "chat_short", "--rate", "2", "--sample-every", "1s")
