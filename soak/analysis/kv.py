@@ -144,7 +144,7 @@ def check_floor(run: RunData, gates: Gates) -> Finding:
         return inconclusive(CHECK, f"No idle probes ran and only {usable} judged windows have KV usage "
                             f"(< {gates.min_windows} needed) for a trend of its floor.",
                             details={"probes_ran": run.probes_ran, "source": FLOOR_SOURCE, "points": usable})
-    cut = settle_index(t_s, floors, run.warmup_s)
+    cut = settle_index(t_s, floors, run.warmup_s, min_kept=gates.min_windows)
     if cut.still_settling:
         return _warming_finding(run, t_s, cut)
     floors = np.where(np.arange(floors.size) < cut.index, np.nan, floors)

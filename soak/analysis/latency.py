@@ -123,7 +123,7 @@ def warmup_cut(series: CreepSeries, load: LoadSeries | None, floor_s: float, gat
     values = series.log_ms
     if load is not None and load.matters() and series.t_s.size > 4:
         values = fit_with_load(series.t_s, series.log_ms, load.values, gates.confidence).adjusted
-    cut = settle_index(series.t_s, values, floor_s)
+    cut = settle_index(series.t_s, values, floor_s, min_kept=gates.min_windows)
     if cut.still_settling and not decelerates(series.t_s, values, gates.p_value):
         # A window percentile is noisier than memory: the thirds of a straight creep slow down by
         # chance in about one run in ten; "still settling" needs the bend itself to be significant.

@@ -359,13 +359,8 @@ def judge(series: Series, gates: Gates, limits: Limits, p_value: float, floor_s:
     spec = replace(gates.trend_spec(limits.threshold_per_s, persistence=True), p_value=p_value / 2)
     cut = None
     if math.isfinite(floor_s):
-        cut = settle_index(series.t_s, series.values, floor_s)
+        cut = settle_index(series.t_s, series.values, floor_s, min_kept=spec.min_points)
         values = np.where(np.arange(series.values.size) < cut.index, np.nan, series.values)
-        if cut.from_data and not cut.still_settling and np.isfinite(values).sum() < spec.min_points:
-            # A cut that leaves too few points to judge is not taken: the configured warm-up stands.
-            start = int(np.searchsorted(series.t_s, floor_s))
-            cut = WarmupCut(float(series.t_s[start]) if start < series.t_s.size else floor_s, start, floor_s=floor_s)
-            values = np.where(np.arange(series.values.size) < cut.index, np.nan, series.values)
         series = replace(series, values=values)
     trend = material_trend(assess_trend(series.t_s, series.values, spec), observed_rise(series.values),
                            limits.min_change)

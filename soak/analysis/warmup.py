@@ -55,9 +55,11 @@ class WarmupCut:
                 "method": self.method, "floor_s": self.floor_s}
 
 
-def settle_index(t_s: np.ndarray, y: np.ndarray, floor_s: float = 0.0) -> WarmupCut:
+def settle_index(t_s: np.ndarray, y: np.ndarray, floor_s: float = 0.0, min_kept: int = 0) -> WarmupCut:
     """The end of warm-up of y over t_s (sorted; nan points count as points but never as values),
-    never before `floor_s`."""
+    never before `floor_s`. A cut that would keep fewer than `min_kept` values (too few to judge) is not
+    taken: on a short run a rise that is fastest early can look like an approach, and dropping it would
+    leave nothing to judge, so the configured floor stands."""
     t_s, y = np.asarray(t_s, dtype=float), np.asarray(y, dtype=float)
     start = int(np.searchsorted(t_s, floor_s, side="left"))
     finite = np.flatnonzero(np.isfinite(y[start:]) & np.isfinite(t_s[start:])) + start
@@ -72,6 +74,8 @@ def settle_index(t_s: np.ndarray, y: np.ndarray, floor_s: float = 0.0) -> Warmup
         index = int(finite[len(values) // 2]) if settling else start
         return WarmupCut(_time_at(t_s, index, floor_s), index, settling,
                          "mser-5" if settling else "configured", floor_s)
+    if values.size - cut * BATCH < min_kept:
+        return configured
     index = int(finite[cut * BATCH])
     return WarmupCut(float(t_s[index]), index, False, "mser-5", floor_s)
 

@@ -250,3 +250,19 @@ def test_a_percentile_still_settling_is_marked_on_its_chart():
     frame = Frame(time_unit_s=3600.0, time_label="hours since start", end_s=RUN_S)
     (line,) = trends_by_chart([summary_finding(**finding.to_dict())], frame, 0.0)["chart-ttft"]
     assert line["name"] == "still settling (from the data): P99 TTFT"
+
+
+def test_a_cut_that_would_leave_too_few_windows_is_not_taken():
+    # A short run (23 judged windows) whose P99 rises fastest early and keeps rising: MSER would cut the first
+    # ten windows as a warm-up and leave 13 (< 20) to judge; the configured warm-up stands and the creep FAILs.
+    run = bare_run(135.0, warmup_s=20.0, window_s=5.0)
+    rng = np.random.default_rng(40)
+    rows = []
+    for w in run.windows:
+        x = max(w.mid_s - 20.0, 0.0) / 115.0
+        p99 = 6.0 * math.exp(2.0 * min(x, 0.45) / 0.45 + 0.3 * max(x - 0.45, 0.0) + rng.normal(0, 0.03))
+        stats = LatencyStats(count=5000, p50_ms=p99 / 4, p90_ms=p99 / 2, p95_ms=p99 / 1.5, p99_ms=p99)
+        rows.append(LatencyWindow(w.index, w.start_s, w.end_s, ttft=stats, e2e=stats))
+    finding = check_ttft(bare_run(135.0, warmup_s=20.0, window_s=5.0, latency_windows=tuple(rows)), Gates())
+    assert finding.details["warmup"]["P99 TTFT"]["method"] == "configured", finding.details["warmup"]
+    assert finding.verdict == FAIL, finding.evidence
