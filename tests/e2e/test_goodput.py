@@ -31,8 +31,10 @@ def test_latency_creep_under_an_slo_loses_goodput_and_every_output_says_so(tmp_p
     assert goodput["slo_ms"] == {"ttft": 1000.0, "e2e": 300.0}
     shares = [window["share"] for window in goodput["windows"]]
     assert len(shares) >= 12 and min(shares[:2]) >= 0.8, shares
-    late = shares[-len(shares) // 3:]
-    assert sum(late) / len(late) <= 0.4, shares
+    # The last third keeps clearly less than the start: by how much follows the machine's speed (on a quiet one the
+    # share ends near 0.2, with four runs beside it near 0.5), so the test holds the fall, not a level.
+    late, early = shares[-len(shares) // 3:], shares[:3]
+    assert sum(late) / len(late) <= sum(early) / len(early) - 0.25, shares
     findings = {finding["check"]: finding for finding in summary["findings"]}
     assert measured(findings["goodput.floor"]) == "FAIL", findings["goodput.floor"]
     # The fall is plain; the trend needs 20 windows with finished requests, which an overloaded end may not leave.
