@@ -21,6 +21,37 @@ def run_soak(*args: str, timeout_s: float = 240, env: dict[str, str] | None = No
                           timeout=timeout_s, env=full_env, cwd=cwd or REPO)
 
 
+_hub_kept_alive = False
+
+
+def _keep_the_gevent_hub_alive() -> None:
+    """Locust's pytest plugin and the load tests gevent-patch this process, so threading's locks are gevent's.
+    An xdist worker that waits for its next test (a gevent lock, released from execnet's own thread) with
+    nothing else scheduled makes the hub raise LoopExit ("this operation would block forever") and the worker
+    dies; a greenlet that sleeps in a loop keeps the hub running, so the wake-up from the other thread arrives."""
+    global _hub_kept_alive
+    from gevent import monkey
+
+    if _hub_kept_alive or not monkey.is_module_patched("threading"):
+        return
+    import gevent
+
+    def idle() -> None:
+        while True:
+            gevent.sleep(1.0)
+
+    gevent.spawn(idle)
+    _hub_kept_alive = True
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    _keep_the_gevent_hub_alive()
+
+
+def pytest_runtest_logfinish(nodeid: str, location: tuple) -> None:
+    _keep_the_gevent_hub_alive()  # a test that imported Locust itself patched the process only now
+
+
 @pytest.fixture(scope="session")
 def soak_cli():
     """The `run_soak` helper as a fixture."""
