@@ -107,6 +107,8 @@ def check_creep(run: RunData, gates: Gates, metric: str, rise_frac: float) -> Fi
     cut = warmup_cut(series, load, run.warmup_s, gates)
     if cut.still_settling:
         return _settling_finding(series, cut)
+    if series.t_s.size - cut.index < gates.min_windows:
+        return _short_after_warmup_finding(series, cut, gates.min_windows)
     if cut.index > 0:
         series = series.from_index(cut.index)
         load = offered_load(run, series.spans)
@@ -123,7 +125,7 @@ def warmup_cut(series: CreepSeries, load: LoadSeries | None, floor_s: float, gat
     values = series.log_ms
     if load is not None and load.matters() and series.t_s.size > 4:
         values = fit_with_load(series.t_s, series.log_ms, load.values, gates.confidence).adjusted
-    cut = settle_index(series.t_s, values, floor_s, min_kept=gates.min_windows)
+    cut = settle_index(series.t_s, values, floor_s)
     if cut.still_settling and not decelerates(series.t_s, values, gates.p_value):
         # A window percentile is noisier than memory: the thirds of a straight creep slow down by
         # chance in about one run in ten; "still settling" needs the bend itself to be significant.
@@ -141,6 +143,21 @@ def _settling_finding(series: CreepSeries, cut: WarmupCut) -> Finding:
         percentile_used=series.level, threshold=100 * series.rise_frac, unit="% over run",
         next_step=f"run ≥ {duration_text(longer_s)} longer, so the {series.subject} warm-up ends in the first half "
                   "of what is judged",
+        details={"warmup": {series.subject: cut.to_dict()}, "windows_judged": series.judged, "series_unit": "ms"})
+
+
+def _short_after_warmup_finding(series: CreepSeries, cut: WarmupCut, min_windows: int) -> Finding:
+    """A warm-up found from the data that leaves too few windows to judge: on a short run a creep that rises
+    fastest early looks like an approach, and a warm-up like a creep; only a longer run tells them apart."""
+    kept = series.t_s.size - cut.index
+    longer_s = max(float(series.t_s[-1]) - cut.floor_s, 0.0)
+    return inconclusive(
+        series.check, f"{series.subject} moved fastest early and settled only at {duration_text(cut.t_s)} (warm-up "
+        f"found from the data), which leaves {kept} judged windows (< {min_windows} needed) to tell a creep from "
+        f"the warm-up; run ≥ {duration_text(longer_s)} longer.",
+        percentile_used=series.level, threshold=100 * series.rise_frac, unit="% over run",
+        next_step=f"run ≥ {duration_text(longer_s)} longer, so {min_windows} windows or more follow the "
+                  f"{series.subject} warm-up",
         details={"warmup": {series.subject: cut.to_dict()}, "windows_judged": series.judged, "series_unit": "ms"})
 
 
