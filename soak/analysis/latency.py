@@ -135,29 +135,36 @@ def warmup_cut(series: CreepSeries, load: LoadSeries | None, floor_s: float, gat
 
 def _settling_finding(series: CreepSeries, cut: WarmupCut) -> Finding:
     """A percentile still settling at the end of the run: no creep can be told from its warm-up."""
-    longer_s = max(float(series.t_s[-1]) - cut.floor_s, 0.0)
-    return inconclusive(
-        series.check, f"{series.subject} was still warming up at the end of the run: it moved fastest early and "
+    longer = duration_text(_longer_s(series, cut))
+    return _warmup_inconclusive(
+        series, cut, f"{series.subject} was still warming up at the end of the run: it moved fastest early and "
         "still moves in the second half, so this run cannot tell where it settles or whether it then creeps; "
-        f"run ≥ {duration_text(longer_s)} longer.",
-        percentile_used=series.level, threshold=100 * series.rise_frac, unit="% over run",
-        next_step=f"run ≥ {duration_text(longer_s)} longer, so the {series.subject} warm-up ends in the first half "
-                  "of what is judged",
-        details={"warmup": {series.subject: cut.to_dict()}, "windows_judged": series.judged, "series_unit": "ms"})
+        f"run ≥ {longer} longer.",
+        f"run ≥ {longer} longer, so the {series.subject} warm-up ends in the first half of what is judged")
 
 
 def _short_after_warmup_finding(series: CreepSeries, cut: WarmupCut, min_windows: int) -> Finding:
     """A warm-up found from the data that leaves too few windows to judge: on a short run a creep that rises
     fastest early looks like an approach, and a warm-up like a creep; only a longer run tells them apart."""
     kept = series.t_s.size - cut.index
-    longer_s = max(float(series.t_s[-1]) - cut.floor_s, 0.0)
-    return inconclusive(
-        series.check, f"{series.subject} moved fastest early and settled only at {duration_text(cut.t_s)} (warm-up "
+    longer = duration_text(_longer_s(series, cut))
+    return _warmup_inconclusive(
+        series, cut, f"{series.subject} moved fastest early and settled only at {duration_text(cut.t_s)} (warm-up "
         f"found from the data), which leaves {kept} judged windows (< {min_windows} needed) to tell a creep from "
-        f"the warm-up; run ≥ {duration_text(longer_s)} longer.",
-        percentile_used=series.level, threshold=100 * series.rise_frac, unit="% over run",
-        next_step=f"run ≥ {duration_text(longer_s)} longer, so {min_windows} windows or more follow the "
-                  f"{series.subject} warm-up",
+        f"the warm-up; run ≥ {longer} longer.",
+        f"run ≥ {longer} longer, so {min_windows} windows or more follow the {series.subject} warm-up")
+
+
+def _longer_s(series: CreepSeries, cut: WarmupCut) -> float:
+    """How much longer to run: as long again as the series so far, from the configured warm-up."""
+    return max(float(series.t_s[-1]) - cut.floor_s, 0.0)
+
+
+def _warmup_inconclusive(series: CreepSeries, cut: WarmupCut, evidence: str, next_step: str) -> Finding:
+    """INCONCLUSIVE for a warm-up this run cannot see past, with the cut in the details."""
+    return inconclusive(
+        series.check, evidence, percentile_used=series.level, threshold=100 * series.rise_frac, unit="% over run",
+        next_step=next_step,
         details={"warmup": {series.subject: cut.to_dict()}, "windows_judged": series.judged, "series_unit": "ms"})
 
 

@@ -176,8 +176,7 @@ class Judged:
     def surest_rise(self) -> float:
         """The rise the material gate holds to `min_change`: the lower of the rise at the slope's lower
         bound over the judged span and the rise observed from the first tenth to the last."""
-        trend = self.trend
-        return min(trend.ci_per_s[0] * trend.span_s, observed_rise(self.series.values))
+        return surest_rise(self.trend, observed_rise(self.series.values))
 
 
 @dataclass(frozen=True)
@@ -386,6 +385,12 @@ def observed_rise(values: np.ndarray) -> float:
     return float(np.median(finite[-tenth:]) - np.median(finite[:tenth])) / 0.9
 
 
+def surest_rise(trend: TrendResult, observed: float) -> float:
+    """The rise a slope has surely built: the lower of the rise at its interval's lower bound over the judged
+    span and the rise observed from the first tenth to the last."""
+    return min(trend.ci_per_s[0] * trend.span_s, observed)
+
+
 def material_trend(trend: TrendResult, observed: float, min_change: float) -> TrendResult:
     """The trend with a `material` gate when it would FAIL: both the rise over the judged span at the
     lower end of the slope's interval and the rise observed from the first tenth to the last must
@@ -394,7 +399,7 @@ def material_trend(trend: TrendResult, observed: float, min_change: float) -> Tr
     long warm-up from a leak; it ends SUSPECT, never FAIL."""
     if trend.verdict != FAIL or min_change <= 0:
         return trend
-    gates = {**trend.gates, "material": min(trend.ci_per_s[0] * trend.span_s, observed) >= min_change}  # = surest_rise
+    gates = {**trend.gates, "material": surest_rise(trend, observed) >= min_change}
     return replace(trend, gates=gates,
                    verdict=trend_verdict(gates, trend.slope_per_s, trend.ci_per_s[1], trend.min_slope_per_s))
 
