@@ -397,6 +397,7 @@ class Conductor:
         state = self.state
         code = state.target.exit_code()
         if code is None:
+            self._watch_processes()
             self._watch_health()
             return False
         tail = state.target.log_tail()
@@ -406,6 +407,11 @@ class Conductor:
         no_restart = "; no restart left" if self.config.target.restart == "on-crash" else ""
         state.status, state.end_reason = "crashed", f"server exited with code {code}{no_restart}"
         return True
+
+    def _watch_processes(self) -> None:
+        """Record the death and return of a server soak did not start (found by its processes, not an exit code)."""
+        for change in self.state.target.watch_processes():
+            self.state.recorder.event(change.kind, change.text, {"pids": list(change.pids)})
 
     def _watch_health(self) -> None:
         """Pause arrivals while /health says down (3 checks in a row, so one slow answer is not an outage)."""

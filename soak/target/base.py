@@ -16,6 +16,7 @@ from typing import Any
 import psutil
 
 from soak.config import RunConfig
+from soak.contracts import EventKind
 from soak.errors import TargetError
 from soak.target.openai import choose_model, list_models, model_limits
 from soak.target.process import ServerProcess, log_tail
@@ -24,6 +25,16 @@ from soak.telemetry.process import is_local_host, listening_pids
 log = logging.getLogger(__name__)
 
 HEALTH_TIMEOUT_S = 2.0  # one cheap GET per check; a server too busy to answer in 2 s counts as down
+
+
+@dataclass(frozen=True)
+class ProcessChange:
+    """What became of the processes of a server soak did not start: they ended (CRASH), or new ones serve its
+    port again (RESTART)."""
+
+    kind: EventKind
+    text: str
+    pids: tuple[int, ...]
 
 
 @dataclass
@@ -153,6 +164,11 @@ class Target:
             return "down"
         return probe_up(self.info.base_url, auth_headers(self.config))
 
+    def watch_processes(self) -> list[ProcessChange]:
+        """Deaths and returns of the server's processes since the last call, for a server whose exit code soak
+        cannot see; none for a server soak started (its exit code tells)."""
+        return []
+
     def may_restart(self) -> bool:
         """Whether policy allows another restart now; never for a server soak did not start."""
         return False
@@ -201,6 +217,8 @@ class ExternalTarget(Target):
     kind = "external"
     REFIND_EVERY_S = 10.0
     _found_at = float("-inf")
+    _watched: tuple[int, ...] = ()  # the processes last seen serving; all gone = the server died
+    _gone = False
 
     def start(self) -> ServerInfo:
         url = self.config.target.url
@@ -210,7 +228,28 @@ class ExternalTarget(Target):
         port_text = f"listening on port {url_port(url)}" if found else ""
         self.info = self._describe(url, found, processes_from=port_text)
         self.info.server_environment = external_server_record(url, self.info.root_pids, auth_headers(self.config))
+        self._watched = tuple(self.info.root_pids)
         return self.info
+
+    def watch_processes(self) -> list[ProcessChange]:
+        """A death when every process seen serving has ended (soak cannot read the exit code of a server it did
+        not start), and a return when processes found by port serve it again (a supervisor restarted it)."""
+        if self.info is None or not self._watched:
+            return []
+        how = self.info.processes_from or "given"
+        changes = []
+        if not self._gone and not _any_alive(list(self._watched)):
+            self._gone = True
+            changes.append(ProcessChange(EventKind.CRASH, f"server process(es) {_pid_list(self._watched)} ({how}) "
+                                         "ended; soak did not start this server, so it waits for it to come back",
+                                         self._watched))
+        if self._gone:
+            back = tuple(pid for pid in self.root_pids() if pid not in self._watched and _alive(pid))
+            if back:
+                self._watched, self._gone = back, False
+                changes.append(ProcessChange(EventKind.RESTART, f"server back: process(es) {_pid_list(back)} "
+                                             f"({how})", back))
+        return changes
 
     def root_pids(self) -> list[int]:
         """The recorded roots; those found by port are looked for again (every 10 s) once none is alive."""
@@ -240,9 +279,20 @@ def external_server_record(url: str, pids: list[int], headers: dict[str, str]) -
     return record
 
 
+def _pid_list(pids: tuple[int, ...]) -> str:
+    return ", ".join(str(pid) for pid in pids)
+
+
 def _any_alive(pids: list[int]) -> bool:
-    """Whether any of the PIDs still runs."""
-    return any(psutil.pid_exists(pid) for pid in pids)
+    """Whether any of the PIDs still runs (a zombie has ended: only its parent has not reaped it yet)."""
+    return any(_alive(pid) for pid in pids)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
 
 
 class ManagedTarget(Target):

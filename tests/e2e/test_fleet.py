@@ -5,9 +5,12 @@ and a half minutes of compressed model time."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
 import subprocess
 import sys
+import time
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -82,3 +85,52 @@ def test_a_fleet_names_the_replicas_that_leak_and_creep(tmp_path, soak_cli, flee
     assert json.loads(again.stdout)["verdict"] == "FAIL"
     listed = json.loads(soak_cli("runs", "--out", str(tmp_path), "--json").stdout)
     assert sorted(r["replica"] for r in listed if r["fleet_id"] == fleet_id) == sorted(REPLICAS)
+
+
+# Long enough past the warm-up that the killed replica's health watch pauses its arrivals before the end.
+KILL_RUN = ["start", "--duration", "60s", "--warmup", "10s", "--window", "5s", "--sample-every", "1s",
+            "--rate", "3", "--scenario", "chat_short", "--no-idle-probes", "--json"]
+
+
+def test_a_replica_killed_mid_run_is_a_crash_on_that_replica_only(tmp_path):
+    with ExitStack() as stack:
+        servers = {name: start_refserver(stack, []) for name in ("steady", "killed")}
+        targets = [arg for name, (url, _) in servers.items() for arg in ("--target", f"{name}={url}")]
+        fleet = subprocess.Popen([sys.executable, "-m", "soak", *KILL_RUN, *targets, "--out", str(tmp_path)],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            _until_warmed_up(tmp_path, "killed", timeout_s=120)
+            os.kill(servers["killed"][1], signal.SIGKILL)  # a server we started, by its PID
+            stdout, stderr = fleet.communicate(timeout=240)
+        finally:
+            if fleet.poll() is None:
+                fleet.kill()
+    assert fleet.returncode == 1, stderr[-4000:]
+    replicas = {replica["name"]: replica for replica in json.loads(stdout)["replicas"]}
+    killed, steady = (_findings(replicas[name]) for name in ("killed", "steady"))
+    assert killed["crashes"]["verdict"] == "FAIL" and "ended" in killed["crashes"]["evidence"], killed["crashes"]
+    assert str(servers["killed"][1]) in killed["crashes"]["evidence"]
+    assert steady["crashes"]["verdict"] == "PASS", steady["crashes"]
+    assert "replica killed: " in json.loads(stdout)["verdict_reason"]
+
+
+def _until_warmed_up(out: Path, replica: str, timeout_s: float) -> None:
+    """Wait until the replica's run has ended its warm-up (its load is under way)."""
+    deadline = time.monotonic() + timeout_s
+    sql = ("select count(*) from events e join runs r on e.run_id = r.id "
+           f"where r.replica = '{replica}' and e.kind = 'warmup_end'")
+    while not _rows_or_none(out, sql):
+        assert time.monotonic() < deadline, f"replica {replica} never ended its warm-up"
+        time.sleep(0.25)
+
+
+def _rows_or_none(out: Path, sql: str) -> int:
+    try:
+        return query(out, sql)[0][0]
+    except Exception:  # noqa: BLE001 - the database or its schema is not there yet
+        return 0
+
+
+def _findings(replica: dict) -> dict[str, dict]:
+    summary = json.loads((Path(replica["report_html"]).parent / "summary.json").read_text())
+    return {finding["check"]: finding for finding in summary["findings"]}

@@ -6,6 +6,7 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
+import time
 
 import psutil
 import pytest
@@ -59,3 +60,64 @@ def test_local_hosts():
     assert all(is_local_host(host) for host in ("127.0.0.1", "localhost", "::1", "[::1]", "127.0.1.1"))
     assert is_local_host(socket.gethostname())  # this machine's own name resolves to one of its addresses
     assert not any(is_local_host(host) for host in ("192.0.2.10", "gpu-host.example", "", None))
+
+
+# A server that lists one model; given a port, it takes that one (a supervisor restarting it on its port).
+MODELS_SERVER = """
+import http.server, json, sys
+class Models(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = json.dumps({"object": "list", "data": [{"id": "m", "object": "model"}]}).encode()
+        self.send_response(200 if self.path in ("/v1/models", "/health") else 404)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *args):
+        pass
+server = http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), Models)
+print(server.server_address[1], flush=True)
+server.serve_forever()
+"""
+
+
+def start_models_server(port: int = 0) -> tuple[subprocess.Popen, int]:
+    process = subprocess.Popen([sys.executable, "-c", MODELS_SERVER, str(port)], stdout=subprocess.PIPE, text=True)
+    return process, int(process.stdout.readline())
+
+
+def test_an_external_server_that_dies_and_comes_back_is_a_crash_then_a_restart(tmp_path):
+    from soak.config import resolve_config
+    from soak.contracts import EventKind
+    from soak.target import ExternalTarget
+
+    first, port = start_models_server()
+    second = None
+    try:
+        config = resolve_config({"duration": "1m", "out": str(tmp_path), "target": f"http://127.0.0.1:{port}"},
+                                environ={})
+        target = ExternalTarget(config, tmp_path)
+        target.REFIND_EVERY_S = 0.0  # look for the port's new owner at every call, not every 10 s
+        assert target.start().root_pids == [first.pid]
+        assert target.watch_processes() == []  # alive: nothing to tell
+        first.kill()
+        _until_zombie(first.pid)
+        [death] = target.watch_processes()  # a zombie not yet reaped has ended all the same
+        assert death.kind == EventKind.CRASH and death.pids == (first.pid,) and f"port {port}" in death.text
+        assert target.watch_processes() == []  # told once
+        second, _ = start_models_server(port)
+        [back] = target.watch_processes()
+        assert back.kind == EventKind.RESTART and back.pids == (second.pid,)
+        assert target.root_pids() == [second.pid] and target.watch_processes() == []
+    finally:
+        for process in (first, second):
+            if process is not None:
+                process.kill()
+                process.wait(10)
+
+
+def _until_zombie(pid: int, timeout_s: float = 10.0) -> None:
+    """Wait until the killed child is a zombie, without reaping it (as a server whose parent is slow to)."""
+    deadline = time.monotonic() + timeout_s
+    while psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+        assert time.monotonic() < deadline, f"process {pid} did not end"
+        time.sleep(0.02)
