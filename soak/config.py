@@ -190,11 +190,24 @@ class ReplicaSpec(_Model):
     name: str | None = None
     url: str
     weight: float = Field(default=1.0, gt=0)
+    gpus: tuple[str, ...] = ()  # its GPUs' UUIDs on a dcgm-exporter page (`--replica NAME=URL,GPU_UUID…`)
 
     @field_validator("url")
     @classmethod
     def _normal_url(cls, url: str) -> str:
         return target_url(url)
+
+    @classmethod
+    def parse_with_gpus(cls, text: str) -> ReplicaSpec:
+        """`gpu-0=http://h:8000,GPU-3f2a…,GPU-0b11… [WEIGHT]`: a named replica and the UUIDs of its GPUs;
+        ValueError saying what is wrong."""
+        head, _, weight = str(text).strip().partition(" ")
+        target, *gpus = head.split(",")
+        spec = cls.parse(f"{target} {weight}".strip())
+        gpus = [gpu.strip() for gpu in gpus if gpu.strip()]
+        if spec.name is None or not gpus:
+            raise ValueError(f"replica {text!r} is not NAME=URL,GPU_UUID[,GPU_UUID…] [WEIGHT]")
+        return spec.model_copy(update={"gpus": tuple(gpus)})
 
     @classmethod
     def parse(cls, text: str) -> ReplicaSpec:
@@ -245,6 +258,9 @@ def parse_targets_file(path: Path) -> list[ReplicaSpec]:
     return replicas
 
 
+ROUTER_NAME = "router"  # the run of a fleet's --router, beside its replicas' runs
+
+
 def name_replicas(replicas: list[ReplicaSpec]) -> tuple[ReplicaSpec, ...]:
     """Every replica named (`replica-N` for the unnamed N-th), or a ConfigError for a name or URL given twice."""
     named = tuple(r if r.name else r.model_copy(update={"name": f"replica-{n}"}) for n, r in enumerate(replicas, 1))
@@ -260,8 +276,11 @@ class TargetSettings(_Model):
     """Which server to test and how to start it."""
 
     url: str | None = None  # the one server of a plain run: the only --target, or a fleet's replica
-    replicas: tuple[ReplicaSpec, ...] = ()  # every --target as given
+    replicas: tuple[ReplicaSpec, ...] = ()  # every --target as given (a fleet's own run: every replica, resolved)
+    replica_gpus: tuple[ReplicaSpec, ...] = ()  # every --replica NAME=URL,GPU_UUID… as given
+    gpus: tuple[str, ...] = ()  # a fleet replica's run: its GPUs' UUIDs on dcgm-exporter pages (none: by pod label)
     targets_file: Path | None = None  # more replicas, read when the run starts (soak/run/fleet.py)
+    router: str | None = None  # with replicas: the load goes here, the replicas are only observed
     model: str | None = None
     served_model: str | None = None
     vllm_bin: str | None = None
@@ -283,7 +302,7 @@ class TargetSettings(_Model):
 
     _durations = field_validator("startup_timeout_s", mode="before")(_duration_field)
 
-    @field_validator("url")
+    @field_validator("url", "router")
     @classmethod
     def _strip_v1(cls, url: str | None) -> str | None:
         return None if url is None else target_url(url)
@@ -294,6 +313,12 @@ class TargetSettings(_Model):
         items = [value] if isinstance(value, (str, dict)) else list(value or ())
         return tuple(ReplicaSpec.parse(v) if isinstance(v, str) else v for v in items)
 
+    @field_validator("replica_gpus", mode="before")
+    @classmethod
+    def _parse_replica_gpus(cls, value: Any) -> Any:
+        items = [value] if isinstance(value, (str, dict)) else list(value or ())
+        return tuple(ReplicaSpec.parse_with_gpus(v) if isinstance(v, str) else v for v in items)
+
     @model_validator(mode="after")
     def _one_or_a_fleet(self) -> TargetSettings:
         """One unnamed --target is the plain run's URL; more (or a targets file) make a fleet, which soak cannot
@@ -302,17 +327,29 @@ class TargetSettings(_Model):
             what = "--model" if self.model else "a single target URL"
             raise ValueError(f"several targets (a fleet) cannot be combined with {what}")
         try:
-            name_replicas(list(self.replicas))
+            name_replicas(list(self.all_replicas))
         except ConfigError as exc:  # a ValueError lets pydantic say which setting it was
             raise ValueError(str(exc)) from None
-        if len(self.replicas) == 1 and not self.targets_file and self.url is None:
-            object.__setattr__(self, "url", self.replicas[0].url)  # frozen: set once, while validating
+        if len(self.all_replicas) == 1 and not self.targets_file and not self.router and self.url is None:
+            object.__setattr__(self, "url", self.all_replicas[0].url)  # frozen: set once, while validating
         return self
 
     @property
+    def all_replicas(self) -> tuple[ReplicaSpec, ...]:
+        """Every --target, then every --replica (the targets file is read when the run starts)."""
+        return self.replicas + self.replica_gpus
+
+    def members(self) -> tuple[ReplicaSpec, ...]:
+        """The runs of a fleet whose replicas are resolved: the router first (named `router`) when there is one,
+        then every replica."""
+        router = (ReplicaSpec(name=ROUTER_NAME, url=self.router),) if self.router else ()
+        return router + self.replicas
+
+    @property
     def is_fleet(self) -> bool:
-        """Several targets, or a targets file: one run per replica under one fleet run (soak/run/fleet.py)."""
-        return len(self.replicas) > 1 or self.targets_file is not None
+        """Several targets, a targets file, or a router and its replicas: one run per replica under one fleet run
+        (soak/run/fleet.py)."""
+        return len(self.all_replicas) > 1 or self.targets_file is not None or self.router is not None
 
     @field_validator("vllm_faults")
     @classmethod
@@ -446,6 +483,7 @@ class RunConfig(_Model):
     config_file: Path | None = None
     fleet_id: str | None = None  # the fleet run this replica's run belongs to (soak/run/fleet.py), else None
     replica: str | None = None  # this run's replica name within that fleet
+    observe_only: bool = False  # a replica behind a --router: sampled and judged on server evidence, sent no load
     target: TargetSettings = TargetSettings()
     load: LoadSettings = LoadSettings()
     telemetry: TelemetrySettings = TelemetrySettings()

@@ -532,6 +532,9 @@ class ReplicaOutcome(BaseModel):
     name: str
     url: str
     weight: float
+    role: Literal["replica", "router", "observed"] = Field(
+        default="replica", description="replica: sent its share of the load; router: a --router's run, sent all of "
+        "it; observed: a replica behind that router, sampled and judged on server evidence only")
     run_id: str | None = Field(description="null when the replica's run never opened")
     status: str | None
     verdict: Verdict = Field(description="its run's verdict, raised to SUSPECT when it is an outlier")

@@ -36,7 +36,8 @@ class Setting:
     section: str
     kind: Kind = "text"
     metavar: str | None = None
-    multiple: bool = False  # repeatable flag, a TOML list, a comma-separated variable
+    multiple: bool = False  # repeatable flag, a TOML list, a variable of values split on `separator`
+    separator: str = ","  # `;` where a value holds commas itself (--replica)
     choices: tuple[str, ...] = ()
     flag_value: str | None = None  # the value of the flag given alone (its value is optional: `--web`)
 
@@ -73,6 +74,13 @@ SETTINGS: tuple[Setting, ...] = (
     _s("target", "target.replicas", TARGET, "Base URL of a running OpenAI-compatible server (no /v1). Repeat it "
        "for a fleet, one run per replica: NAME=URL names one, a weight after a space sets its share of the arrivals "
        "(default equal; docs/load.md, \"Fleets\").", metavar="[NAME=]URL", multiple=True),
+    _s("replica", "target.replica_gpus", TARGET, "A fleet replica and its GPUs: NAME=URL,GPU_UUID[,GPU_UUID…] "
+       "[WEIGHT] (repeatable, with or instead of --target): its run reads only those GPUs of a dcgm-exporter "
+       "--metrics-url page (without it, the GPUs whose `pod` label is the replica's name). SOAK_REPLICA separates "
+       "replicas with `;`.", metavar="NAME=URL,GPU_UUID…", multiple=True, separator=";"),
+    _s("router", "target.router", TARGET, "Base URL of a router in front of the --target replicas: all load goes "
+       "to it (its run judges latency and errors) and each replica is only observed — memory, open files, KV, "
+       "crashes, its log (docs/load.md, \"Fleets\").", metavar="URL"),
     _s("targets_file", "target.targets_file", TARGET, "File of fleet replicas, one `[NAME=]URL [WEIGHT]` a line, "
        "`#` comments (with or instead of --target).", kind="file", metavar="FILE"),
     _s("model", "target.model", TARGET,
@@ -221,13 +229,14 @@ def read_config_file(path: Path) -> dict[str, Any]:
 
 
 def read_environment(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """The `SOAK_<KEY>` variables of known settings; repeatable ones are split on commas."""
+    """The `SOAK_<KEY>` variables of known settings; repeatable ones are split on commas (`;` for --replica)."""
     environ = os.environ if environ is None else environ
     found: dict[str, Any] = {}
     for setting in SETTINGS:
         value = environ.get(setting.env)
         if value:
-            found[setting.key] = [p.strip() for p in value.split(",") if p.strip()] if setting.multiple else value
+            found[setting.key] = ([p.strip() for p in value.split(setting.separator) if p.strip()] if setting.multiple
+                                  else value)
     return found
 
 

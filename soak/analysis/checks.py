@@ -18,7 +18,7 @@ from soak.analysis import (
     server_log,
     throughput,
 )
-from soak.analysis.findings import CHECK_ORDER, Finding, inconclusive
+from soak.analysis.findings import CHECK_ORDER, Finding, inconclusive, skipped
 from soak.analysis.gates import Gates
 from soak.analysis.inputs import RunData
 from soak.analysis.next_steps import add_next_steps
@@ -52,6 +52,13 @@ CHECKS: dict[str, Check] = {
 }
 assert tuple(CHECKS) == CHECK_ORDER
 
+# What only this run's own requests can show; a replica observed behind a --router sent none.
+LOAD_CHECKS = ("creep.ttft_p99", "creep.itl_p99", "creep.e2e_p99", "errors.rise", "errors.budget", "errors.bursts",
+               "errors.invalid_output", "throughput.decay", "client.saturation", "canary", "goodput.decay",
+               "goodput.floor")
+OBSERVED_ONLY = ("This replica was only observed: its load went through the router, whose run judges latency, "
+                 "errors and throughput.")
+
 
 def analyse(run: RunData, gates: Gates | None = None) -> list[Finding]:
     """One finding per check, in CHECK_ORDER. A check that raises becomes INCONCLUSIVE (and is
@@ -63,6 +70,8 @@ def analyse(run: RunData, gates: Gates | None = None) -> list[Finding]:
 
 
 def _run_check(name: str, check: Check, run: RunData, gates: Gates) -> Finding:
+    if run.observe_only and name in LOAD_CHECKS:
+        return skipped(name, OBSERVED_ONLY, observe_only=True)
     try:
         return check(run, gates)
     except Exception as exc:  # reported in the finding and the log

@@ -92,9 +92,13 @@ class MemoryLeakGate(_Strict):
 
 
 class FdLeakGate(_Strict):
-    """An fd trend FAILs when its slope reaches `slope_fds_per_h` (an absolute rate)."""
+    """An fd trend FAILs when its slope reaches `slope_fds_per_h` (an absolute rate) and the fds it built over
+    the judged span (or one step) reach `min_change_fds`."""
 
     slope_fds_per_h: Annotated[float, Field(ge=0)] = 4.0
+    # The least growth that can FAIL, whatever the run's length: a few connections more, held while the load or
+    # the latency is higher, is not a leak (a short run with such a rise is at most SUSPECT).
+    min_change_fds: Annotated[float, Field(ge=0)] = 16.0
 
 
 class KvGate(_Strict):

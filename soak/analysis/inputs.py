@@ -362,6 +362,8 @@ only changes wording — `crashes` needs a server event, a health series or proc
     gpus: tuple[GpuSeries, ...] = ()
     horizon_s: float = 7 * 86400.0
     slo: Mapping[str, float] | None = None
+    # A replica behind a --router: sent no load of its own, so only the server's own evidence is judged.
+    observe_only: bool = False
 
     def judged_windows(self) -> list[WindowInfo]:
         """Windows that trends use: not excluded and starting after the warm-up."""

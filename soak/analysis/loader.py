@@ -321,5 +321,5 @@ def load_run_data(store: Store, run: StoredRun, stopped_early: bool) -> RunData:
         total_requests=sum(w.requests for w in request_windows),
         scenario_windows=load_scenario_windows(store, run_id), host=load_host(store, run_id),
         gpus=gpus, **stored_horizon(run),
-        **stored_slo(run),
+        **stored_slo(run), observe_only=bool(run.config.get("observe_only")),
     )

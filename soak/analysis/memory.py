@@ -132,8 +132,8 @@ class Series:
 @dataclass(frozen=True)
 class Limits:
     """What one leak check holds a series to: the threshold rate, the least growth that can FAIL (a
-    slope's rise over the span or one step; 0 for fds, whole descriptors) and the net growth in
-    lasting steps that FAILs (None: no net-growth check)."""
+    slope's rise over the span or one step) and the net growth in lasting steps that FAILs (None: no
+    net-growth check)."""
 
     threshold_per_s: float
     min_change: float = 0.0
@@ -345,7 +345,7 @@ def headroom_bytes(run: RunData, kind: LeakKind) -> float | None:
 def _limits(gate: MemoryLeakGate | FdLeakGate, series: Series, threshold_per_s: float,
             headroom: float | None) -> Limits:
     if isinstance(gate, FdLeakGate):
-        return Limits(threshold_per_s)
+        return Limits(threshold_per_s, gate.min_change_fds)
     finite = series.values[np.isfinite(series.values)]
     level = float(np.median(finite)) if finite.size else 0.0
     return Limits(threshold_per_s, gate.min_change(level), gate.net_growth_threshold(headroom))

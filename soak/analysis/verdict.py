@@ -30,7 +30,8 @@ OPEN = (Verdict.INCONCLUSIVE, Verdict.SKIPPED)
 
 def required_checks(findings: list[Finding], gates: Gates, gpu_seen: bool | None = None,
                     probes_ran: bool | None = None) -> list[str]:
-    """gates.required, less leak.vram without a GPU, leak.kv without idle probes and goodput.* without an SLO.
+    """gates.required, less leak.vram without a GPU, leak.kv without idle probes, goodput.* without an SLO and, on a
+    replica observed behind a --router, the checks only its own load could judge.
 
     When gpu_seen/probes_ran are not given they are read from the leak findings' details.
     """
@@ -41,7 +42,8 @@ def required_checks(findings: list[Finding], gates: Gates, gpu_seen: bool | None
         probes_ran = bool(by_check.get("leak.kv", Finding("leak.kv", Verdict.SKIPPED)).details.get("probes_ran"))
     slo_set = any(f.details.get("slo_set") for f in findings if f.check.startswith("goodput."))
     conditions = {"leak.vram": gpu_seen, "leak.kv": probes_ran, "goodput.decay": slo_set, "goodput.floor": slo_set}
-    return [name for name in gates.required if conditions.get(name, True)]
+    observed = {f.check for f in findings if f.details.get("observe_only")}  # a replica behind a --router
+    return [name for name in gates.required if conditions.get(name, True) and name not in observed]
 
 
 def _cut(text: str, most: int) -> str:

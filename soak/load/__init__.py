@@ -17,7 +17,7 @@ _EXPORTS = {
     "RequestRecord": "soak.load.records", "OpenAIUser": "soak.load.user", "OpenAIClient": "soak.load.client",
     "Reply": "soak.load.client", "Expect": "soak.load.client", "task": "locust", "tag": "locust",
     "builtin_names": "soak.load.scenarios", "ClientSettings": "soak.load.settings",
-    "gather_workers": "soak.load.pool", "check_load": "soak.load.runner",
+    "gather_workers": "soak.load.pool", "check_load": "soak.load.runner", "NoLoad": "soak.load.runner",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -113,6 +113,27 @@ class LoadHandle:
         gevent.sleep(seconds)
 
 
+class NoLoad:
+    """The load of a run that sends none (a replica observed behind a --router): nothing in flight, no counters,
+    pausing and stopping do nothing."""
+
+    stopped = False
+    failure: str | None = None
+    in_flight = 0
+
+    def counters(self) -> dict[str, Any]:
+        return {}
+
+    def pause(self) -> None:
+        """Nothing to pause."""
+
+    def resume(self) -> None:
+        """Nothing to resume."""
+
+    def stop(self, drain_timeout_s: float) -> None:
+        self.stopped = True
+
+
 @dataclass
 class LocalBackend:
     """Everything in this process: Locust's local runner, one dispatcher, records straight to the hooks."""

@@ -19,7 +19,7 @@ from typing import Any
 from soak.config import RunConfig
 from soak.contracts import EventKind, P99Ms, Progress, Stage, Summary, measured_rate_rps, stage_at
 from soak.errors import EXIT_FORCED, SoakError, StorageError
-from soak.load import LoadHooks, check_load, gather_workers, start_load
+from soak.load import LoadHooks, NoLoad, check_load, gather_workers, start_load
 from soak.load.canary import ProbeGate, start_canary
 from soak.load.lora import load_at_start, record_reply, reload_adapters, start_churn
 from soak.run.capabilities import check_mix
@@ -35,6 +35,7 @@ from soak.store.models import CLIENT_LOOP_LAG_MAX_METRIC, CLIENT_LOOP_LAG_P99_ME
 from soak.store.recorder import Recorder, new_run_id, utc_now_iso
 from soak.target import ServerInfo, Target, auth_headers, make_target
 from soak.target.openai import list_models
+from soak.telemetry.dcgm import GpuClaim
 from soak.telemetry.latency import LatencyWindows
 from soak.telemetry.sampler import Telemetry, TelemetrySources
 from soak.telemetry.server_log import scanner_for_run
@@ -151,9 +152,10 @@ class Conductor:
                 install_signal_handlers(self.stop)
                 self._bind_web()
                 self._start_target()
-                self._load_adapters()
-                self._check_capabilities()
-                self._gather_workers()
+                if not self.config.observe_only:  # an observed replica is sent nothing, not even a question
+                    self._load_adapters()
+                    self._check_capabilities()
+                    self._gather_workers()
                 self._open_run()
                 self._start_web()
                 self._start_or_close()
@@ -240,7 +242,9 @@ class Conductor:
                                        slo=config.slo)
         sources = TelemetrySources(server_pids=state.target.root_pids, metrics_urls=state.info.metrics_urls,
                                    health_url=state.info.base_url, headers=auth_headers(config),
-                                   server_kind=config.target.server_kind, model=state.info.model)
+                                   server_kind=config.target.server_kind, model=state.info.model,
+                                   gpu_claim=GpuClaim.of_replica(config.replica, config.target.gpus)
+                                   if config.fleet_id and config.replica else GpuClaim())
         state.telemetry = Telemetry(state.recorder, sources, state.windows, config.telemetry.sample_every_s,
                                     config.telemetry.flush_every_s)
         self._record_gpus()
@@ -249,9 +253,13 @@ class Conductor:
         state.telemetry.start()
         self._say(state.telemetry.dialects.describe())
         hooks = self._watch_log_and_canary()
-        state.load = start_load(config, base_url=state.info.base_url, model=state.info.model, t0=state.t0,
-                                hooks=hooks, workers=state.workers)
-        state.churn = start_churn(config, lambda: state.info.base_url, auth_headers(config), state.recorder)
+        if config.observe_only:
+            state.load = NoLoad()
+            self._say(f"observing {state.info.base_url} only: its load goes through the router")
+        else:
+            state.load = start_load(config, base_url=state.info.base_url, model=state.info.model, t0=state.t0,
+                                    hooks=hooks, workers=state.workers)
+            state.churn = start_churn(config, lambda: state.info.base_url, auth_headers(config), state.recorder)
         state.early_stop = watch_for_failure(state.run_id, config)
         self._say(state.early_stop and state.early_stop.describe())
 
@@ -274,9 +282,9 @@ class Conductor:
         state, config = self.state, self.config
         state.log_scanner = scanner_for_run(config.target.server_log, state.info.log_path, state.recorder)
         gate = ProbeGate()
-        state.canary = start_canary(config.load.canary_every_s, config.load.request_timeout_s,
-                                    lambda: state.info.base_url, state.info.model, auth_headers(config), state.recorder,
-                                    gate)
+        state.canary = None if config.observe_only else start_canary(
+            config.load.canary_every_s, config.load.request_timeout_s, lambda: state.info.base_url, state.info.model,
+            auth_headers(config), state.recorder, gate)
         on_idle_probe = state.telemetry.probe_reading
         if state.canary is not None:
             on_idle_probe = state.canary.around_probe(on_idle_probe, config.probe_hold_s, config.probe_drain_timeout_s)
@@ -410,8 +418,12 @@ class Conductor:
 
     def _watch_processes(self) -> None:
         """Record the death and return of a server soak did not start (found by its processes, not an exit code)."""
+        recorder = self.state.recorder
         for change in self.state.target.watch_processes():
-            self.state.recorder.event(change.kind, change.text, {"pids": list(change.pids)})
+            if change.died:
+                recorder.event(EventKind.CRASH, change.text, {"pids": list(change.pids)})
+            else:
+                recorder.event(EventKind.RESTART, change.text, {"pids": list(change.pids)})
 
     def _watch_health(self) -> None:
         """Pause arrivals while /health says down (3 checks in a row, so one slow answer is not an outage)."""

@@ -27,7 +27,15 @@ from pathlib import Path
 
 from sqlalchemy import delete, update
 
-from soak.config import LoadSettings, ReplicaSpec, RunConfig, TargetSettings, name_replicas, parse_targets_file
+from soak.config import (
+    ROUTER_NAME,
+    LoadSettings,
+    ReplicaSpec,
+    RunConfig,
+    TargetSettings,
+    name_replicas,
+    parse_targets_file,
+)
 from soak.contracts import FleetSummary
 from soak.errors import ConfigError, StorageError, TargetError
 from soak.run.environment import dumps
@@ -48,16 +56,28 @@ def refuse_unsupported(config: RunConfig) -> None:
     given = [(config.web, "--web"), (config.load.worker_count, "--workers and --expect-workers"),
              (config.load.trace, "--trace"), (config.baseline, "--baseline"),
              (config.target.server_pids, "--server-pid (each replica's processes are found by its port)"),
-             (config.target.metrics_urls, "--metrics-url"), (config.target.server_log, "--server-log")]
+             (config.target.server_log, "--server-log")]
+    if config.target.router and config.load.loras:
+        raise ConfigError("--lora cannot be combined with --router yet: soak loads adapters on the server it sends "
+                          "load to, and a router is not where adapters live")
     flag = next((flag for value, flag in given if value), None)
     if flag:
         raise ConfigError(f"{flag} cannot be combined with several targets (a fleet run) yet")
 
 
 def resolve_replicas(target: TargetSettings) -> tuple[ReplicaSpec, ...]:
-    """Every --target, then every line of --targets-file, each named."""
-    listed = list(target.replicas) + (parse_targets_file(target.targets_file) if target.targets_file else [])
-    return name_replicas(listed)
+    """Every --target, then every line of --targets-file, each named; behind a --router, none named `router`
+    and none at the router's URL."""
+    listed = list(target.all_replicas) + (parse_targets_file(target.targets_file) if target.targets_file else [])
+    if target.router and not listed:
+        raise ConfigError("--router needs the replicas behind it: --target NAME=URL (or --replica, "
+                          "--targets-file), each observed for its own evidence")
+    replicas = name_replicas(listed)
+    if target.router and any(r.name == ROUTER_NAME for r in replicas):
+        raise ConfigError(f"a replica behind --router cannot be named {ROUTER_NAME!r}: that is the router's run")
+    if target.router and any(r.url == target.router for r in replicas):
+        raise ConfigError(f"--router {target.router} is also given as a replica: name the replicas behind it")
+    return replicas
 
 
 def replica_load(load: LoadSettings, share: float, index: int) -> LoadSettings:
@@ -69,12 +89,16 @@ def replica_load(load: LoadSettings, share: float, index: int) -> LoadSettings:
                                    "seed": load.seed + index})
 
 
-def replica_config(config: RunConfig, replica: ReplicaSpec, share: float, index: int, fleet_id: str) -> RunConfig:
-    """The config of one replica's run: its URL alone, its share of the load, its folder inside the fleet's."""
-    target = config.target.model_copy(update={"url": replica.url, "replicas": (), "targets_file": None})
+def replica_config(config: RunConfig, replica: ReplicaSpec, share: float, index: int, fleet_id: str,
+                   observe_only: bool = False) -> RunConfig:
+    """The config of one replica's run: its URL alone, its share of the load (none when only observed), its
+    folder inside the fleet's."""
+    target = config.target.model_copy(update={"url": replica.url, "replicas": (), "replica_gpus": (),
+                                              "targets_file": None, "router": None, "gpus": replica.gpus})
     return config.model_copy(update={
         "target": target, "load": replica_load(config.load, share, index), "fleet_id": fleet_id,
-        "replica": replica.name, "out_dir": config.out_dir / fleet_id, "json_output": False})
+        "replica": replica.name, "out_dir": config.out_dir / fleet_id, "json_output": False,
+        "observe_only": observe_only})
 
 
 @dataclass(frozen=True)
@@ -95,9 +119,15 @@ def plan_fleet(config: RunConfig, fleet_id: str | None = None) -> FleetPlan:
     refuse_unsupported(config)
     replicas = resolve_replicas(config.target)
     fleet_id = fleet_id or new_run_id()
-    total = sum(replica.weight for replica in replicas)
     own = config.model_copy(update={"target": config.target.model_copy(update={"replicas": replicas,
+                                                                               "replica_gpus": (),
                                                                                "targets_file": None})})
+    if config.target.router:  # the router's run carries all the load; each replica's run only observes
+        members = own.target.members()
+        return FleetPlan(fleet_id, own, tuple((spec, replica_config(config, spec, 1.0, n, fleet_id,
+                                                                    observe_only=n > 0))
+                                              for n, spec in enumerate(members)))
+    total = sum(replica.weight for replica in replicas)
     return FleetPlan(fleet_id, own, tuple((replica, replica_config(config, replica, replica.weight / total, n,
                                                                    fleet_id)) for n, replica in enumerate(replicas)))
 

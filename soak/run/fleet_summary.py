@@ -27,11 +27,12 @@ LATENCY_ABSOLUTE_FLOOR_MS = 1.0
 MIN_P99_SAMPLES = 100  # a P99 of fewer requests is little more than their maximum: not compared
 
 
-def replica_outcome(spec: ReplicaSpec, run: StoredRun | None, start_error: str | None = None) -> ReplicaOutcome:
+def replica_outcome(spec: ReplicaSpec, run: StoredRun | None, start_error: str | None = None,
+                    role: str = "replica") -> ReplicaOutcome:
     """The fleet table's row of one replica, from its run's stored summary; INVALID with the reason when it
     has no run or no summary."""
     summary = stored_summary(run.summary_json, run.id) if run is not None else None
-    base = {"name": spec.name, "url": spec.url, "weight": spec.weight, "run_id": run.id if run else None,
+    base = {"name": spec.name, "url": spec.url, "weight": spec.weight, "role": role, "run_id": run.id if run else None,
             "status": run.status if run else None}
     if summary is None:
         verdict, reason = Verdict.INVALID, (f"its run never opened: {start_error or 'soak could not start it'}"
@@ -70,7 +71,7 @@ def comparison_metrics(summaries: list[Summary]) -> list[tuple[FleetMetric, str]
 def mark_outliers(outcomes: list[ReplicaOutcome], metrics: list[tuple[FleetMetric, str]]) -> list[ReplicaOutcome]:
     """Each outcome with its outliers among the replicas that have a summary; a PASS or INCONCLUSIVE replica
     with one becomes SUSPECT, saying which figure and by how much."""
-    judged = [o for o in outcomes if o.requests is not None]  # the replicas with a summary
+    judged = [o for o in outcomes if o.requests is not None and o.role != "router"]  # replicas with a summary
     found: dict[str, list[Outlier]] = {}
     for metric, attribute in metrics:
         values = {o.name: getattr(o, attribute) for o in judged
@@ -97,20 +98,25 @@ def fleet_verdict(outcomes: list[ReplicaOutcome]) -> tuple[Verdict, str]:
     named = [o for o in outcomes if o.verdict == worst]
     if worst == Verdict.PASS:
         return worst, f"all {len(outcomes)} replicas PASS"
-    reasons = "; ".join(f"replica {o.name}: {o.verdict_reason}" for o in named)
+    reasons = "; ".join(f"{'router' if o.role == 'router' else 'replica ' + o.name}: {o.verdict_reason}"
+                        for o in named)
     return worst, f"{len(named)} of {len(outcomes)} replicas {worst.value}: {reasons}"
 
 
-def fleet_replicas(fleet: StoredRun) -> tuple[ReplicaSpec, ...]:
-    """The replicas a fleet run was started with (its stored config holds them named and resolved)."""
-    return RunConfig.model_validate_json(fleet.config_json).target.replicas
+def fleet_members(fleet: StoredRun) -> list[tuple[ReplicaSpec, str]]:
+    """The runs a fleet was started with, each with its role: its router first when it had one (its stored
+    config holds the replicas named and resolved)."""
+    target = RunConfig.model_validate_json(fleet.config_json).target
+    if not target.router:
+        return [(spec, "replica") for spec in target.replicas]
+    return [(spec, "router" if n == 0 else "observed") for n, spec in enumerate(target.members())]
 
 
 def build_fleet_summary(store: Store, fleet: StoredRun, start_errors: dict[str, str] | None = None) -> FleetSummary:
     """The fleet's summary from its replicas' stored runs: outcomes, outliers, the worst verdict."""
     runs = {run.replica: run for run in store.fleet_runs(fleet.id)}
-    outcomes = [replica_outcome(spec, runs.get(spec.name), (start_errors or {}).get(spec.name))
-                for spec in fleet_replicas(fleet)]
+    outcomes = [replica_outcome(spec, runs.get(spec.name), (start_errors or {}).get(spec.name), role)
+                for spec, role in fleet_members(fleet)]
     summaries = [stored_summary(run.summary_json, run.id) for run in runs.values() if run.summary_json]
     outcomes = mark_outliers(outcomes, comparison_metrics([s for s in summaries if s is not None]))
     verdict, reason = fleet_verdict(outcomes)

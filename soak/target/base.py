@@ -16,7 +16,6 @@ from typing import Any
 import psutil
 
 from soak.config import RunConfig
-from soak.contracts import EventKind
 from soak.errors import TargetError
 from soak.target.openai import choose_model, list_models, model_limits
 from soak.target.process import ServerProcess, log_tail
@@ -29,10 +28,10 @@ HEALTH_TIMEOUT_S = 2.0  # one cheap GET per check; a server too busy to answer i
 
 @dataclass(frozen=True)
 class ProcessChange:
-    """What became of the processes of a server soak did not start: they ended (CRASH), or new ones serve its
-    port again (RESTART)."""
+    """What became of the processes of a server soak did not start: they ended (`died`: a crash), or new ones
+    serve its port again (a restart)."""
 
-    kind: EventKind
+    died: bool
     text: str
     pids: tuple[int, ...]
 
@@ -240,14 +239,14 @@ class ExternalTarget(Target):
         changes = []
         if not self._gone and not _any_alive(list(self._watched)):
             self._gone = True
-            changes.append(ProcessChange(EventKind.CRASH, f"server process(es) {_pid_list(self._watched)} ({how}) "
+            changes.append(ProcessChange(True, f"server process(es) {_pid_list(self._watched)} ({how}) "
                                          "ended; soak did not start this server, so it waits for it to come back",
                                          self._watched))
         if self._gone:
             back = tuple(pid for pid in self.root_pids() if pid not in self._watched and _alive(pid))
             if back:
                 self._watched, self._gone = back, False
-                changes.append(ProcessChange(EventKind.RESTART, f"server back: process(es) {_pid_list(back)} "
+                changes.append(ProcessChange(False, f"server back: process(es) {_pid_list(back)} "
                                              f"({how})", back))
         return changes
 

@@ -60,7 +60,35 @@ def gpu_key(labels: dict[str, str]) -> str:
 def _new_row(labels: dict[str, str]) -> dict[str, Any]:
     index = labels.get("gpu", "")
     return {"gpu_index": int(index) if index.isdigit() else -1, "uuid": gpu_key(labels)[:96],
-            "name": labels.get("modelName", "")[:128] or None, "_fb_rest": 0.0}
+            "name": labels.get("modelName", "")[:128] or None, "_fb_rest": 0.0, "_pod": labels.get("pod") or None}
+
+
+@dataclass(frozen=True)
+class GpuClaim:
+    """Which GPUs of a dcgm-exporter page are this run's. A plain run claims every one. A fleet replica's run
+    claims the GPUs `--replica NAME=URL,GPU_UUID…` named (a MIG instance by its GPU's UUID), else those whose
+    `pod` label (dcgm-exporter's Kubernetes mapping) is the replica's name — so one GPU's XID is one replica's."""
+
+    every: bool = True
+    uuids: tuple[str, ...] = ()
+    pod: str | None = None
+
+    @classmethod
+    def of_replica(cls, name: str, uuids: tuple[str, ...]) -> GpuClaim:
+        return cls(every=False, uuids=uuids, pod=None if uuids else name)
+
+    def keeps(self, row: dict[str, Any]) -> bool:
+        if self.every:
+            return True
+        if self.uuids:
+            return row["uuid"] in self.uuids or row["uuid"].split("/")[0] in self.uuids
+        return row.get("_pod") is not None and row.get("_pod") == self.pod
+
+    def describe_none(self, url: str, count: int) -> str:
+        """Why a page's GPUs are none of this replica's, and how to name them."""
+        how = (f"none has UUID {', '.join(self.uuids)}" if self.uuids else
+               f"none is labelled pod={self.pod!r}; name its GPUs with --replica {self.pod}=URL,GPU_UUID")
+        return f"dcgm-exporter {url}: {count} GPU(s), none of them this replica's ({how})"
 
 
 def read_gpus(text: str) -> list[dict[str, Any]]:

@@ -24,7 +24,7 @@ from soak.store.models import (
     ServerSample,
 )
 from soak.store.recorder import Recorder, utc_now_iso
-from soak.telemetry.dcgm import XidChanges
+from soak.telemetry.dcgm import GpuClaim, XidChanges
 from soak.telemetry.dialects import DIALECTS, Dialect
 from soak.telemetry.gpu import GpuSampler
 from soak.telemetry.latency import LatencyWindows
@@ -64,6 +64,7 @@ class TelemetrySources:
     headers: dict[str, str] = field(default_factory=dict)
     server_kind: str | None = None  # --server-kind: the dialect to read, instead of detecting it
     model: str | None = None  # the served model, so a labelled /metrics is read for it alone
+    gpu_claim: GpuClaim = field(default_factory=GpuClaim)  # which GPUs of a dcgm-exporter page are this run's
 
 
 METRICS_PROCESS_NAME = "server (from /metrics)"  # the process row read from process_* series, pid 0
@@ -161,6 +162,7 @@ class Telemetry:
         self.dialects = DialectWatch(recorder, sources)
         self._last_extra_s = -EXTRA_METRICS_EVERY_S
         self.dcgm_xids = XidChanges()
+        self._unclaimed_pages: set[str] = set()  # dcgm-exporter pages none of whose GPUs are this run's (said once)
         self._scheduler: BackgroundScheduler | None = None
         if not self.gpus.available:
             recorder.event(EventKind.NO_GPU, self.gpus.reason)
@@ -264,7 +266,17 @@ class Telemetry:
             self._last_extra_s = t_s
 
     def _record_dcgm(self, url: str, gpus: list[dict[str, Any]], t_s: float) -> None:
-        """A dcgm-exporter page's GPUs as gpu_samples rows of that source, and each new XID as a gpu_xid event."""
+        """A dcgm-exporter page's GPUs this run claims as gpu_samples rows of that source, and each new XID as a
+        gpu_xid event."""
+        claim = self.sources.gpu_claim
+        mine = [row for row in gpus if claim.keeps(row)]
+        for row in gpus:
+            row.pop("_pod", None)  # read only to claim the row: no column of its own
+        if gpus and not mine and url not in self._unclaimed_pages:
+            self._unclaimed_pages.add(url)
+            self.recorder.event(EventKind.GPU_DCGM, claim.describe_none(url, len(gpus)),
+                                {"source": url, "gpus": [], "xid_before_run": {}, "unclaimed": len(gpus)})
+        gpus = mine
         if not gpus:
             return
         first = self.dcgm_xids.first_seen(url, gpus)

@@ -7,6 +7,7 @@ import pytest
 
 from soak.contracts import EventKind
 from soak.store.models import GpuSample
+from soak.telemetry.dcgm import GpuClaim
 from soak.telemetry.sampler import Telemetry, TelemetrySources
 from support.collector import Collector
 from support.fake_dcgm import FakeDcgmExporter, FakeGpu
@@ -34,3 +35,34 @@ def test_each_gpu_is_a_row_of_its_page_and_a_new_xid_an_event():
     assert xids[0][0] == f"XID 79 on GPU {UUID} (dcgm-exporter)"
     seen = [message for kind, message, _ in collector.events if kind == EventKind.GPU_DCGM]
     assert seen == [f"dcgm-exporter {exporter.url}: 2 GPU(s); GPU {UUID} showed XID 13 before the run"]
+
+
+@pytest.mark.parametrize("claim, kept", [
+    (GpuClaim(), {UUID, "GPU-0b11", "GPU-77aa"}),  # a plain run: every GPU of the page
+    (GpuClaim.of_replica("gpu-0", (UUID,)), {UUID}),  # --replica gpu-0=URL,UUID
+    (GpuClaim.of_replica("vllm-1", ()), {"GPU-0b11"}),  # no UUID named: the GPU labelled with its pod
+])
+def test_a_fleet_replica_reads_only_its_own_gpus_of_a_shared_page(claim, kept):
+    gpus = [FakeGpu(0, UUID, pod="vllm-0"), FakeGpu(1, "GPU-0b11", pod="vllm-1"), FakeGpu(2, "GPU-77aa")]
+    collector = Collector()
+    with FakeDcgmExporter(gpus) as exporter:
+        telemetry = Telemetry(collector, TelemetrySources(server_pids=lambda: [], metrics_urls=[exporter.url],
+                                                          gpu_claim=claim), windows=None, sample_every_s=1.0,
+                              flush_every_s=1.0)
+        telemetry.sample()
+    rows = collector.rows_by_model[GpuSample]
+    assert {row["uuid"] for row in rows} == kept and not any("_pod" in row for row in rows)
+
+
+def test_a_page_with_none_of_the_replicas_gpus_says_so_once_and_stores_none():
+    collector = Collector()
+    with FakeDcgmExporter([FakeGpu(0, UUID)]) as exporter:
+        sources = TelemetrySources(server_pids=lambda: [], metrics_urls=[exporter.url],
+                                   gpu_claim=GpuClaim.of_replica("gpu-3", ()))
+        telemetry = Telemetry(collector, sources, windows=None, sample_every_s=1.0, flush_every_s=1.0)
+        telemetry.sample()
+        telemetry.sample()
+    assert GpuSample not in collector.rows_by_model or not collector.rows_by_model[GpuSample]
+    [said] = [message for kind, message, _ in collector.events if kind == EventKind.GPU_DCGM]
+    assert said == (f"dcgm-exporter {exporter.url}: 1 GPU(s), none of them this replica's (none is labelled "
+                    "pod='gpu-3'; name its GPUs with --replica gpu-3=URL,GPU_UUID)")

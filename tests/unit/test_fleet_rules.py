@@ -51,6 +51,24 @@ def test_one_target_is_a_plain_run_and_several_a_fleet():
     assert fleet.target.url is None and fleet.target.is_fleet and fleet.target.kind == "external"
 
 
+def test_a_replica_names_its_gpus_and_its_run_reads_only_those():
+    config = resolve_config({"duration": "10m", "target": ["a=http://h:1"], "metrics_url": ["http://dcgm:9400/metrics"],
+                             "replica": ["b=http://h:2,GPU-1,GPU-2 3", "c=http://h:3,GPU-9"]}, environ={})
+    assert [(r.name, r.gpus, r.weight) for r in config.target.all_replicas] == [
+        ("a", (), 1.0), ("b", ("GPU-1", "GPU-2"), 3.0), ("c", ("GPU-9",), 1.0)]
+    plan = plan_fleet(config, fleet_id="F3")
+    assert [c.target.gpus for _, c in plan.replicas] == [(), ("GPU-1", "GPU-2"), ("GPU-9",)]
+    assert all(c.target.metrics_urls == ("http://dcgm:9400/metrics",) for _, c in plan.replicas)
+    from_env = resolve_config({"duration": "10m"}, environ={"SOAK_REPLICA": "b=http://h:2,GPU-1;c=http://h:3,GPU-9"})
+    assert [r.gpus for r in from_env.target.all_replicas] == [("GPU-1",), ("GPU-9",)]
+
+
+@pytest.mark.parametrize("text", ["http://h:1,GPU-1", "b=http://h:2", "b=http://h:2, "])
+def test_a_replica_without_a_name_or_a_gpu_is_one_config_error(text):
+    with pytest.raises(ConfigError, match="is not NAME=URL,GPU_UUID"):
+        resolve_config({"duration": "10m", "replica": [text]}, environ={})
+
+
 @pytest.mark.parametrize("targets, flags, message", [
     (("a=http://h:1", "a=http://h:2"), {}, "two targets have the same name 'a'"),
     (("http://h:1", "b=http://h:1"), {}, "two targets have the same url 'http://h:1'"),
@@ -116,6 +134,60 @@ def test_a_replica_config_survives_the_trip_to_its_process():
 def test_what_a_fleet_cannot_do_yet_is_refused_before_anything_starts(flags, named):
     with pytest.raises(ConfigError, match=f"{named}.* cannot be combined with several targets"):
         plan_fleet(fleet_config("http://h:1", "http://h:2", **flags))
+
+
+def test_behind_a_router_the_router_run_carries_all_the_load_and_the_replicas_are_only_observed(tmp_path):
+    config = fleet_config("a=http://h:1", "b=http://h:2 3", router="http://r:9/v1", rate="6", out=str(tmp_path))
+    assert config.target.is_fleet and config.target.router == "http://r:9"
+    plan = plan_fleet(config, fleet_id="F2")
+    assert [(spec.name, spec.url) for spec, _ in plan.replicas] == [("router", "http://r:9"), ("a", "http://h:1"),
+                                                                    ("b", "http://h:2")]
+    (_, router), *observed = plan.replicas
+    assert router.target.url == "http://r:9" and router.load.rate_rps == 6.0 and not router.observe_only
+    assert all(c.observe_only and not c.target.is_fleet and c.target.router is None for _, c in observed)
+    assert plan.config.target.members()[0].name == "router"
+
+
+@pytest.mark.parametrize("targets, message", [
+    ((), "--router needs the replicas behind it"),
+])
+def test_a_router_without_replicas_is_one_config_error(targets, message):
+    with pytest.raises(ConfigError, match=message):
+        plan_fleet(fleet_config(*targets, router="http://r:9"))
+
+
+@pytest.mark.parametrize("targets, flags, message", [
+    (("router=http://h:1",), {}, "cannot be named 'router'"),
+    (("a=http://r:9",), {}, "--router http://r:9 is also given as a replica"),
+    (("a=http://h:1",), {"lora": ["x=/tmp/x"]}, "--lora cannot be combined with --router"),
+])
+def test_what_a_router_fleet_cannot_be_is_refused_before_anything_starts(targets, flags, message):
+    with pytest.raises(ConfigError, match=message):
+        plan_fleet(fleet_config(*targets, router="http://r:9", **flags))
+
+
+def test_an_observed_replica_is_judged_on_its_server_alone():
+    from soak.analysis.checks import LOAD_CHECKS, analyse
+    from soak.analysis.gates import Gates
+    from soak.analysis.inputs import RunData
+    from soak.analysis.verdict import required_checks
+
+    findings = analyse(RunData(planned_duration_s=600, actual_duration_s=600, warmup_s=30, window_s=10, windows=(),
+                               observe_only=True))
+    by_check = {f.check: f for f in findings}
+    assert all(by_check[name].verdict == Verdict.SKIPPED and "router" in by_check[name].evidence
+               for name in LOAD_CHECKS)
+    required = required_checks(findings, Gates())
+    assert required and not set(required) & set(LOAD_CHECKS) and "leak.rss" in required
+
+
+def test_the_router_is_never_compared_with_its_replicas():
+    outcomes = [outcome("router", Verdict.PASS, ttft=5000.0, role="router")]
+    outcomes += [outcome(name, Verdict.PASS, ttft=ttft, role="observed") for name, ttft in zip("abc", (300, 310, 305))]
+    assert all(not o.outliers for o in mark_outliers(outcomes, [(P99, "ttft_p99_ms")]))
+    verdict, reason = fleet_verdict([outcome("router", Verdict.FAIL, "creep", role="router"),
+                                     outcome("a", Verdict.PASS, role="observed")])
+    assert verdict == Verdict.FAIL and reason == "1 of 2 replicas FAIL: router: creep"
 
 
 # -- the outlier rule ----------------------------------------------------------------------------------------

@@ -32,7 +32,8 @@ OLD_START_FLAGS = {
 # Flags of `soak start` that are not settings: other spellings of --duration, and the file itself.
 START_EXTRAS = {"--hours", "--minutes", "--config"}
 # RunConfig fields no user sets directly.
-INTERNAL_FIELDS = {"config_file", "telemetry.flush_every_s", "target.url", "fleet_id", "replica"}
+INTERNAL_FIELDS = {"config_file", "telemetry.flush_every_s", "target.url", "fleet_id", "replica", "observe_only",
+                   "target.gpus"}
 
 
 class Example(NamedTuple):
@@ -58,6 +59,12 @@ EXAMPLES: dict[str, Example] = {
     "target": repeated(["gpu-0=http://127.0.0.1:9/v1", "http://127.0.0.1:8 2"],
                       (ReplicaSpec(name="gpu-0", url="http://127.0.0.1:9"),
                        ReplicaSpec(url="http://127.0.0.1:8", weight=2.0))),
+    "replica": Example(("a=http://127.0.0.1:9,GPU-1,GPU-2", "b=http://127.0.0.1:8,GPU-3 2"),
+                       "a=http://127.0.0.1:9,GPU-1,GPU-2;b=http://127.0.0.1:8,GPU-3 2",
+                       '["a=http://127.0.0.1:9,GPU-1,GPU-2", "b=http://127.0.0.1:8,GPU-3 2"]',
+                       (ReplicaSpec(name="a", url="http://127.0.0.1:9", gpus=("GPU-1", "GPU-2")),
+                        ReplicaSpec(name="b", url="http://127.0.0.1:8", weight=2.0, gpus=("GPU-3",)))),
+    "router": ex("http://127.0.0.1:7/v1", "http://127.0.0.1:7"),
     "targets_file": ex("/etc/fleet.txt", Path("/etc/fleet.txt")), "model": ex("org/model", "org/model"),
     "served_model": ex("model", "model"), "vllm_bin": ex("/opt/vllm", "/opt/vllm"),
     "serve_arg": repeated(["--enforce-eager", "--max-num-seqs=8"], ("--enforce-eager", "--max-num-seqs=8")),
