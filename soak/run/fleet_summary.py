@@ -134,7 +134,7 @@ def finalise_fleet(store: Store, fleet_id: str, start_errors: dict[str, str] | N
     fleet = store.get_run(fleet_id)
     summary = build_fleet_summary(store, fleet, start_errors)
     folder = Path(report_dir or fleet.out_dir)
-    summary.report_html = str(render_fleet_report(summary, folder / "report.html"))
+    summary.report_html = str(render_fleet_report(summary, folder / "report.html", store))
     (folder / "summary.json").write_text(json.dumps(summary.to_json_dict(), indent=2) + "\n", encoding="utf-8")
     if report_dir is None:
         store_fleet_verdict(store, summary)

@@ -79,6 +79,7 @@ def test_a_fleet_names_the_replicas_that_leak_and_creep(tmp_path, soak_cli, flee
     assert (kind, verdict) == ("fleet", "FAIL")
     fleet_page = Path(summary["report_html"]).read_text()
     assert all(f'id="replica-{name}"' in fleet_page for name in REPLICAS)
+    _charts_drawn_offline(Path(summary["report_html"]), expected=2 * len(REPLICAS))
 
     again = soak_cli("report", fleet_id, "--out", str(tmp_path), "--json", timeout_s=120)
     assert again.returncode == 0, again.stderr[-2000:]
@@ -112,6 +113,21 @@ def test_a_replica_killed_mid_run_is_a_crash_on_that_replica_only(tmp_path):
     assert str(servers["killed"][1]) in killed["crashes"]["evidence"]
     assert steady["crashes"]["verdict"] == "PASS", steady["crashes"]
     assert "replica killed: " in json.loads(stdout)["verdict_reason"]
+
+
+def _charts_drawn_offline(page: Path, expected: int) -> None:
+    """The fleet page in headless Chromium: each replica's two small charts drawn, nothing fetched, no error."""
+    from integration.report.browser import browser_or_skip, load_report, network_requests, start_browser
+
+    driver = start_browser(*browser_or_skip())
+    try:
+        url = load_report(driver, page)
+        assert driver.execute_script("return document.body.getAttribute('data-charts-rendered')") == str(expected)
+        assert driver.execute_script("return document.querySelectorAll('div.plot .main-svg').length") >= expected
+        assert [e for e in driver.get_log("browser") if e["level"] in ("SEVERE", "ERROR")] == []
+        assert network_requests(driver, url) == []
+    finally:
+        driver.quit()
 
 
 def start_router(stack: ExitStack, upstreams: list[str]) -> str:

@@ -319,6 +319,34 @@ def test_the_fleet_summary_and_report_come_from_the_replicas_stored_runs(tmp_pat
     store.close()
 
 
+def test_the_fleet_page_draws_each_replica_side_by_side_on_one_scale(tmp_path):
+    import json
+    import re
+
+    from soak.run.fleet_summary import finalise_fleet
+    from soak.store.models import LatencyWindowRow, ProcessSample
+
+    store = store_fleet(tmp_path, {"a": ("PASS", 1e5, 300.0), "b": ("PASS", 2e5, 310.0), "c": ("FAIL", 9e8, 305.0)})
+    growth = {"a": 0, "b": 0, "c": 2**20}  # c's engine gains a MiB a sample
+    with store.writing() as session:
+        for name, step in growth.items():
+            session.add_all(ProcessSample(run_id=f"R-{name}", t_s=float(t), role="server", pid=pid, name="engine",
+                                          rss_bytes=500 * 2**20 + step * t) for t in range(60) for pid in (1, 2))
+            session.add_all(LatencyWindowRow(run_id=f"R-{name}", window_index=i, scenario="*", metric="e2e",
+                                             start_s=10.0 * i, end_s=10.0 * (i + 1), count=50, p99_ms=900.0 + i)
+                            for i in range(6))
+    finalise_fleet(store, "F", {"d": "connection refused"})
+    page = (tmp_path / "F" / "report.html").read_text()
+    charts = json.loads(re.search(r'id="soak-chart-data">(.*?)</script>', page).group(1))
+    assert sorted(charts) == sorted(f"fleet-{kind}-{n}" for kind in ("memory", "e2e") for n in "abc")
+    assert all(f'id="{chart_id}-plot"' in page for chart_id in charts) and 'id="small-d"' in page
+    # one scale for the row: c's peak (two processes, 500 MiB + 59 MiB each) bounds every memory chart
+    ranges = {tuple(charts[f"fleet-memory-{n}"]["layout"]["yaxis"]["range"]) for n in "abc"}
+    assert len(ranges) == 1 and ranges.pop()[1] == pytest.approx(2 * 559 * 1.05)
+    assert max(charts["fleet-memory-c"]["data"][0]["y"]) == pytest.approx(1118.0)
+    store.close()
+
+
 def test_the_live_view_shows_a_fleet_as_its_table_of_replicas(tmp_path):
     from soak.web.pages import LivePages
 
