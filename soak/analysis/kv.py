@@ -12,7 +12,9 @@ of the window's KV usage (its minimum). Leaked blocks raise every reading, the f
 floor series — from the end of its warm-up, found from the data (`warmup.py`; a floor still settling at the
 end is INCONCLUSIVE) — gets the trend test and the step gate, against a threshold from the headroom: the rate
 that would fill the rest of the cache (1 − the starting floor) within the service horizon, and a step
-at least as large as that rate builds over the judged span. PASS needs the CI to rule that rate out.
+at least as large as that rate builds over the judged span. PASS needs the CI to rule that rate out. A FAIL is
+SUSPECT instead when the server's running requests rose with the floor: more requests held, not blocks leaked,
+may be all it shows.
 SKIPPED only without a KV-usage series at all.
 """
 
@@ -21,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from soak.analysis.evidence import detection_sentence, settle_step, trend_sentence
-from soak.analysis.findings import FAIL, PASS, Finding, inconclusive, skipped
+from soak.analysis.findings import FAIL, PASS, SUSPECT, Finding, inconclusive, skipped
 from soak.analysis.fmt import duration_text, hours_text, p_text, pct_text
 from soak.analysis.gates import Gates, KvGate
 from soak.analysis.inputs import ProbeReading, RunData
@@ -29,7 +31,7 @@ from soak.analysis.server_kind import server_name
 from soak.analysis.steps import StepResult, find_step
 from soak.analysis.trend import TrendResult, assess_trend
 from soak.analysis.warmup import WarmupCut, settle_index
-from soak.analysis.windows import window_floors
+from soak.analysis.windows import window_floors, window_medians
 
 CHECK = "leak.kv"
 FLOOR_SOURCE = "window floors of KV usage"
@@ -154,6 +156,41 @@ def check_floor(run: RunData, gates: Gates) -> Finding:
     step = find_step(t_s, floors, gates.step_spec(min_step))
     finding = _floor_finding(run, gates, trend, step, start)
     finding.details["warmup"] = cut.to_dict()
+    return _unless_held_by_load(finding, run, cut.index)
+
+
+# Running requests (window medians) this much higher late in the run than early hold more blocks at every quiet
+# moment: at least one more request, and a quarter more.
+RUNNING_RISE, RUNNING_RISE_FRAC = 1.0, 0.25
+
+
+def running_load_rise(run: RunData, first_index: int) -> tuple[float, float] | None:
+    """(early, late): the median of the windows' median running requests over the first and last third of the
+    judged windows from `first_index`; None without that gauge."""
+    server = run.server
+    if server is None or server.running is None or not np.isfinite(server.running).any():
+        return None
+    medians = window_medians(server.t_s, server.running, run.judged_windows())[first_index:]
+    finite = medians[np.isfinite(medians)]
+    if finite.size < 6:
+        return None
+    third = finite.size // 3
+    return float(np.median(finite[:third])), float(np.median(finite[-third:]))
+
+
+def _unless_held_by_load(finding: Finding, run: RunData, first_index: int) -> Finding:
+    """A floor FAIL becomes SUSPECT when the server's running requests rose with it: a server that slows holds
+    more requests, and their blocks, at every window's quietest moment, which window floors cannot tell from
+    leaked blocks (idle probes read the KV at rest and can)."""
+    rise = running_load_rise(run, first_index)
+    if finding.verdict != FAIL or rise is None or rise[1] - rise[0] < max(RUNNING_RISE, RUNNING_RISE_FRAC * rise[0]):
+        return finding
+    finding.verdict = SUSPECT
+    finding.evidence += (f"; but the requests the server held running rose with it (median {rise[0]:g} → "
+                         f"{rise[1]:g}): requests held longer hold blocks at each window's quietest moment, which "
+                         "window floors cannot tell from leaked blocks")
+    finding.next_step = "run with idle probes (the default; drop --no-idle-probes): they read the KV cache at rest"
+    finding.details["running"] = {"early_median": rise[0], "late_median": rise[1]}
     return finding
 
 

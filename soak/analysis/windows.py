@@ -24,11 +24,20 @@ def window_floors(t_s: np.ndarray, values: np.ndarray, windows: list[WindowInfo]
 
     The floor, not the mean, because allocator and GC sawtooth sit on top of what is really held.
     """
-    floors = np.full(len(windows), np.nan)
+    return _per_window(t_s, values, windows, np.min)
+
+
+def window_medians(t_s: np.ndarray, values: np.ndarray, windows: list[WindowInfo]) -> np.ndarray:
+    """The median of `values` inside each window; nan where no finite sample."""
+    return _per_window(t_s, values, windows, np.median)
+
+
+def _per_window(t_s: np.ndarray, values: np.ndarray, windows: list[WindowInfo], reduce) -> np.ndarray:
+    reduced = np.full(len(windows), np.nan)
     for i, window in enumerate(windows):
         lo, hi = np.searchsorted(t_s, [window.start_s, window.end_s], side="left")
         chunk = values[lo:hi]
         chunk = chunk[np.isfinite(chunk)]
         if chunk.size:
-            floors[i] = chunk.min()
-    return floors
+            reduced[i] = reduce(chunk)
+    return reduced

@@ -22,9 +22,14 @@ ALL_SCENARIOS = "*"
 
 
 def replica_memory_mib(store: Store, run_id: str) -> tuple[np.ndarray, np.ndarray] | None:
-    """The server tree's total RSS (MiB) at each sample of a replica's run, or None without process samples."""
-    columns = read_columns(store, ProcessSample, run_id, ("t_s", "rss_bytes"), role="server")
-    total = tree_total(columns["t_s"], columns["rss_bytes"]) if len(columns["t_s"]) else None
+    """The server tree's total RSS (MiB) at each sample of a replica's run (one process: its own), or None
+    without process samples."""
+    columns = read_columns(store, ProcessSample, run_id, ("t_s", "pid", "rss_bytes"), role="server")
+    if not len(columns["t_s"]):
+        return None
+    if len(np.unique(columns["pid"])) == 1:
+        return columns["t_s"], columns["rss_bytes"] / MIB
+    total = tree_total(columns["t_s"], columns["rss_bytes"])
     return None if total is None else (total[0], total[1] / MIB)
 
 

@@ -1,10 +1,12 @@
 """leak.kv: the idle floor after a drain — any residue is a FAIL without statistics; without probes,
 the trend and step of each window's KV floor."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
-from soak.analysis.findings import FAIL, INCONCLUSIVE, PASS, SKIPPED
+from soak.analysis.findings import FAIL, INCONCLUSIVE, PASS, SKIPPED, SUSPECT
 from soak.analysis.gates import Gates
 from soak.analysis.inputs import ProbeReading, ServerSeries
 from soak.analysis.kv import check_kv
@@ -117,6 +119,19 @@ def short_floor_run(step: float, seed: int = 0):
     running = np.random.default_rng(seed).poisson(2.0, t_s.size).astype(float)
     kv_usage = np.clip(running / 64 + step * (t_s >= 90.0), 0, 1)
     return bare_run(180.0, 20.0, 5.0, server=ServerSeries(t_s=t_s, running=running, kv_usage=kv_usage))
+
+
+def test_without_probes_a_floor_raised_by_a_slowing_server_is_suspect_not_fail():
+    # A server that slows holds more requests at once: from 2 to 12 running on average, each holding 1/64 of the
+    # cache, so every window's quietest moment holds more blocks. No block leaked; window floors cannot tell.
+    t_s = np.arange(0.0, 7200.0, 10.0)
+    running = np.random.default_rng(3).poisson(2.0 + 10.0 * t_s / t_s[-1]).astype(float)
+    slowing = bare_run(7200.0, server=ServerSeries(t_s=t_s, running=running, kv_usage=np.clip(running / 64, 0, 1)))
+    assert check_kv(replace(slowing, server=replace(slowing.server, running=None)), Gates()).verdict == FAIL
+    finding = check_kv(slowing, Gates())
+    assert finding.verdict == SUSPECT and "requests the server held running rose with it" in finding.evidence
+    assert finding.details["running"]["late_median"] - finding.details["running"]["early_median"] >= 5
+    assert "idle probes" in finding.next_step
 
 
 def test_without_probes_a_healthy_floor_passes_with_its_detection_limit():

@@ -327,11 +327,12 @@ def test_the_fleet_page_draws_each_replica_side_by_side_on_one_scale(tmp_path):
     from soak.store.models import LatencyWindowRow, ProcessSample
 
     store = store_fleet(tmp_path, {"a": ("PASS", 1e5, 300.0), "b": ("PASS", 2e5, 310.0), "c": ("FAIL", 9e8, 305.0)})
-    growth = {"a": 0, "b": 0, "c": 2**20}  # c's engine gains a MiB a sample
+    growth = {"a": 0, "b": 0, "c": 2**20}  # c's engine gains a MiB a sample; a is one process, b and c two
     with store.writing() as session:
         for name, step in growth.items():
             session.add_all(ProcessSample(run_id=f"R-{name}", t_s=float(t), role="server", pid=pid, name="engine",
-                                          rss_bytes=500 * 2**20 + step * t) for t in range(60) for pid in (1, 2))
+                                          rss_bytes=500 * 2**20 + step * t)
+                            for t in range(60) for pid in ((1,) if name == "a" else (1, 2)))
             session.add_all(LatencyWindowRow(run_id=f"R-{name}", window_index=i, scenario="*", metric="e2e",
                                              start_s=10.0 * i, end_s=10.0 * (i + 1), count=50, p99_ms=900.0 + i)
                             for i in range(6))
@@ -344,6 +345,7 @@ def test_the_fleet_page_draws_each_replica_side_by_side_on_one_scale(tmp_path):
     ranges = {tuple(charts[f"fleet-memory-{n}"]["layout"]["yaxis"]["range"]) for n in "abc"}
     assert len(ranges) == 1 and ranges.pop()[1] == pytest.approx(2 * 559 * 1.05)
     assert max(charts["fleet-memory-c"]["data"][0]["y"]) == pytest.approx(1118.0)
+    assert set(charts["fleet-memory-a"]["data"][0]["y"]) == {500.0}
     store.close()
 
 
