@@ -1,0 +1,206 @@
+"""Benchmark: a fleet of 8 replicas × 24 h at 1 Hz against the 72 h single-server budgets (database size, report
+build time), with one 72 h single-server run built and timed in the same process as the baseline.
+
+Each replica is `bench/report_render.py`'s synthetic run (3 server processes + soak, 1 GPU, server gauges, latency
+and request windows, hourly idle probes) over `--hours`, stored as a replica's run under one fleet row in one
+SQLite database, with its summary stored the way `finalise_run` stores it. The 72 h run gets a database of its own.
+
+The budgets, judged on CPU seconds (the machine is shared; wall seconds are printed beside them):
+
+- each replica's report (`render_report` of its run, in the fleet's database) takes no longer than the 72 h
+  run's report; the slowest replica is judged;
+- the fleet's own report (`finalise_fleet`, what `soak report FLEET_RUN` runs: the fleet's summary from its
+  replicas' stored summaries, its report.html and summary.json) takes no longer than the 72 h run's report;
+- the fleet's database costs at most 1.05 × the 72 h run's bytes per day, per replica-day (the WAL
+  checkpointed into the file first). The 5 % is room for what every run stores once whatever its length (its 49
+  windows of HDR histograms, events, row and summary), which a 24 h replica spreads over a third of the hours;
+  a day of samples must cost what it costs in the single-server run. The fleet's whole database is printed
+  too, but not held to the 72 h figure: it holds replicas × hours / 72 times the server-hours.
+
+    python bench/fleet_scale.py [--replicas 8] [--hours 24] [--baseline-hours 72]
+    python bench/fleet_scale.py --replicas 2 --hours 1 --baseline-hours 3    # a quick smoke run
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from report_render import MIB, build_run, run_lengths, summary
+
+from soak.config import resolve_config
+from soak.report import render_report
+from soak.run.finalise import store_verdict
+from soak.run.fleet import FLEET_KIND, plan_fleet
+from soak.run.fleet_summary import finalise_fleet
+from soak.store import Store
+from soak.store.models import EventRow, LatencyWindowRow, RequestWindowRow, Run, RunLabel
+
+DATABASE_ALLOWANCE = 1.05  # per replica-day against the 72 h run's per day (see the docstring)
+FIXED_TABLES = {model.__tablename__ for model in (Run, RunLabel, EventRow, LatencyWindowRow, RequestWindowRow)}
+FLEET_ID = "20261204T200000Z-fleet"
+BASELINE_ID = "20261204T200000Z-single"
+
+
+def say(line: str) -> None:
+    """A progress line, at once (the full size takes minutes)."""
+    print(line, flush=True)
+
+
+def timed(call: Callable[[], Any]) -> tuple[Any, float, float]:
+    """The call's result, wall seconds and CPU seconds."""
+    start, cpu_start = time.perf_counter(), time.process_time()
+    result = call()
+    return result, time.perf_counter() - start, time.process_time() - cpu_start
+
+
+def database_bytes(store: Store) -> tuple[int, int]:
+    """The SQLite file's size with the WAL checkpointed into it, and the part of it in tables and indexes a run
+    fills once whatever its length (its row, labels, events, windows); the rest is samples."""
+    connection = store.engine.raw_connection()  # a checkpoint outside any transaction, as `Store.vacuum` does
+    try:
+        cursor = connection.cursor()
+        cursor.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        pages = cursor.execute("SELECT d.name, d.pgsize, m.tbl_name FROM dbstat AS d "
+                               "LEFT JOIN sqlite_schema AS m ON m.name = d.name").fetchall()
+    finally:
+        connection.close()
+    fixed = sum(size for name, size, table in pages if (table or name) in FIXED_TABLES)
+    return store.size_bytes() or 0, fixed
+
+
+def fleet_config_json(folder: Path, replicas: int, hours: float) -> tuple[str, list[tuple[str, str]]]:
+    """The fleet row's stored config (its replicas named and resolved, as `soak start` stores it) and each
+    replica's (name, url)."""
+    targets = [f"gpu-{n}=http://10.0.0.{n + 1}:8000" for n in range(replicas)]
+    config = resolve_config({"duration": f"{hours * 3600:g}s", "target": targets, "out": str(folder)}, environ={})
+    plan = plan_fleet(config, FLEET_ID)
+    return plan.config.model_dump_json(), [(spec.name, spec.url) for spec, _ in plan.replicas]
+
+
+def build_fleet(store: Store, folder: Path, replicas: int, hours: float) -> list[tuple[str, str]]:
+    """The fleet row and one synthetic replica run per replica; returns each replica's (run id, name)."""
+    duration_s, warmup_s, window_s = run_lengths(hours)
+    config_json, specs = fleet_config_json(folder, replicas, hours)
+    fleet_folder = folder / FLEET_ID
+    with store.writing() as session:
+        session.add(Run(id=FLEET_ID, status="completed", started_at="2026-12-04T20:00:00+00:00", t0_epoch_s=1.8e9,
+                        ended_at="2026-12-05T20:00:00+00:00", planned_duration_s=duration_s, duration_s=duration_s,
+                        warmup_s=warmup_s, window_s=window_s, soak_pid=1, out_dir=str(fleet_folder),
+                        target_kind=FLEET_KIND, target_url=" ".join(url for _, url in specs),
+                        config_json=config_json, environment_json="{}"))
+    runs = []
+    for n, (name, url) in enumerate(specs):
+        run_id = f"20261204T200000Z-{name}"
+        _, wall_s, _ = timed(partial(build_run, store, run_id, hours, seed=n + 1, fleet_id=FLEET_ID, replica=name,
+                                     target_kind="external", target_url=url, out_dir=str(fleet_folder / run_id)))
+        say(f"  replica {name}: {hours:g} h built in {wall_s:.1f} s")
+        runs.append((run_id, name))
+    return runs
+
+
+def replica_report(store: Store, run_id: str, hours: float) -> dict[str, float]:
+    """Store the replica's summary as `finalise_run` does (its report's path in it), then time its report."""
+    run_summary = summary(store, run_id, run_lengths(hours)[1])
+    out = Path(store.get_run(run_id).out_dir) / "report.html"
+    run_summary.report_html = str(out)
+    store_verdict(store, run_id, run_summary)
+    path, wall_s, cpu_s = timed(lambda: render_report(store, run_id, run_summary, out))
+    return {"wall_s": wall_s, "cpu_s": cpu_s, "bytes": path.stat().st_size}
+
+
+def baseline(folder: Path, hours: float) -> dict[str, float]:
+    """The single-server run of `hours` in a database of its own: its size and its report's time."""
+    store = Store.open(f"sqlite:///{folder}/single.db")
+    try:
+        _, build_s, _ = timed(lambda: build_run(store, BASELINE_ID, hours, out_dir=str(folder / BASELINE_ID)))
+        db_bytes, fixed_bytes = database_bytes(store)
+        say(f"single server {hours:g} h: database built in {build_s:.1f} s, {db_bytes / MIB:.1f} MiB "
+            f"({fixed_bytes / MIB:.1f} MiB of it stored once a run)")
+        report = replica_report(store, BASELINE_ID, hours)
+        say(f"single server {hours:g} h: report {report['cpu_s']:.2f} s CPU ({report['wall_s']:.2f} s wall), "
+            f"{report['bytes'] / MIB:.2f} MiB")
+        return {**report, "db_bytes": db_bytes, "fixed_bytes": fixed_bytes}
+    finally:
+        store.close()
+
+
+def fleet(folder: Path, replicas: int, hours: float) -> dict[str, Any]:
+    """The fleet in its database: its size, each replica's report time, and the fleet report's."""
+    store = Store.open(f"sqlite:///{folder}/fleet.db")
+    try:
+        say(f"fleet {replicas} × {hours:g} h: building")
+        runs = build_fleet(store, folder, replicas, hours)
+        db_bytes, fixed_bytes = database_bytes(store)
+        say(f"fleet: database {db_bytes / MIB:.1f} MiB ({fixed_bytes / MIB:.1f} MiB of it stored once a run)")
+        reports = {}
+        for run_id, name in runs:
+            reports[name] = replica_report(store, run_id, hours)
+            say(f"  replica {name}: report {reports[name]['cpu_s']:.2f} s CPU ({reports[name]['wall_s']:.2f} s wall)")
+        fleet_summary, wall_s, cpu_s = timed(lambda: finalise_fleet(store, FLEET_ID))
+        say(f"fleet: `soak report {FLEET_ID}` (finalise_fleet) {cpu_s:.3f} s CPU ({wall_s:.3f} s wall), "
+            f"{fleet_summary.verdict.value}, page {Path(fleet_summary.report_html).stat().st_size / 1024:.0f} KiB")
+        return {"db_bytes": db_bytes, "fixed_bytes": fixed_bytes, "reports": reports,
+                "fleet": {"wall_s": wall_s, "cpu_s": cpu_s}}
+    finally:
+        store.close()
+
+
+def budgets(single: dict, fleet_result: dict, args: argparse.Namespace) -> list[tuple[str, str, bool]]:
+    """Each budget's name, its line with the figures and ratio, and whether it holds."""
+    replica_days, single_days = args.replicas * args.hours / 24, args.baseline_hours / 24
+    per_day, single_per_day = fleet_result["db_bytes"] / replica_days, single["db_bytes"] / single_days
+    samples_ratio = ((fleet_result["db_bytes"] - fleet_result["fixed_bytes"]) / replica_days
+                     / ((single["db_bytes"] - single["fixed_bytes"]) / single_days))
+    slowest = max(fleet_result["reports"].values(), key=lambda report: report["cpu_s"])
+    own = fleet_result["fleet"]
+    return [
+        ("replica report", f"slowest replica's report {slowest['cpu_s']:.2f} s CPU vs {single['cpu_s']:.2f} s for "
+         f"{args.baseline_hours:g} h: ×{slowest['cpu_s'] / single['cpu_s']:.2f} (budget ≤ ×1)",
+         slowest["cpu_s"] <= single["cpu_s"]),
+        ("fleet report", f"fleet's report {own['cpu_s']:.3f} s CPU vs {single['cpu_s']:.2f} s: "
+         f"×{own['cpu_s'] / single['cpu_s']:.3f} (budget ≤ ×1)", own["cpu_s"] <= single["cpu_s"]),
+        ("database", f"database per replica-day {per_day / MIB:.1f} MiB vs {single_per_day / MIB:.1f} MiB a day "
+         f"for {args.baseline_hours:g} h: ×{per_day / single_per_day:.3f} (budget ≤ ×{DATABASE_ALLOWANCE}; "
+         f"samples alone ×{samples_ratio:.3f})",
+         per_day <= DATABASE_ALLOWANCE * single_per_day),
+    ]
+
+
+def print_comparison(single: dict, fleet_result: dict, args: argparse.Namespace) -> None:
+    """Figures against the baseline with ratios, then whether the fleet stays within the budgets."""
+    cpu = [report["cpu_s"] for report in fleet_result["reports"].values()]
+    wall = [report["wall_s"] for report in fleet_result["reports"].values()]
+    say(f"database: fleet {fleet_result['db_bytes'] / MIB:.1f} MiB in all vs {single['db_bytes'] / MIB:.1f} MiB: "
+        f"×{fleet_result['db_bytes'] / single['db_bytes']:.2f}, for ×{args.replicas * args.hours / args.baseline_hours:.2f}"
+        " the server-hours")
+    say(f"replica reports: {min(cpu):.2f}–{max(cpu):.2f} s CPU ({min(wall):.2f}–{max(wall):.2f} s wall), "
+        f"×{min(cpu) / single['cpu_s']:.2f}–×{max(cpu) / single['cpu_s']:.2f} of the {args.baseline_hours:g} h report; "
+        f"all {len(cpu)} together {sum(cpu):.1f} s CPU (×{sum(cpu) / single['cpu_s']:.2f})")
+    results = budgets(single, fleet_result, args)
+    for _, line, holds in results:
+        say(f"{'within' if holds else 'OVER'}: {line}")
+    over = [name for name, _, holds in results if not holds]
+    say(f"fleet {args.replicas} × {args.hours:g} h: " + (f"NOT within the single-server budgets (over: {', '.join(over)})"
+                                                         if over else "within the single-server budgets"))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--replicas", type=int, default=8)
+    parser.add_argument("--hours", type=float, default=24.0, help="each replica's run")
+    parser.add_argument("--baseline-hours", type=float, default=72.0, help="the single-server run")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as folder:
+        single = baseline(Path(folder), args.baseline_hours)
+        fleet_result = fleet(Path(folder), args.replicas, args.hours)
+        print_comparison(single, fleet_result, args)
+
+
+if __name__ == "__main__":
+    main()
