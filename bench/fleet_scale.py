@@ -43,8 +43,9 @@ from soak.store.models import EventRow, LatencyWindowRow, RequestWindowRow, Run,
 
 DATABASE_ALLOWANCE = 1.05  # per replica-day against the 72 h run's per day (see the docstring)
 FIXED_TABLES = {model.__tablename__ for model in (Run, RunLabel, EventRow, LatencyWindowRow, RequestWindowRow)}
-FLEET_ID = "20261204T200000Z-fleet"
-BASELINE_ID = "20261204T200000Z-single"
+# Ids as long as soak's own (`new_run_id`): each sample row and its index entry hold one.
+FLEET_ID = "20261204T200000Z-f000"
+BASELINE_ID = "20261204T200000Z-a000"
 
 
 def say(line: str) -> None:
@@ -96,7 +97,7 @@ def build_fleet(store: Store, folder: Path, replicas: int, hours: float) -> list
                         config_json=config_json, environment_json="{}"))
     runs = []
     for n, (name, url) in enumerate(specs):
-        run_id = f"20261204T200000Z-{name}"
+        run_id = f"20261204T200000Z-b{n:03x}"
         _, wall_s, _ = timed(partial(build_run, store, run_id, hours, seed=n + 1, fleet_id=FLEET_ID, replica=name,
                                      target_kind="external", target_url=url, out_dir=str(fleet_folder / run_id)))
         say(f"  replica {name}: {hours:g} h built in {wall_s:.1f} s")
