@@ -4,6 +4,11 @@ build time), with one 72 h single-server run built and timed in the same process
 Each replica is `bench/report_render.py`'s synthetic run (3 server processes + soak, 1 GPU, server gauges, latency
 and request windows, hourly idle probes) over `--hours`, stored as a replica's run under one fleet row in one
 SQLite database, with its summary stored the way `finalise_run` stores it. The 72 h run gets a database of its own.
+Rows go in in the order soak's writers commit them: second by second, and in a fleet every replica's second before
+the next (each replica's writer commits every 0.25 s), so one replica's samples lie spread among its peers' and its
+index entries go into the middle of the index, as in a real fleet's database. `--one-after-another` builds every
+run with `report_render.build_run` instead (a whole run at a time, table by table, process by process), to show
+what that order changes.
 
 The budgets, judged on CPU seconds (the machine is shared; wall seconds are printed beside them):
 
@@ -12,12 +17,12 @@ The budgets, judged on CPU seconds (the machine is shared; wall seconds are prin
 - the fleet's own report (`finalise_fleet`, what `soak report FLEET_RUN` runs: the fleet's summary from its
   replicas' stored summaries, its report.html and summary.json) takes no longer than the 72 h run's report;
 - the fleet's database costs at most 1.05 × the 72 h run's bytes per day, per replica-day (the WAL
-  checkpointed into the file first). The 5 % is room for what every run stores once whatever its length (its 49
-  windows of HDR histograms, events, row and summary), which a 24 h replica spreads over a third of the hours;
-  a day of samples must cost what it costs in the single-server run. The fleet's whole database is printed
-  too, but not held to the 72 h figure: it holds replicas × hours / 72 times the server-hours.
+  checkpointed into the file first). The 5 % is room for what a run stores that does not grow with its samples
+  (its row and summary, and at least 48 windows of HDR histograms however short it is), which weighs more in a
+  shorter run; a day of samples must cost what it costs in the single-server run. The fleet's whole database is
+  printed too, but not held to the 72 h figure: it holds replicas × hours / 72 times the server-hours.
 
-    python bench/fleet_scale.py [--replicas 8] [--hours 24] [--baseline-hours 72]
+    python bench/fleet_scale.py [--replicas 8] [--hours 24] [--baseline-hours 72] [--one-after-another]
     python bench/fleet_scale.py --replicas 2 --hours 1 --baseline-hours 3    # a quick smoke run
 """
 
@@ -28,10 +33,25 @@ import tempfile
 import time
 from collections.abc import Callable
 from functools import partial
+from itertools import chain
+from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
-from report_render import MIB, build_run, run_lengths, summary
+import numpy as np
+from report_render import (
+    MIB,
+    build_run,
+    event_rows,
+    gpu_and_server_rows,
+    insert_batched,
+    process_rows,
+    run_lengths,
+    run_row,
+    summary,
+    window_bounds,
+    window_rows,
+)
 
 from soak.config import resolve_config
 from soak.report import render_report
@@ -39,13 +59,15 @@ from soak.run.finalise import store_verdict
 from soak.run.fleet import FLEET_KIND, plan_fleet
 from soak.run.fleet_summary import finalise_fleet
 from soak.store import Store
-from soak.store.models import EventRow, LatencyWindowRow, RequestWindowRow, Run, RunLabel
+from soak.store.models import EventRow, LatencyWindowRow, ProcessSample, RequestWindowRow, Run, RunLabel
 
 DATABASE_ALLOWANCE = 1.05  # per replica-day against the 72 h run's per day (see the docstring)
-FIXED_TABLES = {model.__tablename__ for model in (Run, RunLabel, EventRow, LatencyWindowRow, RequestWindowRow)}
+NON_SAMPLE_TABLES = {model.__tablename__ for model in (Run, RunLabel, EventRow, LatencyWindowRow, RequestWindowRow)}
 # Ids as long as soak's own (`new_run_id`): each sample row and its index entry hold one.
 FLEET_ID = "20261204T200000Z-f000"
 BASELINE_ID = "20261204T200000Z-a000"
+SAMPLES_AT_ONCE_S = 3600.0  # the samples of this many seconds are made and ordered in memory at a time
+PROGRESS_EVERY_S = 6 * 3600.0
 
 
 def say(line: str) -> None:
@@ -61,8 +83,8 @@ def timed(call: Callable[[], Any]) -> tuple[Any, float, float]:
 
 
 def database_bytes(store: Store) -> tuple[int, int]:
-    """The SQLite file's size with the WAL checkpointed into it, and the part of it in tables and indexes a run
-    fills once whatever its length (its row, labels, events, windows); the rest is samples."""
+    """The SQLite file's size with the WAL checkpointed into it, and the part of it in the tables and indexes
+    that are not samples (runs, labels, events, windows)."""
     connection = store.engine.raw_connection()  # a checkpoint outside any transaction, as `Store.vacuum` does
     try:
         cursor = connection.cursor()
@@ -71,8 +93,40 @@ def database_bytes(store: Store) -> tuple[int, int]:
                                "LEFT JOIN sqlite_schema AS m ON m.name = d.name").fetchall()
     finally:
         connection.close()
-    fixed = sum(size for name, size, table in pages if (table or name) in FIXED_TABLES)
-    return store.size_bytes() or 0, fixed
+    other = sum(size for name, size, table in pages if (table or name) in NON_SAMPLE_TABLES)
+    return store.size_bytes() or 0, other
+
+
+def write_as_sampled(store: Store, runs: list[tuple[str, dict]], hours: float) -> None:
+    """Runs of `hours` sampled side by side, each a (run id, fields of its row) with a seed of its own: their
+    samples written second by second, each second run by run and process by process, as their writers commit
+    them; then each run's events and windows (a handful of rows)."""
+    duration_s, warmup_s, window_s = run_lengths(hours)
+    rngs = [np.random.default_rng(seed) for seed in range(1, len(runs) + 1)]
+    insert_batched(store, Run, [run_row(run_id, duration_s, warmup_s, window_s) | fields for run_id, fields in runs])
+    for start_s in np.arange(0.0, duration_s, SAMPLES_AT_ONCE_S).tolist():
+        t_s = np.arange(start_s, min(start_s + SAMPLES_AT_ONCE_S, duration_s), 1.0)
+        made = [{ProcessSample: process_rows(run_id, t_s, rng), **gpu_and_server_rows(run_id, t_s, rng)}
+                for (run_id, _), rng in zip(runs, rngs)]
+        for model in made[0]:
+            # A stable sort by time keeps, within each second, the runs' order and each run's processes' order.
+            insert_batched(store, model, sorted(chain.from_iterable(rows[model] for rows in made), key=itemgetter("t_s")))
+        if (start_s + SAMPLES_AT_ONCE_S) % PROGRESS_EVERY_S == 0:
+            say(f"  {len(runs)} run(s): samples written to {(start_s + SAMPLES_AT_ONCE_S) / 3600:g} h of {hours:g} h")
+    for (run_id, _), rng in zip(runs, rngs):
+        insert_batched(store, EventRow, event_rows(run_id, duration_s, warmup_s))
+        latency, requests = window_rows(run_id, window_bounds(duration_s, warmup_s, window_s), rng)
+        insert_batched(store, LatencyWindowRow, latency)
+        insert_batched(store, RequestWindowRow, requests)
+
+
+def write_runs(store: Store, runs: list[tuple[str, dict]], hours: float, one_after_another: bool) -> None:
+    """The runs' rows, in the order soak writes them, or with `report_render.build_run` a whole run at a time."""
+    if not one_after_another:
+        write_as_sampled(store, runs, hours)
+        return
+    for seed, (run_id, fields) in enumerate(runs, start=1):
+        build_run(store, run_id, hours, seed=seed, **fields)
 
 
 def fleet_config_json(folder: Path, replicas: int, hours: float) -> tuple[str, list[tuple[str, str]]]:
@@ -84,7 +138,8 @@ def fleet_config_json(folder: Path, replicas: int, hours: float) -> tuple[str, l
     return plan.config.model_dump_json(), [(spec.name, spec.url) for spec, _ in plan.replicas]
 
 
-def build_fleet(store: Store, folder: Path, replicas: int, hours: float) -> list[tuple[str, str]]:
+def build_fleet(store: Store, folder: Path, replicas: int, hours: float, one_after_another: bool
+                ) -> list[tuple[str, str]]:
     """The fleet row and one synthetic replica run per replica; returns each replica's (run id, name)."""
     duration_s, warmup_s, window_s = run_lengths(hours)
     config_json, specs = fleet_config_json(folder, replicas, hours)
@@ -95,14 +150,11 @@ def build_fleet(store: Store, folder: Path, replicas: int, hours: float) -> list
                         warmup_s=warmup_s, window_s=window_s, soak_pid=1, out_dir=str(fleet_folder),
                         target_kind=FLEET_KIND, target_url=" ".join(url for _, url in specs),
                         config_json=config_json, environment_json="{}"))
-    runs = []
-    for n, (name, url) in enumerate(specs):
-        run_id = f"20261204T200000Z-b{n:03x}"
-        _, wall_s, _ = timed(partial(build_run, store, run_id, hours, seed=n + 1, fleet_id=FLEET_ID, replica=name,
-                                     target_kind="external", target_url=url, out_dir=str(fleet_folder / run_id)))
-        say(f"  replica {name}: {hours:g} h built in {wall_s:.1f} s")
-        runs.append((run_id, name))
-    return runs
+    runs = [(f"20261204T200000Z-b{n:03x}", name, url) for n, (name, url) in enumerate(specs)]
+    write_runs(store, [(run_id, {"fleet_id": FLEET_ID, "replica": name, "target_kind": "external", "target_url": url,
+                                 "out_dir": str(fleet_folder / run_id)}) for run_id, name, url in runs],
+               hours, one_after_another)
+    return [(run_id, name) for run_id, name, _ in runs]
 
 
 def replica_report(store: Store, run_id: str, hours: float) -> dict[str, float]:
@@ -115,30 +167,32 @@ def replica_report(store: Store, run_id: str, hours: float) -> dict[str, float]:
     return {"wall_s": wall_s, "cpu_s": cpu_s, "bytes": path.stat().st_size}
 
 
-def baseline(folder: Path, hours: float) -> dict[str, float]:
+def baseline(folder: Path, hours: float, one_after_another: bool) -> dict[str, float]:
     """The single-server run of `hours` in a database of its own: its size and its report's time."""
     store = Store.open(f"sqlite:///{folder}/single.db")
     try:
-        _, build_s, _ = timed(lambda: build_run(store, BASELINE_ID, hours, out_dir=str(folder / BASELINE_ID)))
-        db_bytes, fixed_bytes = database_bytes(store)
+        _, build_s, _ = timed(partial(write_runs, store, [(BASELINE_ID, {"out_dir": str(folder / BASELINE_ID)})],
+                                      hours, one_after_another))
+        db_bytes, other_bytes = database_bytes(store)
         say(f"single server {hours:g} h: database built in {build_s:.1f} s, {db_bytes / MIB:.1f} MiB "
-            f"({fixed_bytes / MIB:.1f} MiB of it stored once a run)")
+            f"({other_bytes / MIB:.1f} MiB of it not samples)")
         report = replica_report(store, BASELINE_ID, hours)
         say(f"single server {hours:g} h: report {report['cpu_s']:.2f} s CPU ({report['wall_s']:.2f} s wall), "
             f"{report['bytes'] / MIB:.2f} MiB")
-        return {**report, "db_bytes": db_bytes, "fixed_bytes": fixed_bytes}
+        return {**report, "db_bytes": db_bytes, "other_bytes": other_bytes}
     finally:
         store.close()
 
 
-def fleet(folder: Path, replicas: int, hours: float) -> dict[str, Any]:
+def fleet(folder: Path, replicas: int, hours: float, one_after_another: bool) -> dict[str, Any]:
     """The fleet in its database: its size, each replica's report time, and the fleet report's."""
     store = Store.open(f"sqlite:///{folder}/fleet.db")
     try:
         say(f"fleet {replicas} × {hours:g} h: building")
-        runs = build_fleet(store, folder, replicas, hours)
-        db_bytes, fixed_bytes = database_bytes(store)
-        say(f"fleet: database {db_bytes / MIB:.1f} MiB ({fixed_bytes / MIB:.1f} MiB of it stored once a run)")
+        runs, build_s, _ = timed(partial(build_fleet, store, folder, replicas, hours, one_after_another))
+        db_bytes, other_bytes = database_bytes(store)
+        say(f"fleet {replicas} × {hours:g} h: database built in {build_s:.1f} s, {db_bytes / MIB:.1f} MiB "
+            f"({other_bytes / MIB:.1f} MiB of it not samples)")
         reports = {}
         for run_id, name in runs:
             reports[name] = replica_report(store, run_id, hours)
@@ -146,7 +200,7 @@ def fleet(folder: Path, replicas: int, hours: float) -> dict[str, Any]:
         fleet_summary, wall_s, cpu_s = timed(lambda: finalise_fleet(store, FLEET_ID))
         say(f"fleet: `soak report {FLEET_ID}` (finalise_fleet) {cpu_s:.3f} s CPU ({wall_s:.3f} s wall), "
             f"{fleet_summary.verdict.value}, page {Path(fleet_summary.report_html).stat().st_size / 1024:.0f} KiB")
-        return {"db_bytes": db_bytes, "fixed_bytes": fixed_bytes, "reports": reports,
+        return {"db_bytes": db_bytes, "other_bytes": other_bytes, "reports": reports,
                 "fleet": {"wall_s": wall_s, "cpu_s": cpu_s}}
     finally:
         store.close()
@@ -156,8 +210,8 @@ def budgets(single: dict, fleet_result: dict, args: argparse.Namespace) -> list[
     """Each budget's name, its line with the figures and ratio, and whether it holds."""
     replica_days, single_days = args.replicas * args.hours / 24, args.baseline_hours / 24
     per_day, single_per_day = fleet_result["db_bytes"] / replica_days, single["db_bytes"] / single_days
-    samples_ratio = ((fleet_result["db_bytes"] - fleet_result["fixed_bytes"]) / replica_days
-                     / ((single["db_bytes"] - single["fixed_bytes"]) / single_days))
+    samples_ratio = ((fleet_result["db_bytes"] - fleet_result["other_bytes"]) / replica_days
+                     / ((single["db_bytes"] - single["other_bytes"]) / single_days))
     slowest = max(fleet_result["reports"].values(), key=lambda report: report["cpu_s"])
     own = fleet_result["fleet"]
     return [
@@ -196,10 +250,13 @@ def main() -> None:
     parser.add_argument("--replicas", type=int, default=8)
     parser.add_argument("--hours", type=float, default=24.0, help="each replica's run")
     parser.add_argument("--baseline-hours", type=float, default=72.0, help="the single-server run")
+    parser.add_argument("--one-after-another", action="store_true",
+                        help="write each run whole, as report_render.py does, not second by second")
     args = parser.parse_args()
+    say(f"rows written {'a whole run at a time' if args.one_after_another else 'second by second, as soak writes them'}")
     with tempfile.TemporaryDirectory() as folder:
-        single = baseline(Path(folder), args.baseline_hours)
-        fleet_result = fleet(Path(folder), args.replicas, args.hours)
+        single = baseline(Path(folder), args.baseline_hours, args.one_after_another)
+        fleet_result = fleet(Path(folder), args.replicas, args.hours, args.one_after_another)
         print_comparison(single, fleet_result, args)
 
 
