@@ -103,7 +103,7 @@ def database_bytes(store: Store) -> tuple[int, int]:
 def write_as_sampled(store: Store, runs: list[tuple[str, dict]], hours: float) -> None:
     """Runs of `hours` sampled side by side, each a (run id, fields of its row) with a seed of its own: their
     samples written second by second, each second run by run and process by process, as their writers commit
-    them; then each run's events and windows (a handful of rows)."""
+    them; then each run's events and windows (hundreds of rows a run, against hundreds of thousands of samples)."""
     duration_s, warmup_s, window_s = run_lengths(hours)
     rngs = [np.random.default_rng(seed) for seed in range(1, len(runs) + 1)]
     insert_batched(store, Run, [run_row(run_id, duration_s, warmup_s, window_s) | fields for run_id, fields in runs])
