@@ -19,9 +19,11 @@ import numpy as np
 from hdrh.histogram import HdrHistogram
 from sqlalchemy import insert
 
+from soak.contracts import Summary, SummaryFinding, Verdict
 from soak.report import render_report
 from soak.report.context import build_context
 from soak.report.render import render_html
+from soak.run.summary import build_summary
 from soak.store import Store
 from soak.store.models import (
     EventRow,
@@ -137,8 +139,8 @@ def event_rows(run_id: str, duration_s: float, warmup_s: float) -> list[dict]:
             for t, kind, message in raw]
 
 
-def summary(run_id: str, warmup_s: float) -> dict:
-    """A summary with one leak finding and its fitted line, and the rest of the checks passing."""
+def summary(store: Store, run_id: str, warmup_s: float) -> Summary:
+    """The stored run's summary with one leak finding and its fitted line, and the rest of the checks passing."""
     checks = ("leak.vram", "leak.kv", "leak.fds", "creep.ttft_p99", "creep.itl_p99", "creep.e2e_p99",
               "errors.rise", "errors.budget", "hang", "crashes", "throughput.decay", "client.saturation")
     findings = [{"check": "leak.rss", "verdict": "FAIL", "value": 20 * MIB, "unit": "bytes/h",
@@ -147,18 +149,24 @@ def summary(run_id: str, warmup_s: float) -> dict:
                            "space": "linear"}}]
     findings += [{"check": c, "verdict": "PASS", "value": 0.0, "unit": "", "ci": None, "threshold": None,
                   "evidence": "flat"} for c in checks]
-    return {"schema": "soak.run.summary/1", "run_id": run_id, "verdict": "FAIL", "verdict_reason": "leak.rss FAIL",
-            "findings": findings}
+    return build_summary(store.get_run(run_id), store, [SummaryFinding.model_validate(f) for f in findings],
+                         Verdict.FAIL, "leak.rss FAIL", report_html=None)
 
 
-def build_run(store: Store, run_id: str, hours: float, seed: int = 1) -> None:
-    """A synthetic run of `hours` at 1 Hz, with the default warm-up and window lengths (`soak.analysis.windows`)."""
+def run_lengths(hours: float) -> tuple[float, float, float]:
+    """Duration, warm-up and window of a run of `hours`, in seconds: the defaults of `soak.analysis.windows`."""
     duration_s = hours * 3600
     warmup_s = min(max(0.05 * duration_s, 30.0), 3600.0)
-    window_s = min(max((duration_s - warmup_s) / 48, 5.0), 1800.0)
+    return duration_s, warmup_s, min(max((duration_s - warmup_s) / 48, 5.0), 1800.0)
+
+
+def build_run(store: Store, run_id: str, hours: float, seed: int = 1, **row_fields: object) -> None:
+    """A synthetic run of `hours` at 1 Hz, with the default warm-up and window lengths; `row_fields` replace
+    those of its `runs` row (a fleet's replica sets `fleet_id` and `replica`)."""
+    duration_s, warmup_s, window_s = run_lengths(hours)
     rng = np.random.default_rng(seed)
     t_s = np.arange(0.0, duration_s, 1.0)
-    insert_batched(store, Run, [run_row(run_id, duration_s, warmup_s, window_s)])
+    insert_batched(store, Run, [run_row(run_id, duration_s, warmup_s, window_s) | row_fields])
     insert_batched(store, EventRow, event_rows(run_id, duration_s, warmup_s))
     insert_batched(store, ProcessSample, process_rows(run_id, t_s, rng))
     for model, rows in gpu_and_server_rows(run_id, t_s, rng).items():
@@ -168,17 +176,17 @@ def build_run(store: Store, run_id: str, hours: float, seed: int = 1) -> None:
     insert_batched(store, RequestWindowRow, requests)
 
 
-def time_report(store: Store, run_id: str, out: Path, warmup_s: float) -> dict[str, float]:
+def time_report(store: Store, run_id: str, out: Path, run_summary: Summary) -> dict[str, float]:
     """Seconds to build the context, to render the HTML, and for the whole `render_report` (wall and CPU, which
     tells a busy machine from a slow report); bytes written."""
     start = time.perf_counter()
-    context = build_context(store, run_id, summary(run_id, warmup_s))
+    context = build_context(store, run_id, run_summary)
     context_s = time.perf_counter() - start
     start = time.perf_counter()
     render_html(context)
     html_s = time.perf_counter() - start
     start, cpu_start = time.perf_counter(), time.process_time()
-    path = render_report(store, run_id, summary(run_id, warmup_s), out)
+    path = render_report(store, run_id, run_summary, out)
     return {"context_s": context_s, "html_s": html_s, "total_s": time.perf_counter() - start,
             "cpu_s": time.process_time() - cpu_start, "bytes": path.stat().st_size}
 
@@ -197,8 +205,8 @@ def main() -> None:
             build_run(store, run_id, hours)
             build_s = time.perf_counter() - start
             db_bytes = sum(p.stat().st_size for p in Path(folder).glob(f"{label}.db*"))
-            results[label] = time_report(store, run_id, Path(folder) / label / "report.html",
-                                         min(max(0.05 * hours * 3600, 30.0), 3600.0))
+            run_summary = summary(store, run_id, run_lengths(hours)[1])
+            results[label] = time_report(store, run_id, Path(folder) / label / "report.html", run_summary)
             result = results[label]
             print(f"{hours:g} h run: database built in {build_s:.1f} s ({db_bytes / MIB:.0f} MiB); "
                   f"context {result['context_s']:.2f} s, HTML {result['html_s']:.2f} s, render_report "
