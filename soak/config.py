@@ -172,6 +172,8 @@ class PhaseSpec(_Model):
         return fields
 
 
+K8S_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")  # a DNS label: what a namespace is
+K8S_PORT_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,13}[a-z0-9])?$")  # a container port's name (IANA_SVC_NAME)
 REPLICA_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
 
 
@@ -299,8 +301,35 @@ class TargetSettings(_Model):
     startup_timeout_s: float = Field(default=900.0, gt=0)
     api_key_env: str | None = None
     server_log: Path | None = None
+    k8s_selector: str | None = None  # the fleet's replicas are the pods this selects (soak/target/k8s.py)
+    k8s_namespace: str | None = None  # None: the pod's own, the kubeconfig context's or "default", found with them
+    k8s_port: str | None = None  # a container port's name or number; None: the one named http, else the first
+    k8s_pods: tuple[str, ...] = ()  # every pod of the fleet as found (set by the fleet, never by a user)
 
     _durations = field_validator("startup_timeout_s", mode="before")(_duration_field)
+
+    @field_validator("k8s_selector")
+    @classmethod
+    def _check_selector(cls, selector: str | None) -> str | None:
+        if selector is not None and not selector.strip():
+            raise ValueError("the label selector is empty (e.g. app=vllm)")
+        return None if selector is None else selector.strip()
+
+    @field_validator("k8s_namespace")
+    @classmethod
+    def _check_namespace(cls, namespace: str | None) -> str | None:
+        if namespace is not None and not K8S_LABEL.match(namespace):
+            raise ValueError("a namespace is lower-case letters, digits and '-' (at most 63)")
+        return namespace
+
+    @field_validator("k8s_port", mode="before")
+    @classmethod
+    def _check_port(cls, port: Any) -> Any:
+        text = None if port is None else str(port).strip()
+        if text is None or (text.isdigit() and 0 < int(text) < 65536) or K8S_PORT_NAME.match(text):
+            return text
+        raise ValueError("a container port is a number from 1 to 65535 or a port name (at most 15 lower-case "
+                         "letters, digits and '-')")
 
     @field_validator("url", "router")
     @classmethod
@@ -322,7 +351,8 @@ class TargetSettings(_Model):
     @model_validator(mode="after")
     def _one_or_a_fleet(self) -> TargetSettings:
         """One unnamed --target is the plain run's URL; more (or a targets file) make a fleet, which soak cannot
-        combine with starting a server itself."""
+        combine with starting a server itself; --k8s-selector finds the replicas itself."""
+        self._check_k8s()
         if self.is_fleet and (self.model or self.url):
             what = "--model" if self.model else "a single target URL"
             raise ValueError(f"several targets (a fleet) cannot be combined with {what}")
@@ -333,6 +363,18 @@ class TargetSettings(_Model):
         if len(self.all_replicas) == 1 and not self.targets_file and not self.router and self.url is None:
             object.__setattr__(self, "url", self.all_replicas[0].url)  # frozen: set once, while validating
         return self
+
+    def _check_k8s(self) -> None:
+        """--k8s-selector alone names the replicas (until they are found, `k8s_pods`); its options need it."""
+        if self.k8s_selector is None:
+            given = "--k8s-namespace" if self.k8s_namespace else "--k8s-port" if self.k8s_port else None
+            if given:
+                raise ValueError(f"{given} needs --k8s-selector (the pods to find)")
+            return
+        clashes = ((self.replicas, "--target"), (self.targets_file, "--targets-file"), (self.model, "--model"))
+        given = next((flag for value, flag in clashes if value), None)
+        if given and not self.k8s_pods:
+            raise ValueError(f"--k8s-selector finds the fleet's replicas itself; it cannot be combined with {given}")
 
     @property
     def all_replicas(self) -> tuple[ReplicaSpec, ...]:
@@ -347,9 +389,10 @@ class TargetSettings(_Model):
 
     @property
     def is_fleet(self) -> bool:
-        """Several targets, a targets file, or a router and its replicas: one run per replica under one fleet run
-        (soak/run/fleet.py)."""
-        return len(self.all_replicas) > 1 or self.targets_file is not None or self.router is not None
+        """Several targets, a targets file, a router and its replicas, or --k8s-selector: one run per replica under
+        one fleet run (soak/run/fleet.py); a replica's own run has its URL."""
+        return (len(self.all_replicas) > 1 or self.targets_file is not None or self.router is not None
+                or (self.k8s_selector is not None and self.url is None))
 
     @field_validator("vllm_faults")
     @classmethod

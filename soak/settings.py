@@ -83,6 +83,13 @@ SETTINGS: tuple[Setting, ...] = (
        "crashes, its log (docs/load.md, \"Fleets\").", metavar="URL"),
     _s("targets_file", "target.targets_file", TARGET, "File of fleet replicas, one `[NAME=]URL [WEIGHT]` a line, "
        "`#` comments (with or instead of --target).", kind="file", metavar="FILE"),
+    _s("k8s_selector", "target.k8s_selector", TARGET, "Find the fleet's replicas in Kubernetes: the running, ready "
+       "pods this label selector matches (e.g. app=vllm), one run each, followed through restarts and replacement "
+       "(needs soak[k8s]; docs/load.md, \"Kubernetes\").", metavar="SELECTOR"),
+    _s("k8s_namespace", "target.k8s_namespace", TARGET, "Namespace of the --k8s-selector pods (default: the pod's "
+       "own namespace in a cluster, else the kubeconfig context's, else default).", metavar="NS"),
+    _s("k8s_port", "target.k8s_port", TARGET, "Container port of the OpenAI server in each --k8s-selector pod, by "
+       "name or number (default: the port named http, else the first declared).", metavar="NAME|N"),
     _s("model", "target.model", TARGET,
        "Start embedded vLLM serving NAME (needs vLLM: beside soak's Python, on PATH, or --vllm-bin); "
        "`tiny`: a tiny model soak builds itself.", metavar="NAME"),

@@ -373,6 +373,12 @@ class OpenAIClient:
         self._pool_client = self.http.client.clientpool.get_client(self._base)
         self._headers = self._make_headers()
 
+    def retarget(self, base_url: str) -> None:
+        """Send to `base_url` from the next request on (the server moved); the verbs below follow too."""
+        self.http.base_url = base_url.rstrip("/")
+        self._base = URL(self.http.base_url)
+        self._pool_client = self.http.client.clientpool.get_client(self._base)
+
     # FastHttpSession's HTTP verbs, named one by one: any other attribute is an AttributeError, not a guess.
     def request(self, *args: Any, **kwargs: Any) -> Any:
         return self.http.request(*args, **kwargs)

@@ -127,6 +127,15 @@ class Dispatcher:
         self.instances = list(instances.values())
         return tasks
 
+    def retarget(self, base_url: str) -> None:
+        """Every scenario instance sends to `base_url` from its next request on (the server moved)."""
+        self.environment.host = base_url
+        for instance in self.instances:
+            instance.host = base_url
+            retarget = getattr(instance.client, "retarget", None)  # a scenario's own client cannot be moved
+            if retarget is not None:
+                retarget(base_url)
+
     # -- the loop ---------------------------------------------------------------------------------------
     def run(self) -> None:
         """Dispatch until `stop_arrivals`; returns at once if another greenlet already runs it."""

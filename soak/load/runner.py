@@ -18,6 +18,7 @@ from locust.env import Environment
 
 from soak.config import RunConfig
 from soak.contracts import EventKind
+from soak.errors import TargetError
 from soak.load.backend import (
     PLAN_MESSAGE,
     QueueSink,
@@ -92,6 +93,14 @@ class LoadHandle:
     def counters(self) -> dict[str, Any]:
         """sends, skipped, late_sends_1s, lag_p50_ms, lag_p99_ms, lag_max_ms, in_flight, probes so far."""
         return {**self._backend.counters(), "probes": self._backend.controller.probes_done}
+
+    def retarget(self, base_url: str) -> None:
+        """Send every request from now on to `base_url` (the server moved: a replaced pod); those in flight end
+        where they are. In-process load only: a fleet's replicas, which can move, have no load workers."""
+        dispatcher = getattr(self._backend, "dispatcher", None)
+        if dispatcher is None:
+            raise TargetError("the load workers cannot follow the server to a new address")
+        dispatcher.retarget(base_url)
 
     def pause(self) -> None:
         """Server outage: planned arrivals from now on are skipped (and counted) until `resume`."""

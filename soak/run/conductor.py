@@ -371,11 +371,25 @@ class Conductor:
                 state.end_reason = state.load.failure
                 return
             self._scan_log()
+            self._follow_target()
             if self._server_lost() or self._failed_beyond_doubt(elapsed_s):
                 return
             self._report(self._progress(elapsed_s))
             self._record_loop_lag(elapsed_s)
             time.sleep(TICK_S)
+
+    def _follow_target(self) -> None:
+        """What the target saw of its server from outside (a pod: soak/target/k8s.py): a container's restart is
+        a crash; a replaced pod a restart, and the load and telemetry go to its address (the target's own info,
+        which health, the canary and LoRA churn read, it moved itself)."""
+        state = self.state
+        for change in state.target.changes():
+            if change.base_url is None:
+                state.recorder.event(EventKind.CRASH, change.message, change.data)
+                continue
+            state.recorder.event(EventKind.RESTART, change.message, change.data)
+            state.telemetry.sources.health_url = change.base_url
+            state.load.retarget(change.base_url)
 
     def _record_loop_lag(self, elapsed_s: float, final: bool = False) -> None:
         """Store the client's event-loop lag so far (P99 and max over the load), once per sample interval."""

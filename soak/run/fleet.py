@@ -67,7 +67,9 @@ def refuse_unsupported(config: RunConfig) -> None:
 
 def resolve_replicas(target: TargetSettings) -> tuple[ReplicaSpec, ...]:
     """Every --target, then every line of --targets-file, each named; behind a --router, none named `router`
-    and none at the router's URL."""
+    and none at the router's URL. Or the pods --k8s-selector found."""
+    if target.k8s_pods:
+        return target.replicas
     listed = list(target.all_replicas) + (parse_targets_file(target.targets_file) if target.targets_file else [])
     if target.router and not listed:
         raise ConfigError("--router needs the replicas behind it: --target NAME=URL (or --replica, "
@@ -78,6 +80,18 @@ def resolve_replicas(target: TargetSettings) -> tuple[ReplicaSpec, ...]:
     if target.router and any(r.url == target.router for r in replicas):
         raise ConfigError(f"--router {target.router} is also given as a replica: name the replicas behind it")
     return replicas
+
+
+def find_pods(target: TargetSettings) -> TargetSettings:
+    """With --k8s-selector, the target with the pods found (soak/target/k8s.py): each a replica named after its
+    pod, their names and namespace kept, so each replica's run can watch its own."""
+    if not target.k8s_selector or target.k8s_pods:
+        return target
+    from soak.target.k8s import discover
+
+    found = discover(target.k8s_selector, target.k8s_namespace, target.k8s_port)
+    return target.model_copy(update={"replicas": found.replicas, "k8s_namespace": found.namespace,
+                                     "k8s_pods": tuple(spec.name for spec in found.replicas)})
 
 
 def replica_load(load: LoadSettings, share: float, index: int) -> LoadSettings:
@@ -117,6 +131,7 @@ class FleetPlan:
 def plan_fleet(config: RunConfig, fleet_id: str | None = None) -> FleetPlan:
     """Check what a fleet cannot do, read the replicas and split the load by weight."""
     refuse_unsupported(config)
+    config = config.model_copy(update={"target": find_pods(config.target)})
     replicas = resolve_replicas(config.target)
     fleet_id = fleet_id or new_run_id()
     own = config.model_copy(update={"target": config.target.model_copy(update={"replicas": replicas,

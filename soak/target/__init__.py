@@ -14,6 +14,10 @@ def make_target(config: RunConfig, run_dir: Path) -> Target:
     if config.target.vllm_faults and kind != "vllm":
         raise ConfigError("--vllm-fault plants faults in the vLLM soak starts: it needs --model NAME (the reference "
                           "server takes --reference-fault; a --target server is not soak's to change)")
+    if kind == "external" and config.target.k8s_selector and config.replica:
+        from soak.target.k8s import PodTarget  # a replica of a --k8s-selector fleet: its pod is watched
+
+        return PodTarget(config, run_dir)
     if kind == "external":
         return ExternalTarget(config, run_dir)
     if kind == "vllm":

@@ -11,7 +11,7 @@ import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import psutil
 
@@ -52,6 +52,17 @@ class ServerInfo:
     processes_from: str = ""  # how root_pids were found: started by soak, --server-pid, the port, or "" (none)
     server_environment: dict[str, Any] = field(default_factory=dict)  # the server's vLLM/torch, placement
     notes: list[str] = field(default_factory=list)  # what the user should hear before the load starts
+
+
+@dataclass(frozen=True)
+class ServerChange:
+    """What a target watching its server from outside saw (a pod: soak/target/k8s.py): a `crash` (a container
+    restarted) or a server that `moved` to `base_url` (its pod was replaced), which the run follows."""
+
+    kind: Literal["crash", "moved"]
+    message: str
+    data: dict[str, Any] = field(default_factory=dict)
+    base_url: str | None = None
 
 
 def auth_headers(config: RunConfig) -> dict[str, str]:
@@ -166,6 +177,10 @@ class Target:
     def watch_processes(self) -> list[ProcessChange]:
         """Deaths and returns of the server's processes since the last call, for a server whose exit code soak
         cannot see; none for a server soak started (its exit code tells)."""
+        return []
+
+    def changes(self) -> list[ServerChange]:
+        """What was seen of the server from outside since the last call (the conductor asks every tick)."""
         return []
 
     def may_restart(self) -> bool:
