@@ -365,11 +365,8 @@ class TargetSettings(_Model):
         return self
 
     def _check_k8s(self) -> None:
-        """--k8s-selector alone names the replicas (until they are found, `k8s_pods`); its options need it."""
+        """--k8s-selector alone names the replicas (until they are found, `k8s_pods`)."""
         if self.k8s_selector is None:
-            given = "--k8s-namespace" if self.k8s_namespace else "--k8s-port" if self.k8s_port else None
-            if given:
-                raise ValueError(f"{given} needs --k8s-selector (the pods to find)")
             return
         clashes = ((self.replicas, "--target"), (self.targets_file, "--targets-file"), (self.model, "--model"))
         given = next((flag for value, flag in clashes if value), None)

@@ -110,7 +110,9 @@ class PodLister:
             if in_cluster:
                 kubernetes.config.load_incluster_config(client_configuration=configuration)
             else:
-                kubernetes.config.load_kube_config(client_configuration=configuration, persist_config=False)
+                # KUBECONFIG read now: the client reads it once, when imported
+                kubernetes.config.load_kube_config(config_file=os.environ.get("KUBECONFIG") or None,
+                                                   client_configuration=configuration, persist_config=False)
         except (kubernetes.config.ConfigException, OSError) as exc:
             where = "the pod's service account" if in_cluster else "the kubeconfig (KUBECONFIG or ~/.kube/config)"
             raise ConfigError(f"--k8s-selector: no usable Kubernetes configuration in {where}: "
@@ -172,7 +174,7 @@ def default_namespace(kubernetes: Any, in_cluster: bool) -> str:
         except OSError:
             return "default"
     try:
-        _, active = kubernetes.config.list_kube_config_contexts()
+        _, active = kubernetes.config.list_kube_config_contexts(os.environ.get("KUBECONFIG") or None)
         return (active or {}).get("context", {}).get("namespace") or "default"
     except Exception:  # the config loaded already; a context without a namespace is the default one
         return "default"
@@ -223,12 +225,16 @@ class PodTarget(ExternalTarget):
     def start(self) -> ServerInfo:
         """The server as an external target, and the pod's state now: what later restarts are counted from."""
         info = super().start()
+        self.watch_from_now()
+        return info
+
+    def watch_from_now(self) -> None:
+        """Read the pod as it is now; TargetError when it is gone already."""
         self.lister = PodLister(self.config.target.k8s_namespace)
         name = self.config.replica
         self.pod = next((pod for pod in self.lister.list(self.selector) if pod.name == name), None)
         if self.pod is None:
             raise TargetError(f"pod {name} no longer matches --k8s-selector {self.selector!r}")
-        return info
 
     def changes(self) -> list[ServerChange]:
         """What the pod did since the last look (at most every WATCH_EVERY_S): restarts, a replacement."""

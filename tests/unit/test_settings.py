@@ -33,7 +33,7 @@ OLD_START_FLAGS = {
 START_EXTRAS = {"--hours", "--minutes", "--config"}
 # RunConfig fields no user sets directly.
 INTERNAL_FIELDS = {"config_file", "telemetry.flush_every_s", "target.url", "fleet_id", "replica", "observe_only",
-                   "target.gpus"}
+                   "target.gpus", "target.k8s_pods"}
 
 
 class Example(NamedTuple):
@@ -66,6 +66,8 @@ EXAMPLES: dict[str, Example] = {
                         ReplicaSpec(name="b", url="http://127.0.0.1:8", weight=2.0, gpus=("GPU-3",)))),
     "router": ex("http://127.0.0.1:7/v1", "http://127.0.0.1:7"),
     "targets_file": ex("/etc/fleet.txt", Path("/etc/fleet.txt")), "model": ex("org/model", "org/model"),
+    "k8s_selector": ex("app=vllm,tier!=canary", "app=vllm,tier!=canary"), "k8s_namespace": ex("serving", "serving"),
+    "k8s_port": ex("http", "http"),
     "served_model": ex("model", "model"), "vllm_bin": ex("/opt/vllm", "/opt/vllm"),
     "serve_arg": repeated(["--enforce-eager", "--max-num-seqs=8"], ("--enforce-eager", "--max-num-seqs=8")),
     "vllm_fault": repeated(["rss-leak=1MiB", "hang-after=60s"], ("rss-leak=1MiB", "hang-after=60s")),
