@@ -220,3 +220,26 @@ def test_an_api_that_fails_mid_run_is_not_the_servers_fault(cluster, tmp_path):
     cluster.down = False
     cluster.restart_container("vllm-0")
     assert len(target.changes()) == 1
+
+
+# -- the manifest in docs/deploy -----------------------------------------------------------------------------
+def test_the_deploy_job_may_list_pods_and_runs_soak_start_with_a_selector_that_misses_itself():
+    from pathlib import Path
+
+    from soak.cli.start import start, start_flags
+
+    yaml = pytest.importorskip("yaml")
+    path = Path(__file__).resolve().parents[2] / "docs" / "deploy" / "k8s-soak-job.yaml"
+    docs = {doc["kind"]: doc for doc in yaml.safe_load_all(path.read_text())}
+    account, role, binding, job = docs["ServiceAccount"], docs["Role"], docs["RoleBinding"], docs["Job"]
+    [rule] = role["rules"]
+    assert rule["resources"] == ["pods"] and set(rule["verbs"]) == {"get", "list", "watch"}
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account["metadata"]["name"]}]
+    pod = job["spec"]["template"]
+    assert pod["spec"]["serviceAccountName"] == account["metadata"]["name"]
+    [container] = pod["spec"]["containers"]
+    assert container["command"] == ["soak", "start"]
+    config = resolve_config(start_flags(dict(start.make_context("start", container["args"]).params)), environ={})
+    assert config.target.k8s_selector == "app=vllm" and config.target.is_fleet and config.duration_s == 86400
+    assert not selector_matches(config.target.k8s_selector, pod["metadata"]["labels"])
