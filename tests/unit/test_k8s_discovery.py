@@ -101,6 +101,26 @@ def test_no_kubeconfig_is_a_config_error(tmp_path, monkeypatch):
         PodLister()
 
 
+def test_inside_a_pod_without_a_service_account_is_a_config_error(monkeypatch):
+    from soak.target.k8s import NAMESPACE_FILE
+
+    if NAMESPACE_FILE.with_name("token").exists():
+        pytest.skip("this machine is a pod with a service account")
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "127.0.0.1")
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "1")
+    with pytest.raises(ConfigError, match=r"^--k8s-selector: no usable Kubernetes configuration in the pod's "
+                                          r"service account: "):
+        PodLister()
+
+
+def test_without_the_client_the_error_names_the_extra(monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "kubernetes", None)  # what an interpreter without the package imports
+    with pytest.raises(ConfigError, match=r"^--k8s-selector needs the Kubernetes client: pip install 'soak\[k8s\]'$"):
+        discover("app=vllm", None, None)
+
+
 @pytest.mark.parametrize("selector, labels, matches", [
     ("app=vllm", {"app": "vllm"}, True), ("app==vllm,tier!=canary", {"app": "vllm", "tier": "canary"}, False),
     ("app in (vllm, sglang)", {"app": "sglang"}, True), ("!tier", {"app": "vllm"}, True), ("tier", {}, False),
@@ -139,13 +159,18 @@ def test_a_selector_makes_a_fleet_whose_replicas_are_the_pods(cluster, tmp_path)
     assert RunConfig.model_validate_json(plan.config.model_dump_json()).target.replicas == plan.config.target.replicas
 
 
-def test_a_fleet_with_no_pod_is_one_line_and_exit_2(cluster, soak_cli, tmp_path):
+@pytest.mark.parametrize("args, message", [
+    ([], "soak: error: no pod matches --k8s-selector 'app=vllm' in namespace default of http://127.0.0.1:"),
+    (["--target", "http://127.0.0.1:1"], "soak: error: invalid target: --k8s-selector finds the fleet's replicas "
+                                         "itself; it cannot be combined with --target"),
+])
+def test_a_fleet_that_cannot_be_found_is_one_line_and_exit_2(cluster, soak_cli, tmp_path, args, message):
     cluster.add_pod("vllm-0", labels={"app": "sglang"})
-    result = soak_cli("start", "--duration", "1m", "--out", str(tmp_path), "--k8s-selector", "app=vllm",
+    result = soak_cli("start", "--duration", "1m", "--out", str(tmp_path), "--k8s-selector", "app=vllm", *args,
                       env={"KUBECONFIG": str(tmp_path / "kubeconfig")}, timeout_s=60)
     assert result.returncode == 2, result.stderr
     [line] = result.stderr.strip().splitlines()
-    assert line.startswith("soak: error: no pod matches --k8s-selector 'app=vllm' in namespace default")
+    assert line.startswith(message)
     assert not (tmp_path / "soak.db").exists()
 
 
