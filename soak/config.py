@@ -368,7 +368,8 @@ class TargetSettings(_Model):
         """--k8s-selector alone names the replicas (until they are found, `k8s_pods`)."""
         if self.k8s_selector is None:
             return
-        clashes = ((self.replicas, "--target"), (self.targets_file, "--targets-file"), (self.model, "--model"))
+        clashes = ((self.replicas, "--target"), (self.replica_gpus, "--replica"), (self.targets_file, "--targets-file"),
+                   (self.router, "--router"), (self.model, "--model"))
         given = next((flag for value, flag in clashes if value), None)
         if given and not self.k8s_pods:
             raise ValueError(f"--k8s-selector finds the fleet's replicas itself; it cannot be combined with {given}")

@@ -133,6 +133,8 @@ def test_the_fake_server_selects_as_the_api_does(selector, labels, matches):
 @pytest.mark.parametrize("flags, message", [
     ({"target": ["http://h:1"]}, "--k8s-selector finds the fleet's replicas itself; it cannot be combined with --target"),
     ({"targets_file": "fleet.txt"}, "cannot be combined with --targets-file"),
+    ({"replica": ["a=http://h:1,GPU-1"]}, "cannot be combined with --replica"),
+    ({"router": "http://h:9"}, "cannot be combined with --router"),
     ({"model": "tiny"}, "cannot be combined with --model"),
     ({"k8s_port": "Http_"}, "invalid setting k8s-port (--k8s-port): a container port is a number from 1 to 65535"),
     ({"k8s_namespace": "Serving"}, "invalid setting k8s-namespace (--k8s-namespace): a namespace is lower-case"),
