@@ -140,13 +140,30 @@ def gauge_source(rows: list[ServerSample]) -> str:
     return next((source for source in sources if carries(source)), sources[0])
 
 
+def followed_sources(rows: list[ServerSample], first: str) -> list[str]:
+    """`first`, then each source that carried gauges only after the one before it stopped: the server followed to a
+    new address (a Kubernetes pod replaced mid-run), whose gauges continue the series. A source read alongside
+    (a metrics port beside the server's own) overlaps it and is not taken."""
+    spans: dict[str, list[float]] = {}
+    for row in rows:
+        if row.running is not None or row.generation_tokens_total is not None:
+            span = spans.setdefault(row.source, [row.t_s, row.t_s])
+            span[0], span[1] = min(span[0], row.t_s), max(span[1], row.t_s)
+    chosen = [first]
+    for source, (start, _) in sorted(spans.items(), key=lambda item: item[1][0]):
+        if source not in chosen and first in spans and start > spans[chosen[-1]][1]:
+            chosen.append(source)
+    return chosen
+
+
 def load_server(store: Store, run_id: str) -> ServerSeries | None:
-    """The gauges and counters of the source that carries them (`gauge_source`)."""
+    """The gauges and counters of the source that carries them (`gauge_source`), and of each address the server
+    was followed to after it (`followed_sources`)."""
     rows = store.read_rows(ServerSample, run_id)
     if not rows:
         return None
-    source = gauge_source(rows)
-    rows = [row for row in rows if row.source == source]
+    sources = followed_sources(rows, gauge_source(rows))
+    rows = sorted((row for row in rows if row.source in sources), key=lambda row: row.t_s)
     scraped = [row if row.scrape_ok else None for row in rows]  # a failed scrape's gauges read as missing
     health = [None if row.health_ok is None else float(row.health_ok) for row in rows]
     return ServerSeries(
