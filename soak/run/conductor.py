@@ -379,17 +379,19 @@ class Conductor:
             time.sleep(TICK_S)
 
     def _follow_target(self) -> None:
-        """What the target saw of its server from outside (a pod: soak/target/k8s.py): a container's restart is
-        a crash; a replaced pod a restart, and the load and telemetry go to its address (the target's own info,
-        which health, the canary and LoRA churn read, it moved itself)."""
+        """What the target saw of a server soak did not start: its processes ending, or a pod's container
+        restarting, is a crash; the server back on its port a restart; a replaced pod a restart, and the load and
+        telemetry go to its address (the target's own info, which health, the canary and LoRA churn read, it
+        moved itself)."""
         state = self.state
         for change in state.target.changes():
-            if change.base_url is None:
+            if change.kind == "crash":
                 state.recorder.event(EventKind.CRASH, change.message, change.data)
                 continue
             state.recorder.event(EventKind.RESTART, change.message, change.data)
-            state.telemetry.sources.health_url = change.base_url
-            state.load.retarget(change.base_url)
+            if change.kind == "moved" and change.base_url:
+                state.telemetry.sources.health_url = change.base_url
+                state.load.retarget(change.base_url)
 
     def _record_loop_lag(self, elapsed_s: float, final: bool = False) -> None:
         """Store the client's event-loop lag so far (P99 and max over the load), once per sample interval."""
@@ -419,7 +421,6 @@ class Conductor:
         state = self.state
         code = state.target.exit_code()
         if code is None:
-            self._watch_processes()
             self._watch_health()
             return False
         tail = state.target.log_tail()
@@ -429,15 +430,6 @@ class Conductor:
         no_restart = "; no restart left" if self.config.target.restart == "on-crash" else ""
         state.status, state.end_reason = "crashed", f"server exited with code {code}{no_restart}"
         return True
-
-    def _watch_processes(self) -> None:
-        """Record the death and return of a server soak did not start (found by its processes, not an exit code)."""
-        recorder = self.state.recorder
-        for change in self.state.target.watch_processes():
-            if change.died:
-                recorder.event(EventKind.CRASH, change.text, {"pids": list(change.pids)})
-            else:
-                recorder.event(EventKind.RESTART, change.text, {"pids": list(change.pids)})
 
     def _watch_health(self) -> None:
         """Pause arrivals while /health says down (3 checks in a row, so one slow answer is not an outage)."""

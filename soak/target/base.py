@@ -26,16 +26,6 @@ log = logging.getLogger(__name__)
 HEALTH_TIMEOUT_S = 2.0  # one cheap GET per check; a server too busy to answer in 2 s counts as down
 
 
-@dataclass(frozen=True)
-class ProcessChange:
-    """What became of the processes of a server soak did not start: they ended (`died`: a crash), or new ones
-    serve its port again (a restart)."""
-
-    died: bool
-    text: str
-    pids: tuple[int, ...]
-
-
 @dataclass
 class ServerInfo:
     """What the later stages need to know of the server under test."""
@@ -56,10 +46,11 @@ class ServerInfo:
 
 @dataclass(frozen=True)
 class ServerChange:
-    """What a target watching its server from outside saw (a pod: soak/target/k8s.py): a `crash` (a container
-    restarted) or a server that `moved` to `base_url` (its pod was replaced), which the run follows."""
+    """What a target watching a server it did not start saw from outside: a `crash` (its processes ended, or a
+    pod's container restarted), the server `back` (new processes serve its port), or a server that `moved` to
+    `base_url` (its pod was replaced), which the run follows."""
 
-    kind: Literal["crash", "moved"]
+    kind: Literal["crash", "back", "moved"]
     message: str
     data: dict[str, Any] = field(default_factory=dict)
     base_url: str | None = None
@@ -174,13 +165,9 @@ class Target:
             return "down"
         return probe_up(self.info.base_url, auth_headers(self.config))
 
-    def watch_processes(self) -> list[ProcessChange]:
-        """Deaths and returns of the server's processes since the last call, for a server whose exit code soak
-        cannot see; none for a server soak started (its exit code tells)."""
-        return []
-
     def changes(self) -> list[ServerChange]:
-        """What was seen of the server from outside since the last call (the conductor asks every tick)."""
+        """What was seen of the server from outside since the last call (the conductor asks every tick); none
+        for a server soak started (its exit code tells)."""
         return []
 
     def may_restart(self) -> bool:
@@ -245,24 +232,24 @@ class ExternalTarget(Target):
         self._watched = tuple(self.info.root_pids)
         return self.info
 
-    def watch_processes(self) -> list[ProcessChange]:
-        """A death when every process seen serving has ended (soak cannot read the exit code of a server it did
-        not start), and a return when processes found by port serve it again (a supervisor restarted it)."""
+    def changes(self) -> list[ServerChange]:
+        """A crash when every process seen serving has ended (soak cannot read the exit code of a server it did
+        not start), and the server back when processes found by port serve it again (a supervisor restarted it)."""
         if self.info is None or not self._watched:
             return []
         how = self.info.processes_from or "given"
         changes = []
         if not self._gone and not _any_alive(list(self._watched)):
             self._gone = True
-            changes.append(ProcessChange(True, f"server process(es) {_pid_list(self._watched)} ({how}) "
-                                         "ended; soak did not start this server, so it waits for it to come back",
-                                         self._watched))
+            changes.append(ServerChange("crash", f"server process(es) {_pid_list(self._watched)} ({how}) ended; "
+                                        "soak did not start this server, so it waits for it to come back",
+                                        {"pids": list(self._watched)}))
         if self._gone:
             back = tuple(pid for pid in self.root_pids() if pid not in self._watched and _alive(pid))
             if back:
                 self._watched, self._gone = back, False
-                changes.append(ProcessChange(False, f"server back: process(es) {_pid_list(back)} "
-                                             f"({how})", back))
+                changes.append(ServerChange("back", f"server back: process(es) {_pid_list(back)} ({how})",
+                                            {"pids": list(back)}))
         return changes
 
     def root_pids(self) -> list[int]:

@@ -97,16 +97,16 @@ def test_an_external_server_that_dies_and_comes_back_is_a_crash_then_a_restart(t
         target = ExternalTarget(config, tmp_path)
         target.REFIND_EVERY_S = 0.0  # look for the port's new owner at every call, not every 10 s
         assert target.start().root_pids == [first.pid]
-        assert target.watch_processes() == []  # alive: nothing to tell
+        assert target.changes() == []  # alive: nothing to tell
         first.kill()
         _until_zombie(first.pid)
-        [death] = target.watch_processes()  # a zombie not yet reaped has ended all the same
-        assert death.died and death.pids == (first.pid,) and f"port {port}" in death.text
-        assert target.watch_processes() == []  # told once
+        [death] = target.changes()  # a zombie not yet reaped has ended all the same
+        assert death.kind == "crash" and death.data["pids"] == [first.pid] and f"port {port}" in death.message
+        assert target.changes() == []  # told once
         second, _ = start_models_server(port)
-        [back] = target.watch_processes()
-        assert not back.died and back.pids == (second.pid,)
-        assert target.root_pids() == [second.pid] and target.watch_processes() == []
+        [back] = target.changes()
+        assert back.kind == "back" and back.data["pids"] == [second.pid]
+        assert target.root_pids() == [second.pid] and target.changes() == []
     finally:
         for process in (first, second):
             if process is not None:
