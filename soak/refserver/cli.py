@@ -46,6 +46,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="serve /metrics names and /v1/models fields as this server does (default vllm)")
     add("--image-cost", default="50ms", metavar="D",
         help="preprocessing time charged per megapixel of an image part (default 50ms)")
+    add("--step-time", default="0s", metavar="D",
+        help="the least one engine step (one token of every running sequence) takes, as a GPU's decode step "
+             "does; timings then stand above a busy CPU's jitter (default 0s: as fast as the CPU computes)")
     add("--no-images", action="store_true", help="answer image_url parts with a 400, as a text-only model does")
     add("--no-tools", action="store_true", help="answer requests with 'tools' with a 400")
     add("--no-json-schema", action="store_true", help="answer response_format json_schema with a 400")
@@ -63,7 +66,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         eos_probability=args.eos_probability, faults=parse_faults(args.fault), time_scale=args.time_scale,
         fault_horizon_s=parse_duration(args.fault_horizon), log_level=args.log_level,
         dialect=args.dialect, refused=refused_features(args),
-        image_cost_s_per_mpix=parse_duration(args.image_cost))
+        image_cost_s_per_mpix=parse_duration(args.image_cost), min_step_s=parse_duration(args.step_time))
     check_settings(settings)
     return settings
 

@@ -69,6 +69,7 @@ class EngineConfig:
     max_num_seqs: int = 32
     seed: int = 0
     eos_probability: float = DEFAULT_EOS_PROBABILITY
+    min_step_s: float = 0.0  # the least a step takes, as a GPU's decode step does (0: as fast as the CPU computes)
 
 
 Publish = Callable[[list[tuple[object, TokenEvent]]], None]
@@ -148,9 +149,16 @@ class Engine:
                 self._wake.wait(IDLE_WAIT_S)
                 self._wake.clear()
                 continue
-            delay_s = self.injector.step_delay_s(time.perf_counter() - started)
-            if delay_s > 0:
-                self._stop.wait(delay_s)
+            self._pace_step(started)
+
+    def _pace_step(self, started: float) -> None:
+        """Hold the step to its floor (--step-time), then add latency-creep's share of the step's time."""
+        floor_s = self.config.min_step_s - (time.perf_counter() - started)
+        if floor_s > 0:
+            self._stop.wait(floor_s)
+        delay_s = self.injector.step_delay_s(time.perf_counter() - started)
+        if delay_s > 0:
+            self._stop.wait(delay_s)
 
     def _hang(self) -> None:
         """Stuck for good in the model step (vLLM #43941): requests still join the running batch, but

@@ -61,7 +61,8 @@ def build_engine(settings: Settings, metrics: ServerMetrics, injector: FaultInje
     model = build_model(config, settings.seed, settings.device)
     cache = PagedKVCache(config, settings.num_blocks, settings.block_size, settings.device)
     kv = KVCacheManager(BlockPool(settings.num_blocks, settings.enable_prefix_caching), settings.block_size)
-    engine_config = EngineConfig(settings.max_num_seqs, settings.seed, settings.eos_probability)
+    engine_config = EngineConfig(settings.max_num_seqs, settings.seed, settings.eos_probability,
+                                 settings.min_step_s)
     return Engine(model, cache, kv, engine_config, metrics, injector)
 
 

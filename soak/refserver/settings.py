@@ -27,6 +27,7 @@ class Settings:
     dialect: str = "vllm"  # whose /metrics names and /v1/models fields to serve
     refused: frozenset[str] = frozenset()  # features answered with a 400: images, tools, json_schema
     image_cost_s_per_mpix: float = 0.05  # preprocessing time charged per megapixel of an image part
+    min_step_s: float = 0.0  # the least one engine step takes (--step-time)
 
 
 def check_settings(s: Settings) -> None:
@@ -40,6 +41,8 @@ def check_settings(s: Settings) -> None:
         raise ValueError(f"--port must be in 0..65535, got {s.port}")
     if s.image_cost_s_per_mpix < 0:
         raise ValueError(f"--image-cost must be >= 0, got {s.image_cost_s_per_mpix}")
+    if not 0 <= s.min_step_s <= 1:
+        raise ValueError(f"--step-time must be between 0 and 1s, got {s.min_step_s:g}s")
     if not 0.0 <= s.eos_probability <= 1.0:
         raise ValueError(f"--eos-probability must be in [0, 1], got {s.eos_probability}")
     if s.num_blocks * s.block_size < s.max_model_len:

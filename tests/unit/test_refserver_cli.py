@@ -24,10 +24,16 @@ def test_faults_and_time_flags():
     assert settings.time_scale == 60 and settings.fault_horizon_s == 1800
 
 
+def test_step_time_sets_the_engine_steps_floor():
+    assert settings_from_args(build_parser().parse_args([])).min_step_s == 0
+    assert settings_from_args(build_parser().parse_args(["--step-time", "20ms"])).min_step_s == 0.02
+
+
 def test_usage_errors_return_2(capsys):
     assert main(["--fault", "nope"]) == 2
     assert main(["--max-num-seqs", "0"]) == 2
     assert main(["--no-such-flag"]) == 2
+    assert main(["--step-time", "2s"]) == 2
     assert "unknown fault 'nope'" in capsys.readouterr().err
 
 

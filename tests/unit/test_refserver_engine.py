@@ -1,5 +1,6 @@
 """The engine stepped by hand: batching, finish reasons, preemption, aborts, prefix-cache counters."""
 
+import time
 from collections import defaultdict
 
 from soak.refserver.clock import ModelClock
@@ -20,12 +21,12 @@ class Harness:
     """An engine without its thread: events collect per request id; `run()` steps until idle."""
 
     def __init__(self, num_blocks: int = 64, block_size: int = 4, max_num_seqs: int = 8, faults=(),
-                 eos_probability: float = 0.0, prefix_caching: bool = False) -> None:
+                 eos_probability: float = 0.0, prefix_caching: bool = False, min_step_s: float = 0.0) -> None:
         injector = FaultInjector(parse_faults(list(faults)), ModelClock(), seed=0, horizon_s=3600)
         kv = KVCacheManager(BlockPool(num_blocks, prefix_caching), block_size)
         self.metrics = ServerMetrics("m")
         self.engine = Engine(MODEL, PagedKVCache(CONFIG, num_blocks, block_size), kv,
-                             EngineConfig(max_num_seqs, 0, eos_probability), self.metrics, injector)
+                             EngineConfig(max_num_seqs, 0, eos_probability, min_step_s), self.metrics, injector)
         self.events = defaultdict(list)
         self.engine.set_publisher(lambda batch: [self.events[sink].append(event) for sink, event in batch])
 
@@ -193,3 +194,13 @@ def test_negative_request_seed_is_a_valid_seed():
     harness.submit("b", seed=-1)
     harness.run()
     assert harness.tokens("a") == harness.tokens("b") and len(harness.tokens("a")) == 8
+
+
+def test_a_step_is_held_to_its_floor():
+    harness = Harness(min_step_s=0.05)
+    started = time.perf_counter()
+    harness.engine._pace_step(started)
+    assert time.perf_counter() - started >= 0.049
+    started = time.perf_counter() - 0.2  # a step that already took longer than its floor is not held
+    harness.engine._pace_step(started)
+    assert time.perf_counter() - started < 0.2 + 0.04
