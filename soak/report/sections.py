@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import shlex
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from soak.analysis.baseline import BaselineComparison, ComparisonRow
@@ -25,6 +27,7 @@ from soak.report.formatting import (
     parse_utc,
     quantity_texts,
 )
+from soak.report.reading import RequestWindow
 from soak.store.models import ALL_SCENARIOS, ERROR_CLASSES
 from soak.store.records import StoredRun
 
@@ -209,42 +212,64 @@ def what_next(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 # ---- run facts ----------------------------------------------------------------------------------------
 
-def _request_sums(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Counts summed over windows, with errors by class, error rate and rates per second."""
-    keys = ("requests", "ok", "cancelled", "expected_errors", "output_tokens", "prompt_tokens", "late_sends_1s")
-    sums = {key: sum(row.get(key) or 0 for row in rows) for key in keys}
-    by_class = {name: sum(row.get(f"err_{name}") or 0 for row in rows) for name in ERROR_CLASSES}
-    span_s = sum(max(row["end_s"] - row["start_s"], 0.0) for row in rows)
-    errors = sum(by_class.values())
-    return {**sums, "errors_by_class": by_class, "errors": errors,
-            "error_rate": errors / sums["requests"] if sums["requests"] else None,
-            "requests_per_s": sums["requests"] / span_s if span_s else None,
-            "tokens_per_s": sums["output_tokens"] / span_s if span_s else None}
+@dataclass(frozen=True)
+class RequestTotals:
+    """One row of the Requests table: counts summed over some windows, errors by class, error rate and rates per
+    second (None where nothing was sent or the windows span no time)."""
+
+    label: str
+    requests: int
+    ok: int
+    cancelled: int
+    expected_errors: int
+    output_tokens: int
+    prompt_tokens: int
+    late_sends_1s: int
+    errors_by_class: dict[str, int]
+    errors: int
+    error_rate: float | None
+    requests_per_s: float | None
+    tokens_per_s: float | None
 
 
-def request_totals(windows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def request_sums(label: str, windows: Sequence[RequestWindow]) -> RequestTotals:
+    """Counts summed over `windows`, with errors by class, error rate and rates per second."""
+    by_class = {name: sum(window.errors_of(name) for window in windows) for name in ERROR_CLASSES}
+    span_s = sum(max(window.end_s - window.start_s, 0.0) for window in windows)
+    requests, output_tokens, errors = (sum(window.requests for window in windows),
+                                       sum(window.output_tokens for window in windows), sum(by_class.values()))
+    return RequestTotals(
+        label=label, requests=requests, ok=sum(window.ok for window in windows),
+        cancelled=sum(window.cancelled for window in windows),
+        expected_errors=sum(window.expected_errors for window in windows), output_tokens=output_tokens,
+        prompt_tokens=sum(window.prompt_tokens for window in windows),
+        late_sends_1s=sum(window.late_sends_1s for window in windows),
+        errors_by_class=by_class, errors=errors, error_rate=errors / requests if requests else None,
+        requests_per_s=requests / span_s if span_s else None, tokens_per_s=output_tokens / span_s if span_s else None)
+
+
+def request_totals(windows: Sequence[RequestWindow]) -> list[RequestTotals]:
     """Request totals: all scenarios over the whole run and after warm-up, then each scenario."""
-    all_rows = [row for row in windows if row["scenario"] == "*"]
-    scenarios = sorted({row["scenario"] for row in windows} - {"*"})
+    all_rows = [window for window in windows if window.scenario == "*"]
+    scenarios = sorted({window.scenario for window in windows} - {"*"})
     if not all_rows:  # no "*" rows stored: the scenarios together are the whole
-        all_rows = [row for row in windows if row["scenario"] != "*"]
+        all_rows = [window for window in windows if window.scenario != "*"]
     if not all_rows:
         return []
-    totals = [{"label": "all scenarios, whole run", **_request_sums(all_rows)},
-              {"label": "all scenarios, after warm-up",
-               **_request_sums([row for row in all_rows if row["window_index"] >= 0])}]
+    totals = [request_sums("all scenarios, whole run", all_rows),
+              request_sums("all scenarios, after warm-up", [window for window in all_rows if window.window_index >= 0])]
     for name in scenarios:
-        totals.append({"label": name, **_request_sums([row for row in windows if row["scenario"] == name])})
+        totals.append(request_sums(name, [window for window in windows if window.scenario == name]))
     return totals
 
 
-def run_facts(run: StoredRun, events: list[Event], windows: list[dict[str, Any]],
+def run_facts(run: StoredRun, events: list[Event], windows: Sequence[RequestWindow],
               duration_s: float | None) -> dict[str, Any]:
     """The Run section: durations, window plan, phases, request totals."""
     return {
         "duration": format_span(duration_s), "planned": format_span(run.planned_duration_s),
         "warmup": format_span(run.warmup_s), "window": format_span(run.window_s),
-        "windows": len({row["window_index"] for row in windows if row["window_index"] >= 0}),
+        "windows": len({window.window_index for window in windows if window.window_index >= 0}),
         "phases": timeline.phases(events, duration_s),
         "totals": request_totals(windows),
         "error_classes": ERROR_CLASSES,
@@ -267,35 +292,36 @@ def capability_facts(events: list[Event]) -> dict[str, Any] | None:
     return {"features": features, "dropped": found[-1].get("dropped") or []}
 
 
-def trace_facts(events: list[Event], windows: list[dict[str, Any]],
+def trace_facts(events: list[Event], windows: Sequence[RequestWindow],
                 duration_s: float | None) -> dict[str, Any] | None:
     """The trace a `--trace` run replayed beside what it sent (summary.json's `trace`); None without one."""
     found = [event.data for event in events if event.kind == EventKind.TRACE and event.data]
     if not found:
         return None
-    trace, sent = found[-1], [row for row in windows if row["scenario"] == ALL_SCENARIOS]
-    counts = SentCounts(requests=sum(row["requests"] for row in sent), answered=sum(row["ok"] for row in sent),
-                        prompt_tokens=sum(row["prompt_tokens"] for row in sent),
-                        output_tokens=sum(row["output_tokens"] for row in sent))
+    trace, sent = found[-1], [window for window in windows if window.scenario == ALL_SCENARIOS]
+    counts = SentCounts(requests=sum(window.requests for window in sent), answered=sum(window.ok for window in sent),
+                        prompt_tokens=sum(window.prompt_tokens for window in sent),
+                        output_tokens=sum(window.output_tokens for window in sent))
     return {**trace_summary(trace, counts, duration_s).model_dump(), "windows": trace_windows(trace.get("windows"), sent),
             "histograms": [(title, histogram_cells(trace.get(key))) for title, key in
                            (("Prompt tokens", "prompt_histogram"), ("Output tokens", "output_histogram"))
                            if trace.get(key)]}
 
 
-def trace_windows(planned: list[dict[str, Any]] | None, sent: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Each window's requests and mean lengths as the trace planned them beside what was sent and answered."""
-    by_index = {row["window_index"]: row for row in sent}
+def trace_windows(planned: list[dict[str, Any]] | None, sent: Sequence[RequestWindow]) -> list[dict[str, Any]]:
+    """Each window's requests and mean lengths as the trace planned them (the trace event's JSON) beside what was
+    sent and answered."""
+    by_index = {window.window_index: window for window in sent}
     rows = []
     for plan in planned or []:
-        row, count = by_index.get(plan["index"], {}), plan["requests"]
-        answered = row.get("ok") or 0
+        window, count = by_index.get(plan["index"]), plan["requests"]
+        answered = window.ok if window else 0
         rows.append({"window": "warm-up" if plan["index"] < 0 else plan["index"], "planned": count,
-                     "sent": row.get("requests", 0),
+                     "sent": window.requests if window else 0,
                      "planned_prompt": plan["prompt_tokens"] / count if count else None,
-                     "sent_prompt": row["prompt_tokens"] / answered if answered else None,
+                     "sent_prompt": window.prompt_tokens / answered if window and answered else None,
                      "planned_output": plan["output_tokens"] / count if count else None,
-                     "sent_output": row["output_tokens"] / answered if answered else None})
+                     "sent_output": window.output_tokens / answered if window and answered else None})
     return rows
 
 
