@@ -18,7 +18,7 @@ from soak.contracts import Event, Summary, SummaryFinding, stored_summary
 from soak.report import charts, gpu_charts, sections, timeline
 from soak.report.charts import GIB, MIB, Frame, LagLimits
 from soak.report.latency import latency_tables
-from soak.report.markers import build_markers, legend_items, marker_shapes, marker_trace
+from soak.report.markers import Marker, build_markers, legend_items, marker_shapes, marker_trace
 from soak.report.outcomes import outcomes
 from soak.report.reading import Columns, LatencyWindow, RequestWindow, RunSeries, read_data
 from soak.store.models import ALL_SCENARIOS, ERROR_CLASSES
@@ -153,7 +153,7 @@ def build_charts(data: RunSeries, frame: Frame, trends: dict[str, list[dict]],
     ]
 
 
-def make_frame(end_s: float, markers: list[dict[str, Any]]) -> Frame:
+def make_frame(end_s: float, markers: list[Marker]) -> Frame:
     """The shared x axis (minutes or hours) and event markers of every chart."""
     unit_s, label, short = charts.time_unit(end_s)
     return Frame(time_unit_s=unit_s, time_label=label, end_s=end_s, time_short=short,
