@@ -35,6 +35,7 @@ VERDICT_ORDER = ("FAIL", "INVALID", "SUSPECT", "INCONCLUSIVE", "SKIPPED", "PASS"
 UNSETTLED = ("INVALID", "FAIL", "INCONCLUSIVE", "SUSPECT")  # the verdicts a reader must act on
 ENVIRONMENT_KEYS = ("host", "cpu", "gpus", "driver", "cuda", "python", "torch", "vllm", "soak", "platform",
                     "server_cmd", "scenarios", "config_hash")
+Fields = list[dict[str, str]]  # (key, text) rows of the template's `fields` macro
 
 # Where a gate row links to: the chart (or section) that shows its evidence.
 CHECK_ANCHORS = {
@@ -145,7 +146,7 @@ def _field_text(key: str, value: Any) -> str:
 QUANTITY_KEYS = ("value", "unit", "ci", "trend")  # shown together as one line; a trend is for the charts
 
 
-def _quantity_fields(data: dict[str, Any]) -> list[dict[str, str]]:
+def _quantity_fields(data: dict[str, Any]) -> Fields:
     """A {"value", "unit", "ci", …} dict (a per-process or per-request result) as one human line and the rest."""
     texts = quantity_texts(data.get("value"), data.get("unit"), data.get("ci"))
     value = f"{texts['value']} ({texts['ci']})" if texts["ci"] else texts["value"]
@@ -156,7 +157,7 @@ def _quantity_fields(data: dict[str, Any]) -> list[dict[str, str]]:
     return [{"key": "value", "text": value}, *rest]
 
 
-def _fields(data: Any) -> list[dict[str, str]]:
+def _fields(data: Any) -> Fields:
     """A dict as (key, text) pairs; anything else as one unnamed pair."""
     if isinstance(data, dict) and "value" in data and "unit" in data:
         return _quantity_fields(data)
@@ -176,38 +177,72 @@ def attribution_lines(terms: Any) -> list[str]:
     return lines
 
 
-def gate_row(finding: SummaryFinding) -> dict[str, Any]:
+@dataclass(frozen=True)
+class GateRow:
+    """One row of the gates table: a finding's verdict, value with CI, threshold and detection limit in human
+    units, its evidence, and the chart (or section) it links to."""
+
+    check: str
+    verdict: str
+    verdict_class: str
+    value: str
+    ci: str
+    threshold: str
+    detection_limit: str
+    evidence: str
+    anchor: str
+    next_step: str  # what would settle an unsettled check ("" for a settled one)
+    percentile_used: str | None
+    per_process: list[Fields]
+    per_request: Fields
+    attribution: list[str]
+    details: Fields
+
+
+@dataclass(frozen=True)
+class NextStep:
+    """One line of "What next": an unsettled check and what would settle it or where to look."""
+
+    check: str
+    verdict: str
+    verdict_class: str
+    anchor: str
+    text: str
+
+
+def gate_row(finding: SummaryFinding) -> GateRow:
     """One row of the gates table: verdict, value with CI and threshold in human units, evidence, link."""
     check, verdict = finding.check or "?", finding.verdict.value
     texts = quantity_texts(finding.value, finding.unit, finding.ci, finding.threshold, finding.detection_limit)
-    return {
-        "check": check, "verdict": verdict, "verdict_class": verdict_class(verdict), **texts,
-        "evidence": finding.evidence, "anchor": check_anchor(check),
-        "next_step": (finding.next_step or "") if verdict in UNSETTLED else "",
-        "percentile_used": finding.percentile_used,
-        "per_process": [_fields(item) for item in finding.per_process or []],
-        "per_request": _fields(finding.per_request),
-        "attribution": attribution_lines(finding.attribution),
-        "details": _fields(finding.details),
-    }
+    return GateRow(
+        check=check, verdict=verdict, verdict_class=verdict_class(verdict), value=texts["value"], ci=texts["ci"],
+        threshold=texts["threshold"], detection_limit=texts["detection_limit"],
+        evidence=finding.evidence, anchor=check_anchor(check),
+        next_step=(finding.next_step or "") if verdict in UNSETTLED else "",
+        percentile_used=finding.percentile_used,
+        per_process=[_fields(item) for item in finding.per_process or []],
+        per_request=_fields(finding.per_request),
+        attribution=attribution_lines(finding.attribution),
+        details=_fields(finding.details),
+    )
 
 
-def gates(findings: list[SummaryFinding]) -> list[dict[str, Any]]:
+def gates(findings: list[SummaryFinding]) -> list[GateRow]:
     """The gates table, in the order analysis reported the findings."""
     return [gate_row(finding) for finding in findings]
 
 
-def what_next(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def what_next(rows: list[GateRow]) -> list[NextStep]:
     """One line per unsettled check, worst verdict first: what would settle it or where to look.
 
     A summary written before checks carried `next_step` still gets a line: its evidence says why, the chart link
     says where.
     """
     order = {word: i for i, word in enumerate(VERDICT_ORDER)}
-    unsettled = [row for row in rows if row["verdict"] in UNSETTLED]
-    return [{"check": row["check"], "verdict": row["verdict"], "verdict_class": row["verdict_class"],
-             "anchor": row["anchor"], "text": row["next_step"] or "see the chart this check links to"}
-            for row in sorted(unsettled, key=lambda row: order.get(row["verdict"], 99))]
+    unsettled = [row for row in rows if row.verdict in UNSETTLED]
+    return [NextStep(check=row.check, verdict=row.verdict, verdict_class=row.verdict_class, anchor=row.anchor,
+                     text=row.next_step or "see the chart this check links to")
+            for row in sorted(unsettled, key=lambda row: order.get(row.verdict, 99))]
 
 
 # ---- run facts ----------------------------------------------------------------------------------------
