@@ -8,6 +8,7 @@ Each chart is {"id", "title", "description", "figure" or None, "empty" (why ther
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,7 +18,7 @@ from soak.contracts import SummaryFinding
 from soak.report.downsample import MAX_POINTS, chart_series
 from soak.report.latency import METRIC_LABELS, window_percentile_ms
 from soak.report.markers import MARKER_AXIS, MARKER_AXIS_KEY, STYLES, marker_axis_layout, plotly_text
-from soak.report.reading import Columns, group_indices
+from soak.report.reading import Columns, LatencyWindow, RequestWindow, group_indices
 
 MIB = 2**20
 GIB = 2**30  # VRAM is tens of GiB: MiB ticks would read "120k"
@@ -307,12 +308,12 @@ def queue_chart(columns: Columns, frame: Frame) -> dict[str, Any]:
 
 # ---- windows: latency, throughput, errors, client -----------------------------------------------------
 
-def midpoints_s(rows: list[dict[str, Any]]) -> np.ndarray:
+def midpoints_s(rows: Sequence[LatencyWindow | RequestWindow]) -> np.ndarray:
     """The middle of each window, in seconds since the start."""
-    return np.array([(row["start_s"] + row["end_s"]) / 2 for row in rows], dtype=float)
+    return np.array([(row.start_s + row.end_s) / 2 for row in rows], dtype=float)
 
 
-def latency_chart(metric: str, rows: list[dict[str, Any]], frame: Frame,
+def latency_chart(metric: str, rows: Sequence[LatencyWindow], frame: Frame,
                   trends: list[dict[str, Any]]) -> dict[str, Any]:
     """Windowed P50, P95 and P99 of one latency metric (all scenarios), at window midpoints, with creep fits."""
     label = METRIC_LABELS.get(metric, metric)
@@ -328,15 +329,15 @@ def latency_chart(metric: str, rows: list[dict[str, Any]], frame: Frame,
                  f"No {label} was measured.")
 
 
-def _window_lengths_s(rows: list[dict[str, Any]]) -> np.ndarray:
-    return np.array([max(row["end_s"] - row["start_s"], 1e-9) for row in rows], dtype=float)
+def _window_lengths_s(rows: Sequence[RequestWindow]) -> np.ndarray:
+    return np.array([max(row.end_s - row.start_s, 1e-9) for row in rows], dtype=float)
 
 
-def throughput_chart(rows: list[dict[str, Any]], frame: Frame, trends: list[dict[str, Any]]) -> dict[str, Any]:
+def throughput_chart(rows: Sequence[RequestWindow], frame: Frame, trends: list[dict[str, Any]]) -> dict[str, Any]:
     """Requests/s (left axis) and output tokens/s (right axis) per window."""
     t_s, length_s = midpoints_s(rows), _window_lengths_s(rows)
-    requests = np.array([row["requests"] for row in rows], dtype=float) / length_s
-    tokens = np.array([row["output_tokens"] for row in rows], dtype=float) / length_s
+    requests = np.array([row.requests for row in rows], dtype=float) / length_s
+    tokens = np.array([row.output_tokens for row in rows], dtype=float) / length_s
     traces = [
         line("requests/s", t_s, requests, frame, decimals=3, mode="lines+markers", marker={"size": 4},
              line={"color": colour(0), "width": 1.5}),
@@ -348,13 +349,13 @@ def throughput_chart(rows: list[dict[str, Any]], frame: Frame, trends: list[dict
                  "No request windows were recorded.")
 
 
-def _error_traces(rows: list[dict[str, Any]], frame: Frame, classes: tuple[str, ...]) -> list[dict[str, Any] | None]:
+def _error_traces(rows: Sequence[RequestWindow], frame: Frame, classes: tuple[str, ...]) -> list[dict[str, Any] | None]:
     """Stacked bars per error class when the windows fit the point budget, else enveloped lines."""
     t_s, width_s = midpoints_s(rows), _window_lengths_s(rows)
     as_bars = len(rows) <= frame.max_points // 2
     traces = []
     for name in classes:
-        counts = np.array([row[f"err_{name}"] for row in rows], dtype=float)
+        counts = np.array([row.errors_of(name) for row in rows], dtype=float)
         if not counts.any():
             continue
         if as_bars:
@@ -366,17 +367,17 @@ def _error_traces(rows: list[dict[str, Any]], frame: Frame, classes: tuple[str, 
     return traces
 
 
-def _error_rate_line(rows: list[dict[str, Any]], frame: Frame, classes: tuple[str, ...]) -> dict[str, Any] | None:
+def _error_rate_line(rows: Sequence[RequestWindow], frame: Frame, classes: tuple[str, ...]) -> dict[str, Any] | None:
     """The error rate of each window in % (right axis): what the errors.rise trend is fitted to."""
-    requests = np.array([row["requests"] for row in rows], dtype=float)
-    errors = np.array([sum(row[f"err_{name}"] for name in classes) for row in rows], dtype=float)
+    requests = np.array([row.requests for row in rows], dtype=float)
+    errors = np.array([sum(row.errors_of(name) for name in classes) for row in rows], dtype=float)
     with np.errstate(divide="ignore", invalid="ignore"):
         rate = np.where(requests > 0, errors / requests, np.nan)
     return line("error rate", midpoints_s(rows), rate, frame, 100.0, 4, yaxis="y2",
                 line={"color": "#111827", "width": 1}, mode="lines+markers", marker={"size": 3})
 
 
-def errors_chart(rows: list[dict[str, Any]], frame: Frame, classes: tuple[str, ...],
+def errors_chart(rows: Sequence[RequestWindow], frame: Frame, classes: tuple[str, ...],
                  trends: list[dict[str, Any]]) -> dict[str, Any]:
     """Errors per window by class (stacked) and the window error rate; says so when there were none at all."""
     traces = _error_traces(rows, frame, classes)
@@ -390,20 +391,20 @@ def errors_chart(rows: list[dict[str, Any]], frame: Frame, classes: tuple[str, .
                         bargap=0), empty)
 
 
-def goodput_shares(rows: list[dict[str, Any]]) -> np.ndarray:
+def goodput_shares(rows: Sequence[RequestWindow]) -> np.ndarray:
     """Each window's share of finished requests (cancelled ones left out) that met every --slo target; nan when
     it had none."""
-    finished = np.array([row["requests"] - row["cancelled"] for row in rows], dtype=float)
-    good = np.array([row["slo_met"] for row in rows], dtype=float)
+    finished = np.array([row.requests - row.cancelled for row in rows], dtype=float)
+    good = np.array([row.slo_met for row in rows], dtype=float)
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.where(finished > 0, good / finished, np.nan)
 
 
-def goodput_chart(rows: list[dict[str, Any]], frame: Frame, trends: list[dict[str, Any]], slo_text: str,
+def goodput_chart(rows: Sequence[RequestWindow], frame: Frame, trends: list[dict[str, Any]], slo_text: str,
                   floor: float | None) -> dict[str, Any]:
     """The share of requests meeting the SLO per window in %, the floor goodput.floor holds windows to (red
     dashes) and goodput.decay's fit."""
-    rows = [row for row in rows if row.get("slo_met") is not None]
+    rows = [row for row in rows if row.slo_met is not None]
     trace = line("requests meeting the SLO", midpoints_s(rows), goodput_shares(rows), frame, 100.0, 2,
                  mode="lines+markers", marker={"size": 4}, line={"color": colour(2), "width": 1.5})
     fig = figure(with_trends([trace], trends), frame, "% of requests")
@@ -434,7 +435,7 @@ def _hline(y: float, colour_hex: str) -> dict[str, Any]:
             "line": {"color": colour_hex, "dash": "dash", "width": 1}}
 
 
-def lag_chart(rows: list[dict[str, Any]], frame: Frame, trends: list[dict[str, Any]], limits: LagLimits
+def lag_chart(rows: Sequence[LatencyWindow], frame: Frame, trends: list[dict[str, Any]], limits: LagLimits
               ) -> dict[str, Any]:
     """Schedule lag P99 per window (sent − intended), with the run's client.saturation limits."""
     t_s = midpoints_s(rows)

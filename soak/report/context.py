@@ -1,10 +1,11 @@
-"""Reads one run from the database into the plain dict the report template renders.
+"""Reads one run from the database into the plain dict the report template renders (its context: an edge).
 
 Everything but the verdicts comes from the database, so `soak report RUN_ID` rebuilds the same page years later.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -17,19 +18,10 @@ from soak.contracts import Event, Summary, SummaryFinding, stored_summary
 from soak.report import charts, gpu_charts, sections, timeline
 from soak.report.charts import GIB, MIB, Frame, LagLimits
 from soak.report.latency import latency_tables
-from soak.report.markers import build_markers, legend_items, marker_shapes, marker_trace
+from soak.report.markers import Marker, build_markers, legend_items, marker_shapes, marker_trace
 from soak.report.outcomes import outcomes
-from soak.report.reading import Columns, read_columns, read_dicts
-from soak.store.models import (
-    ALL_SCENARIOS,
-    ERROR_CLASSES,
-    GpuProcessSample,
-    GpuSample,
-    LatencyWindowRow,
-    ProcessSample,
-    RequestWindowRow,
-    ServerSample,
-)
+from soak.report.reading import Columns, LatencyWindow, RequestWindow, RunSeries, read_data
+from soak.store.models import ALL_SCENARIOS, ERROR_CLASSES
 from soak.store.store import Store
 
 LATENCY_CHART_METRICS = ("ttft", "itl", "e2e")
@@ -53,37 +45,6 @@ TREND_SERIES: dict[str, tuple[str, float, str]] = {
     **{f"{metric}_p{pct}": (f"chart-{metric}", 1.0, "y") for metric in LATENCY_CHART_METRICS for pct in (50, 90, 95, 99)},
 }
 THROUGHPUT_MEASURES = {"tokens/s": ("chart-throughput", 1.0, "y2"), "requests/s": ("chart-throughput", 1.0, "y")}
-
-
-def split_rows(columns: Columns, mask: np.ndarray) -> Columns:
-    """The rows of `columns` where `mask` holds."""
-    return {name: values[mask] for name, values in columns.items()}
-
-
-def read_data(store: Store, run_id: str) -> dict[str, Any]:
-    """The run's samples (as column arrays) and windows (as rows)."""
-    processes = read_columns(store, ProcessSample, run_id,
-                             ("t_s", "pid", "rss_bytes", "pss_bytes", "swap_bytes", "fds", "cpu_percent", "name"),
-                             flags={"is_server": ProcessSample.role == "server"})
-    is_server = processes.pop("is_server") > 0  # one scan of the biggest table serves both roles
-    return {
-        "server_procs": split_rows(processes, is_server),
-        "client_procs": split_rows(processes, ~is_server),
-        "gpus": read_columns(store, GpuSample, run_id, ("t_s", "gpu_index", "mem_used_bytes", "mem_total_bytes",
-                                                         "temp_c", "power_w", "throttle_reasons", "source", "uuid")),
-        "gpu_procs": read_columns(store, GpuProcessSample, run_id, ("t_s", "gpu_index", "pid", "used_bytes")),
-        "server": read_columns(store, ServerSample, run_id, ("t_s", "source", "kv_usage", "running", "waiting")),
-        "latency_windows": read_dicts(store, LatencyWindowRow, run_id),
-        "request_windows": read_dicts(store, RequestWindowRow, run_id),
-    }
-
-
-def last_sample_s(data: dict[str, Any]) -> float:
-    """The latest time any sample or window reaches, 0 when there are none."""
-    ends = [float(np.nanmax(columns["t_s"])) for key, columns in data.items()
-            if isinstance(columns, dict) and len(columns["t_s"])]
-    ends += [row["end_s"] for row in data["latency_windows"] + data["request_windows"]]
-    return max(ends, default=0.0)
 
 
 def trend_target(finding: SummaryFinding) -> tuple[str, float, str] | None:
@@ -135,11 +96,16 @@ def no_gpu_note(events: list[Event]) -> str:
     return "No GPU: no GPU samples were recorded (no NVIDIA GPU or no NVML on the host)."
 
 
-def _star_rows(rows: list[dict[str, Any]], **equals: Any) -> list[dict[str, Any]]:
-    """Window rows of all scenarios together ("*") matching the given columns, by window index."""
-    picked = [row for row in rows if row["scenario"] == ALL_SCENARIOS
-              and all(row.get(key) == value for key, value in equals.items())]
-    return sorted(picked, key=lambda row: row["window_index"])
+def _star_latency(windows: Sequence[LatencyWindow], metric: str) -> list[LatencyWindow]:
+    """One metric's latency windows of all scenarios together ("*"), by window index."""
+    picked = [window for window in windows if window.scenario == ALL_SCENARIOS and window.metric == metric]
+    return sorted(picked, key=lambda window: window.window_index)
+
+
+def _star_requests(windows: Sequence[RequestWindow]) -> list[RequestWindow]:
+    """The request windows of all scenarios together ("*"), by window index."""
+    picked = [window for window in windows if window.scenario == ALL_SCENARIOS]
+    return sorted(picked, key=lambda window: window.window_index)
 
 
 def lag_limits(findings: list[SummaryFinding]) -> LagLimits:
@@ -150,11 +116,11 @@ def lag_limits(findings: list[SummaryFinding]) -> LagLimits:
                      invalid_ms=float(details.get("lag_p99_invalid_ms", default.lag_p99_invalid_ms)))
 
 
-def goodput_charts(rows: list[dict[str, Any]], frame: Frame, trends: list[dict], findings: list[SummaryFinding]
+def goodput_charts(rows: Sequence[RequestWindow], frame: Frame, trends: list[dict], findings: list[SummaryFinding]
                    ) -> list[dict[str, Any]]:
     """The goodput chart with the floor goodput.floor judged by; for a run without an SLO, the chart's place says
     so (as the GPU charts do without a GPU)."""
-    if not any(row.get("slo_met") is not None for row in rows):
+    if not any(row.slo_met is not None for row in rows):
         return [charts.chart("chart-goodput", "Goodput per window", "Share of each window's requests that met every "
                              "--slo target.", None, "The run set no SLO (--slo ttft=…,itl=…,e2e=…), so no request "
                              "was judged against one.")]
@@ -163,31 +129,31 @@ def goodput_charts(rows: list[dict[str, Any]], frame: Frame, trends: list[dict],
     return [charts.goodput_chart(rows, frame, trends, slo_text(slo_ms) if slo_ms else "--slo", details.get("floor"))]
 
 
-def build_charts(data: dict[str, Any], frame: Frame, trends: dict[str, list[dict]],
+def build_charts(data: RunSeries, frame: Frame, trends: dict[str, list[dict]],
                  events: list[Event], lag: LagLimits, findings: list[SummaryFinding]) -> list[dict[str, Any]]:
     """Every chart of the report, in page order."""
-    lat, req, gpu_note = data["latency_windows"], data["request_windows"], no_gpu_note(events)
+    lat, req, gpu_note = data.latency_windows, _star_requests(data.request_windows), no_gpu_note(events)
     trend = lambda chart_id: trends.get(chart_id, [])  # noqa: E731 - a short local lookup
     return [
-        charts.memory_chart(data["server_procs"], frame, trend("chart-memory")),
-        gpu_charts.gpu_memory_chart(data["gpus"], frame, gpu_note),
-        charts.gpu_process_chart(data["gpu_procs"], process_names(data["server_procs"]), frame,
+        charts.memory_chart(data.server_procs, frame, trend("chart-memory")),
+        gpu_charts.gpu_memory_chart(data.gpus, frame, gpu_note),
+        charts.gpu_process_chart(data.gpu_procs, process_names(data.server_procs), frame,
                                  trend("chart-vram-process"), gpu_note),
-        *gpu_charts.health_charts(data["gpus"], frame, gpu_note),
-        charts.kv_chart(data["server"], frame, trend("chart-kv")),
-        charts.queue_chart(data["server"], frame),
-        *(charts.latency_chart(metric, _star_rows(lat, metric=metric), frame, trend(f"chart-{metric}"))
+        *gpu_charts.health_charts(data.gpus, frame, gpu_note),
+        charts.kv_chart(data.server, frame, trend("chart-kv")),
+        charts.queue_chart(data.server, frame),
+        *(charts.latency_chart(metric, _star_latency(lat, metric), frame, trend(f"chart-{metric}"))
           for metric in LATENCY_CHART_METRICS),
-        charts.throughput_chart(_star_rows(req), frame, trend("chart-throughput")),
-        charts.errors_chart(_star_rows(req), frame, ERROR_CLASSES, trend("chart-errors")),
-        *goodput_charts(_star_rows(req), frame, trend("chart-goodput"), findings),
-        charts.fds_chart(data["server_procs"], frame, trend("chart-fds")),
-        charts.client_chart(data["client_procs"], frame),
-        charts.lag_chart(_star_rows(lat, metric="lag"), frame, trend("chart-lag"), lag),
+        charts.throughput_chart(req, frame, trend("chart-throughput")),
+        charts.errors_chart(req, frame, ERROR_CLASSES, trend("chart-errors")),
+        *goodput_charts(req, frame, trend("chart-goodput"), findings),
+        charts.fds_chart(data.server_procs, frame, trend("chart-fds")),
+        charts.client_chart(data.client_procs, frame),
+        charts.lag_chart(_star_latency(lat, "lag"), frame, trend("chart-lag"), lag),
     ]
 
 
-def make_frame(end_s: float, markers: list[dict[str, Any]]) -> Frame:
+def make_frame(end_s: float, markers: list[Marker]) -> Frame:
     """The shared x axis (minutes or hours) and event markers of every chart."""
     unit_s, label, short = charts.time_unit(end_s)
     return Frame(time_unit_s=unit_s, time_label=label, end_s=end_s, time_short=short,
@@ -202,7 +168,7 @@ def build_context(store: Store, run_id: str, summary: Summary | None,
     if summary is None:
         summary = stored_summary(run.summary_json, run.id)
     events, data = store.read_events(run_id), read_data(store, run_id)
-    last_s = last_sample_s(data)
+    last_s = data.last_s()
     duration_s = sections.run_duration_s(run, last_s)
     end_s = max(duration_s or 0.0, last_s, 1.0)
     markers = build_markers(events, run.warmup_s, end_s)
@@ -213,9 +179,9 @@ def build_context(store: Store, run_id: str, summary: Summary | None,
         "header": sections.header(run, summary, duration_s),
         "gates": sections.gates(findings),
         "what_next": sections.what_next(sections.gates(findings)),
-        "run_facts": sections.run_facts(run, events, data["request_windows"], duration_s),
+        "run_facts": sections.run_facts(run, events, data.request_windows, duration_s),
         "outcomes": outcomes(summary),
-        "latency": latency_tables(data["latency_windows"]),
+        "latency": latency_tables(data.latency_windows),
         "events": timeline.events_table(events),
         "environment": sections.environment(run),
         "charts": build_charts(data, frame, trends, events, lag_limits(findings), findings),

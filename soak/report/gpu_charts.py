@@ -30,7 +30,7 @@ def gpu_groups(columns: Columns) -> list[tuple[str, np.ndarray]]:
     return [(_label(source, uuid, gpu), index) for (source, uuid, gpu), index in groups]
 
 
-def _label(source: Any, uuid: Any, gpu: Any) -> str:
+def _label(source: object, uuid: object, gpu: float) -> str:  # source, uuid: text or None
     name = f"GPU {uuid}" if uuid else f"GPU {int(gpu)}"
     return f"{name} (DCGM)" if source else name
 

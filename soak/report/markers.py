@@ -8,6 +8,7 @@ so a step in a memory chart can be matched to the restart or probe that caused i
 from __future__ import annotations
 
 import html
+from dataclasses import dataclass
 from typing import Any
 
 from soak.contracts import Event
@@ -65,8 +66,19 @@ def event_class(kind: str) -> str:
     return "other"
 
 
-def _line(t_s: float, kind: str, label: str) -> dict[str, Any]:
-    return {"class": kind, "t_s": t_s, "end_s": None, "label": label}
+@dataclass(frozen=True)
+class Marker:
+    """One marker of the charts: a line at `t_s`, or a band to `end_s` (an idle probe or an outage), of one of the
+    classes in `STYLES`, named by `label` in its hover text."""
+
+    marker_class: str
+    t_s: float
+    end_s: float | None
+    label: str
+
+
+def _line(t_s: float, marker_class: str, label: str) -> Marker:
+    return Marker(marker_class, t_s, None, label)
 
 
 def _event_label(event: Event) -> str:
@@ -78,7 +90,7 @@ SPAN_KINDS = {"probe": ("probe_start", "probe_end", "idle probe"),
               "outage": ("outage_start", "outage_end", "server outage")}
 
 
-def spans(events: list[Event], span_class: str, end_s: float) -> list[dict[str, Any]]:
+def spans(events: list[Event], span_class: str, end_s: float) -> list[Marker]:
     """Probes or outages as (start, end) spans: each start paired with the next end (or the run's end)."""
     start_kind, end_kind, label = SPAN_KINDS[span_class]
     found, opened = [], None
@@ -86,14 +98,14 @@ def spans(events: list[Event], span_class: str, end_s: float) -> list[dict[str, 
         if event.kind == start_kind and opened is None:
             opened = event
         elif event.kind == end_kind and opened is not None:
-            found.append({"class": span_class, "t_s": opened.t_s, "end_s": event.t_s, "label": label})
+            found.append(Marker(span_class, opened.t_s, event.t_s, label))
             opened = None
     if opened is not None:
-        found.append({"class": span_class, "t_s": opened.t_s, "end_s": end_s, "label": f"{label} (no end)"})
+        found.append(Marker(span_class, opened.t_s, end_s, f"{label} (no end)"))
     return found
 
 
-def build_markers(events: list[Event], warmup_s: float | None, end_s: float) -> list[dict[str, Any]]:
+def build_markers(events: list[Event], warmup_s: float | None, end_s: float) -> list[Marker]:
     """The markers of a run, in time order; the warm-up line comes from the run's own warm-up length."""
     markers = [_line(float(warmup_s), "warmup", "warm-up end")] if warmup_s else []
     for event in events:
@@ -102,27 +114,27 @@ def build_markers(events: list[Event], warmup_s: float | None, end_s: float) -> 
             continue  # probes and outages are spans (below); warmup_end duplicates the line above
         markers.append(_line(event.t_s, kind, _event_label(event)))
     markers.extend(spans(events, "probe", end_s) + spans(events, "outage", end_s))
-    return sorted(cap_markers(markers), key=lambda marker: marker["t_s"])
+    return sorted(cap_markers(markers), key=lambda marker: marker.t_s)
 
 
-def cap_markers(markers: list[dict[str, Any]], limit: int = MAX_MARKERS) -> list[dict[str, Any]]:
+def cap_markers(markers: list[Marker], limit: int = MAX_MARKERS) -> list[Marker]:
     """At most `limit` markers, dropping whole classes in DROP_ORDER (then the latest) until they fit."""
     for dropped in DROP_ORDER:
         if len(markers) <= limit:
             break
-        markers = [marker for marker in markers if marker["class"] != dropped]
+        markers = [marker for marker in markers if marker.marker_class != dropped]
     return markers[:limit]
 
 
-def marker_shapes(markers: list[dict[str, Any]], time_unit_s: float) -> list[dict[str, Any]]:
+def marker_shapes(markers: list[Marker], time_unit_s: float) -> list[dict[str, Any]]:
     """Plotly shapes: a full-height vertical line per marker, a shaded band per idle probe or outage."""
     shapes = []
     for marker in markers:
-        style = STYLES[marker["class"]]
-        x0 = marker["t_s"] / time_unit_s
-        if marker["end_s"] is not None:
+        style = STYLES[marker.marker_class]
+        x0 = marker.t_s / time_unit_s
+        if marker.end_s is not None:
             shapes.append({
-                "type": "rect", "xref": "x", "yref": "paper", "x0": x0, "x1": marker["end_s"] / time_unit_s,
+                "type": "rect", "xref": "x", "yref": "paper", "x0": x0, "x1": marker.end_s / time_unit_s,
                 "y0": 0, "y1": 1, "fillcolor": style["color"], "opacity": PROBE_FILL_OPACITY,
                 "line": {"width": 0}, "layer": "below",
             })
@@ -143,16 +155,17 @@ MARKER_AXIS = "y9"  # a hidden 0–1 axis laid over the chart, so the hover poin
 MARKER_AXIS_KEY = "yaxis9"
 
 
-def marker_trace(markers: list[dict[str, Any]], time_unit_s: float) -> dict[str, Any] | None:
+def marker_trace(markers: list[Marker], time_unit_s: float) -> dict[str, Any] | None:
     """A hover-only trace with one point per marker at the top of the chart, naming the event."""
     if not markers:
         return None
     return {
         "type": "scatter", "mode": "markers", "name": "events", "showlegend": False, "yaxis": MARKER_AXIS,
-        "x": [round(marker["t_s"] / time_unit_s, 5) for marker in markers],
+        "x": [round(marker.t_s / time_unit_s, 5) for marker in markers],
         "y": [0.97] * len(markers),
-        "marker": {"symbol": "triangle-down", "size": 8, "color": [STYLES[m["class"]]["color"] for m in markers]},
-        "hovertext": [plotly_text(marker["label"]) for marker in markers],
+        "marker": {"symbol": "triangle-down", "size": 8,
+                   "color": [STYLES[marker.marker_class]["color"] for marker in markers]},
+        "hovertext": [plotly_text(marker.label) for marker in markers],
         "hoverinfo": "text",
     }
 
@@ -162,7 +175,7 @@ def marker_axis_layout() -> dict[str, Any]:
     return {"overlaying": "y", "range": [0, 1], "visible": False, "fixedrange": True}
 
 
-def legend_items(markers: list[dict[str, Any]]) -> list[dict[str, str]]:
-    """The marker classes present, with colour and label, for the key printed under the charts."""
-    present = {marker["class"] for marker in markers}
+def legend_items(markers: list[Marker]) -> list[dict[str, str]]:
+    """The marker classes present, with colour and label, for the key printed under the charts (template rows)."""
+    present = {marker.marker_class for marker in markers}
     return [{"class": name, **style} for name, style in STYLES.items() if name in present]

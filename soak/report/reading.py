@@ -1,21 +1,36 @@
-"""Column-wise reads of the big sample tables straight into numpy arrays.
+"""What the report reads of a run: the big sample tables as numpy column arrays, the windows as typed records.
 
 `Store.read_rows` builds one ORM object per row; a 72 h run at 1 Hz has about a million process
 samples, which would take longer than the whole report may. Here a Core select is fetched as the DB-API's plain
 tuples and turned into one float array per numeric column (NULL as NaN) and one object array per text column.
+
+The window records (`LatencyWindow`, `RequestWindow`) live here rather than in `soak.store.records`: the store's
+typed rows are the models' own (`Store.read_rows`), and these are the report's lighter view of two tables, only
+the columns it draws, built straight from the fetched tuples at this reading edge.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, fields
+from typing import ClassVar, Self, TypeVar
 
 import numpy as np
 from sqlalchemy import ColumnElement, String, Text, case, select
 
-from soak.store.models import Base
+from soak.store.models import (
+    ERROR_CLASSES,
+    Base,
+    GpuProcessSample,
+    GpuSample,
+    LatencyWindowRow,
+    ProcessSample,
+    RequestWindowRow,
+    ServerSample,
+)
 from soak.store.store import Store
 
-Columns = dict[str, np.ndarray]
+Columns = dict[str, np.ndarray]  # column name → one value per row, in time order
 
 
 def _is_text(column) -> bool:  # column: a SQLAlchemy Column
@@ -94,12 +109,128 @@ def group_indices(*keys: np.ndarray) -> list[tuple[tuple, np.ndarray]]:
     return [(tuple(key[index[0]] for key in keys), index) for index in splits]
 
 
-def read_dicts(store: Store, model: type[Base], run_id: str) -> list[dict[str, object]]:
-    """All of a run's rows of a small table (the windows) as plain dicts, without ORM objects."""
-    table = model.__table__
-    order = table.c.t_s if "t_s" in table.c else table.c.get("window_index")
-    query = select(table).where(table.c.run_id == run_id)
-    if order is not None:
-        query = query.order_by(order)
-    names = [column.name for column in table.columns]
-    return [dict(zip(names, row)) for row in store.fetch(query)]
+@dataclass(frozen=True, slots=True)
+class LatencyWindow:
+    """One `latency_windows` row as the report reads it: a metric's window of one scenario ("*" = all), with its
+    stored percentiles in ms and its HDR histogram (base64), either of which may be missing."""
+
+    MODEL: ClassVar[type[Base]] = LatencyWindowRow
+
+    window_index: int
+    scenario: str
+    metric: str
+    start_s: float
+    end_s: float
+    count: int
+    p50_ms: float | None = None
+    p95_ms: float | None = None
+    p99_ms: float | None = None
+    hist: str | None = None
+
+    @classmethod
+    def from_row(cls, row: Sequence[object]) -> Self:
+        """The record of a fetched row holding this record's columns, in field order."""
+        return cls(*row)  # type: ignore[arg-type]  # the select names exactly these columns
+
+    def stored_ms(self, pct: int) -> float | None:
+        """The window's P`pct` (50, 95 or 99) in ms as stored beside its histogram."""
+        return {50: self.p50_ms, 95: self.p95_ms, 99: self.p99_ms}[pct]
+
+
+@dataclass(frozen=True, slots=True)
+class RequestWindow:
+    """One `request_windows` row as the report reads it: a window's request counts of one scenario ("*" = all),
+    errors by class, tokens, and the requests that met every --slo target (None: the run set no SLO)."""
+
+    MODEL: ClassVar[type[Base]] = RequestWindowRow
+
+    window_index: int
+    scenario: str
+    start_s: float
+    end_s: float
+    requests: int = 0
+    ok: int = 0
+    cancelled: int = 0
+    expected_errors: int = 0
+    err_connect: int = 0
+    err_timeout: int = 0
+    err_http_4xx: int = 0
+    err_http_5xx: int = 0
+    err_bad_stream: int = 0
+    err_invalid_output: int = 0
+    output_tokens: int = 0
+    prompt_tokens: int = 0
+    late_sends_1s: int = 0
+    slo_met: int | None = None
+
+    @classmethod
+    def from_row(cls, row: Sequence[object]) -> Self:
+        """The record of a fetched row holding this record's columns, in field order."""
+        return cls(*row)  # type: ignore[arg-type]  # the select names exactly these columns
+
+    def errors_of(self, error_class: str) -> int:
+        """The window's failed requests of one of `ERROR_CLASSES`."""
+        return getattr(self, f"err_{error_class}")
+
+    @property
+    def errors(self) -> int:
+        """The window's failed requests of every class."""
+        return sum(self.errors_of(name) for name in ERROR_CLASSES)
+
+
+Window = TypeVar("Window", LatencyWindow, RequestWindow)
+
+
+def read_windows(store: Store, record: type[Window], run_id: str) -> tuple[Window, ...]:
+    """All of a run's rows of a window table as `record`s, in window order, without ORM objects."""
+    table = record.MODEL.__table__
+    names = [item.name for item in fields(record)]
+    query = (select(*(table.c[name] for name in names)).where(table.c.run_id == run_id)
+             .order_by(table.c.window_index))
+    return tuple(record.from_row(row) for row in store.fetch(query))
+
+
+@dataclass(frozen=True)
+class RunSeries:
+    """Everything the report draws of a run: the samples as column arrays, the windows as records."""
+
+    server_procs: Columns  # the server tree's processes: t_s, pid, rss/pss/swap bytes, fds, cpu %, name
+    client_procs: Columns  # soak's own processes, the same columns
+    gpus: Columns  # per GPU: memory, temperature, power, throttle reasons, source, uuid
+    gpu_procs: Columns  # VRAM held per GPU and pid
+    server: Columns  # the server's gauges per scrape source: KV-cache usage, running, waiting
+    latency_windows: tuple[LatencyWindow, ...]
+    request_windows: tuple[RequestWindow, ...]
+
+    def sample_columns(self) -> tuple[Columns, ...]:
+        """The column arrays, each with its `t_s`."""
+        return (self.server_procs, self.client_procs, self.gpus, self.gpu_procs, self.server)
+
+    def last_s(self) -> float:
+        """The latest time any sample or window reaches, 0 when there are none."""
+        ends = [float(np.nanmax(columns["t_s"])) for columns in self.sample_columns() if len(columns["t_s"])]
+        ends += [window.end_s for window in (*self.latency_windows, *self.request_windows)]
+        return max(ends, default=0.0)
+
+
+def split_rows(columns: Columns, mask: np.ndarray) -> Columns:
+    """The rows of `columns` where `mask` holds."""
+    return {name: values[mask] for name, values in columns.items()}
+
+
+def read_data(store: Store, run_id: str) -> RunSeries:
+    """The run's samples (as column arrays) and windows (as records)."""
+    processes = read_columns(store, ProcessSample, run_id,
+                             ("t_s", "pid", "rss_bytes", "pss_bytes", "swap_bytes", "fds", "cpu_percent", "name"),
+                             flags={"is_server": ProcessSample.role == "server"})
+    is_server = processes.pop("is_server") > 0  # one scan of the biggest table serves both roles
+    return RunSeries(
+        server_procs=split_rows(processes, is_server),
+        client_procs=split_rows(processes, ~is_server),
+        gpus=read_columns(store, GpuSample, run_id, ("t_s", "gpu_index", "mem_used_bytes", "mem_total_bytes",
+                                                      "temp_c", "power_w", "throttle_reasons", "source", "uuid")),
+        gpu_procs=read_columns(store, GpuProcessSample, run_id, ("t_s", "gpu_index", "pid", "used_bytes")),
+        server=read_columns(store, ServerSample, run_id, ("t_s", "source", "kv_usage", "running", "waiting")),
+        latency_windows=read_windows(store, LatencyWindow, run_id),
+        request_windows=read_windows(store, RequestWindow, run_id),
+    )

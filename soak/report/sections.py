@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import shlex
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from soak.analysis.baseline import BaselineComparison, ComparisonRow
@@ -25,6 +27,7 @@ from soak.report.formatting import (
     parse_utc,
     quantity_texts,
 )
+from soak.report.reading import RequestWindow
 from soak.store.models import ALL_SCENARIOS, ERROR_CLASSES
 from soak.store.records import StoredRun
 
@@ -32,6 +35,7 @@ VERDICT_ORDER = ("FAIL", "INVALID", "SUSPECT", "INCONCLUSIVE", "SKIPPED", "PASS"
 UNSETTLED = ("INVALID", "FAIL", "INCONCLUSIVE", "SUSPECT")  # the verdicts a reader must act on
 ENVIRONMENT_KEYS = ("host", "cpu", "gpus", "driver", "cuda", "python", "torch", "vllm", "soak", "platform",
                     "server_cmd", "scenarios", "config_hash")
+Fields = list[dict[str, str]]  # (key, text) rows of the template's `fields` macro
 
 # Where a gate row links to: the chart (or section) that shows its evidence.
 CHECK_ANCHORS = {
@@ -142,7 +146,7 @@ def _field_text(key: str, value: Any) -> str:
 QUANTITY_KEYS = ("value", "unit", "ci", "trend")  # shown together as one line; a trend is for the charts
 
 
-def _quantity_fields(data: dict[str, Any]) -> list[dict[str, str]]:
+def _quantity_fields(data: dict[str, Any]) -> Fields:
     """A {"value", "unit", "ci", …} dict (a per-process or per-request result) as one human line and the rest."""
     texts = quantity_texts(data.get("value"), data.get("unit"), data.get("ci"))
     value = f"{texts['value']} ({texts['ci']})" if texts["ci"] else texts["value"]
@@ -153,7 +157,7 @@ def _quantity_fields(data: dict[str, Any]) -> list[dict[str, str]]:
     return [{"key": "value", "text": value}, *rest]
 
 
-def _fields(data: Any) -> list[dict[str, str]]:
+def _fields(data: Any) -> Fields:
     """A dict as (key, text) pairs; anything else as one unnamed pair."""
     if isinstance(data, dict) and "value" in data and "unit" in data:
         return _quantity_fields(data)
@@ -173,78 +177,134 @@ def attribution_lines(terms: Any) -> list[str]:
     return lines
 
 
-def gate_row(finding: SummaryFinding) -> dict[str, Any]:
+@dataclass(frozen=True)
+class GateRow:
+    """One row of the gates table: a finding's verdict, value with CI, threshold and detection limit in human
+    units, its evidence, and the chart (or section) it links to."""
+
+    check: str
+    verdict: str
+    verdict_class: str
+    value: str
+    ci: str
+    threshold: str
+    detection_limit: str
+    evidence: str
+    anchor: str
+    next_step: str  # what would settle an unsettled check ("" for a settled one)
+    percentile_used: str | None
+    per_process: list[Fields]
+    per_request: Fields
+    attribution: list[str]
+    details: Fields
+
+
+@dataclass(frozen=True)
+class NextStep:
+    """One line of "What next": an unsettled check and what would settle it or where to look."""
+
+    check: str
+    verdict: str
+    verdict_class: str
+    anchor: str
+    text: str
+
+
+def gate_row(finding: SummaryFinding) -> GateRow:
     """One row of the gates table: verdict, value with CI and threshold in human units, evidence, link."""
     check, verdict = finding.check or "?", finding.verdict.value
     texts = quantity_texts(finding.value, finding.unit, finding.ci, finding.threshold, finding.detection_limit)
-    return {
-        "check": check, "verdict": verdict, "verdict_class": verdict_class(verdict), **texts,
-        "evidence": finding.evidence, "anchor": check_anchor(check),
-        "next_step": (finding.next_step or "") if verdict in UNSETTLED else "",
-        "percentile_used": finding.percentile_used,
-        "per_process": [_fields(item) for item in finding.per_process or []],
-        "per_request": _fields(finding.per_request),
-        "attribution": attribution_lines(finding.attribution),
-        "details": _fields(finding.details),
-    }
+    return GateRow(
+        check=check, verdict=verdict, verdict_class=verdict_class(verdict), value=texts["value"], ci=texts["ci"],
+        threshold=texts["threshold"], detection_limit=texts["detection_limit"],
+        evidence=finding.evidence, anchor=check_anchor(check),
+        next_step=(finding.next_step or "") if verdict in UNSETTLED else "",
+        percentile_used=finding.percentile_used,
+        per_process=[_fields(item) for item in finding.per_process or []],
+        per_request=_fields(finding.per_request),
+        attribution=attribution_lines(finding.attribution),
+        details=_fields(finding.details),
+    )
 
 
-def gates(findings: list[SummaryFinding]) -> list[dict[str, Any]]:
+def gates(findings: list[SummaryFinding]) -> list[GateRow]:
     """The gates table, in the order analysis reported the findings."""
     return [gate_row(finding) for finding in findings]
 
 
-def what_next(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def what_next(rows: list[GateRow]) -> list[NextStep]:
     """One line per unsettled check, worst verdict first: what would settle it or where to look.
 
     A summary written before checks carried `next_step` still gets a line: its evidence says why, the chart link
     says where.
     """
     order = {word: i for i, word in enumerate(VERDICT_ORDER)}
-    unsettled = [row for row in rows if row["verdict"] in UNSETTLED]
-    return [{"check": row["check"], "verdict": row["verdict"], "verdict_class": row["verdict_class"],
-             "anchor": row["anchor"], "text": row["next_step"] or "see the chart this check links to"}
-            for row in sorted(unsettled, key=lambda row: order.get(row["verdict"], 99))]
+    unsettled = [row for row in rows if row.verdict in UNSETTLED]
+    return [NextStep(check=row.check, verdict=row.verdict, verdict_class=row.verdict_class, anchor=row.anchor,
+                     text=row.next_step or "see the chart this check links to")
+            for row in sorted(unsettled, key=lambda row: order.get(row.verdict, 99))]
 
 
 # ---- run facts ----------------------------------------------------------------------------------------
 
-def _request_sums(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Counts summed over windows, with errors by class, error rate and rates per second."""
-    keys = ("requests", "ok", "cancelled", "expected_errors", "output_tokens", "prompt_tokens", "late_sends_1s")
-    sums = {key: sum(row.get(key) or 0 for row in rows) for key in keys}
-    by_class = {name: sum(row.get(f"err_{name}") or 0 for row in rows) for name in ERROR_CLASSES}
-    span_s = sum(max(row["end_s"] - row["start_s"], 0.0) for row in rows)
-    errors = sum(by_class.values())
-    return {**sums, "errors_by_class": by_class, "errors": errors,
-            "error_rate": errors / sums["requests"] if sums["requests"] else None,
-            "requests_per_s": sums["requests"] / span_s if span_s else None,
-            "tokens_per_s": sums["output_tokens"] / span_s if span_s else None}
+@dataclass(frozen=True)
+class RequestTotals:
+    """One row of the Requests table: counts summed over some windows, errors by class, error rate and rates per
+    second (None where nothing was sent or the windows span no time)."""
+
+    label: str
+    requests: int
+    ok: int
+    cancelled: int
+    expected_errors: int
+    output_tokens: int
+    prompt_tokens: int
+    late_sends_1s: int
+    errors_by_class: dict[str, int]
+    errors: int
+    error_rate: float | None
+    requests_per_s: float | None
+    tokens_per_s: float | None
 
 
-def request_totals(windows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def request_sums(label: str, windows: Sequence[RequestWindow]) -> RequestTotals:
+    """Counts summed over `windows`, with errors by class, error rate and rates per second."""
+    by_class = {name: sum(window.errors_of(name) for window in windows) for name in ERROR_CLASSES}
+    span_s = sum(max(window.end_s - window.start_s, 0.0) for window in windows)
+    requests, output_tokens, errors = (sum(window.requests for window in windows),
+                                       sum(window.output_tokens for window in windows), sum(by_class.values()))
+    return RequestTotals(
+        label=label, requests=requests, ok=sum(window.ok for window in windows),
+        cancelled=sum(window.cancelled for window in windows),
+        expected_errors=sum(window.expected_errors for window in windows), output_tokens=output_tokens,
+        prompt_tokens=sum(window.prompt_tokens for window in windows),
+        late_sends_1s=sum(window.late_sends_1s for window in windows),
+        errors_by_class=by_class, errors=errors, error_rate=errors / requests if requests else None,
+        requests_per_s=requests / span_s if span_s else None, tokens_per_s=output_tokens / span_s if span_s else None)
+
+
+def request_totals(windows: Sequence[RequestWindow]) -> list[RequestTotals]:
     """Request totals: all scenarios over the whole run and after warm-up, then each scenario."""
-    all_rows = [row for row in windows if row["scenario"] == "*"]
-    scenarios = sorted({row["scenario"] for row in windows} - {"*"})
+    all_rows = [window for window in windows if window.scenario == "*"]
+    scenarios = sorted({window.scenario for window in windows} - {"*"})
     if not all_rows:  # no "*" rows stored: the scenarios together are the whole
-        all_rows = [row for row in windows if row["scenario"] != "*"]
+        all_rows = [window for window in windows if window.scenario != "*"]
     if not all_rows:
         return []
-    totals = [{"label": "all scenarios, whole run", **_request_sums(all_rows)},
-              {"label": "all scenarios, after warm-up",
-               **_request_sums([row for row in all_rows if row["window_index"] >= 0])}]
+    totals = [request_sums("all scenarios, whole run", all_rows),
+              request_sums("all scenarios, after warm-up", [window for window in all_rows if window.window_index >= 0])]
     for name in scenarios:
-        totals.append({"label": name, **_request_sums([row for row in windows if row["scenario"] == name])})
+        totals.append(request_sums(name, [window for window in windows if window.scenario == name]))
     return totals
 
 
-def run_facts(run: StoredRun, events: list[Event], windows: list[dict[str, Any]],
+def run_facts(run: StoredRun, events: list[Event], windows: Sequence[RequestWindow],
               duration_s: float | None) -> dict[str, Any]:
     """The Run section: durations, window plan, phases, request totals."""
     return {
         "duration": format_span(duration_s), "planned": format_span(run.planned_duration_s),
         "warmup": format_span(run.warmup_s), "window": format_span(run.window_s),
-        "windows": len({row["window_index"] for row in windows if row["window_index"] >= 0}),
+        "windows": len({window.window_index for window in windows if window.window_index >= 0}),
         "phases": timeline.phases(events, duration_s),
         "totals": request_totals(windows),
         "error_classes": ERROR_CLASSES,
@@ -267,35 +327,36 @@ def capability_facts(events: list[Event]) -> dict[str, Any] | None:
     return {"features": features, "dropped": found[-1].get("dropped") or []}
 
 
-def trace_facts(events: list[Event], windows: list[dict[str, Any]],
+def trace_facts(events: list[Event], windows: Sequence[RequestWindow],
                 duration_s: float | None) -> dict[str, Any] | None:
     """The trace a `--trace` run replayed beside what it sent (summary.json's `trace`); None without one."""
     found = [event.data for event in events if event.kind == EventKind.TRACE and event.data]
     if not found:
         return None
-    trace, sent = found[-1], [row for row in windows if row["scenario"] == ALL_SCENARIOS]
-    counts = SentCounts(requests=sum(row["requests"] for row in sent), answered=sum(row["ok"] for row in sent),
-                        prompt_tokens=sum(row["prompt_tokens"] for row in sent),
-                        output_tokens=sum(row["output_tokens"] for row in sent))
+    trace, sent = found[-1], [window for window in windows if window.scenario == ALL_SCENARIOS]
+    counts = SentCounts(requests=sum(window.requests for window in sent), answered=sum(window.ok for window in sent),
+                        prompt_tokens=sum(window.prompt_tokens for window in sent),
+                        output_tokens=sum(window.output_tokens for window in sent))
     return {**trace_summary(trace, counts, duration_s).model_dump(), "windows": trace_windows(trace.get("windows"), sent),
             "histograms": [(title, histogram_cells(trace.get(key))) for title, key in
                            (("Prompt tokens", "prompt_histogram"), ("Output tokens", "output_histogram"))
                            if trace.get(key)]}
 
 
-def trace_windows(planned: list[dict[str, Any]] | None, sent: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Each window's requests and mean lengths as the trace planned them beside what was sent and answered."""
-    by_index = {row["window_index"]: row for row in sent}
+def trace_windows(planned: list[dict[str, Any]] | None, sent: Sequence[RequestWindow]) -> list[dict[str, Any]]:
+    """Each window's requests and mean lengths as the trace planned them (the trace event's JSON) beside what was
+    sent and answered."""
+    by_index = {window.window_index: window for window in sent}
     rows = []
     for plan in planned or []:
-        row, count = by_index.get(plan["index"], {}), plan["requests"]
-        answered = row.get("ok") or 0
+        window, count = by_index.get(plan["index"]), plan["requests"]
+        answered = window.ok if window else 0
         rows.append({"window": "warm-up" if plan["index"] < 0 else plan["index"], "planned": count,
-                     "sent": row.get("requests", 0),
+                     "sent": window.requests if window else 0,
                      "planned_prompt": plan["prompt_tokens"] / count if count else None,
-                     "sent_prompt": row["prompt_tokens"] / answered if answered else None,
+                     "sent_prompt": window.prompt_tokens / answered if window and answered else None,
                      "planned_output": plan["output_tokens"] / count if count else None,
-                     "sent_output": row["output_tokens"] / answered if answered else None})
+                     "sent_output": window.output_tokens / answered if window and answered else None})
     return rows
 
 

@@ -112,4 +112,4 @@ def test_adapter_loads_and_refusals_are_chart_markers_and_unloads_are_not():
               Event(9.1, EventKind.LORA_LOAD, "LoRA adapter a loaded (0.10s)"),
               Event(19.0, EventKind.LORA_ERROR, "unload of LoRA adapter b failed: HTTP 404: gone")]
     markers = build_markers(events, None, 30.0)
-    assert [(m["class"], m["t_s"]) for m in markers] == [("lora", 9.1), ("lora_error", 19.0)]
+    assert [(m.marker_class, m.t_s) for m in markers] == [("lora", 9.1), ("lora_error", 19.0)]

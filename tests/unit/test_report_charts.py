@@ -11,6 +11,7 @@ import pytest
 from soak.report import charts
 from soak.report.charts import MIB, Frame, memory_chart, tree_total, trend_trace
 from soak.report.context import trend_target
+from soak.report.reading import RequestWindow
 from soak.report.sections import check_anchor
 from support.records import run_summary, summary_finding
 
@@ -73,8 +74,8 @@ def test_memory_chart_without_samples_says_so():
 
 
 def test_errors_chart_with_no_errors_says_so():
-    rows = [{"window_index": i, "start_s": 60.0 * i, "end_s": 60.0 * (i + 1), "requests": 10,
-             **{f"err_{name}": 0 for name in ("connect", "timeout")}} for i in range(3)]
+    rows = [RequestWindow(window_index=i, scenario="*", start_s=60.0 * i, end_s=60.0 * (i + 1), requests=10)
+            for i in range(3)]
     chart = charts.errors_chart(rows, FRAME, ("connect", "timeout"), [])
     assert chart["figure"] is None and chart["empty"] == "No errors in any of the 3 windows."
 
@@ -156,9 +157,10 @@ def test_lag_chart_falls_back_to_the_default_gates():
     assert limits == [default.lag_p99_suspect_ms, default.lag_p99_invalid_ms]
 
 
-def _goodput_rows(shares: list[float | None]) -> list[dict[str, Any]]:
-    return [{"start_s": 600.0 * i, "end_s": 600.0 * (i + 1), "requests": 110, "cancelled": 10,
-             "slo_met": None if share is None else round(100 * share)} for i, share in enumerate(shares)]
+def _goodput_rows(shares: list[float | None]) -> list[RequestWindow]:
+    return [RequestWindow(window_index=i, scenario="*", start_s=600.0 * i, end_s=600.0 * (i + 1), requests=110,
+                          cancelled=10, slo_met=None if share is None else round(100 * share))
+            for i, share in enumerate(shares)]
 
 
 def test_goodput_chart_draws_each_windows_share_the_floor_and_the_decay_fit():

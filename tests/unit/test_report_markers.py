@@ -29,9 +29,9 @@ def test_markers_pair_probes_and_skip_duplicate_warm_up():
     markers = build_markers(events((100.0, "warmup_end", ""), (600.0, "probe_start", ""),
                                    (650.0, "probe_end", ""), (900.0, "probe_start", ""),
                                    (1000.0, "crash", "exit -9"), (1100.0, "no_gpu", "")), 100.0, 1800.0)
-    assert [(m["class"], m["t_s"], m["end_s"]) for m in markers] == [
+    assert [(m.marker_class, m.t_s, m.end_s) for m in markers] == [
         ("warmup", 100.0, None), ("probe", 600.0, 650.0), ("probe", 900.0, 1800.0), ("crash", 1000.0, None)]
-    assert markers[-1]["label"] == "crash: exit -9"
+    assert markers[-1].label == "crash: exit -9"
 
 
 def test_shapes_lines_and_bands_in_chart_units():
@@ -53,4 +53,4 @@ def test_hover_labels_are_literal_text_for_plotly():
 def test_too_many_markers_drop_the_least_telling_classes_first():
     many = events(*[(float(i), "error_burst", "") for i in range(500)], (600.0, "crash", ""), (700.0, "phase", ""))
     markers = build_markers(many, 100.0, 1000.0)
-    assert [m["class"] for m in markers] == ["warmup", "crash", "phase"]
+    assert [m.marker_class for m in markers] == ["warmup", "crash", "phase"]

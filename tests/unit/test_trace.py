@@ -191,6 +191,7 @@ def test_planned_windows_count_in_closed_form_what_the_clock_sends():
 
 
 def test_length_histograms_double_their_bins_and_the_report_labels_them():
+    from soak.report.reading import RequestWindow
     from soak.report.sections import histogram_cells, trace_windows
 
     histogram = length_histogram(load_trace(TRACES / "azure.csv").input_tokens)  # 374 396 879 91 1528 204
@@ -199,7 +200,8 @@ def test_length_histograms_double_their_bins_and_the_report_labels_them():
         "1,025–2,048", 1)
     planned = [{"index": -1, "requests": 2, "prompt_tokens": 300, "output_tokens": 20},
                {"index": 0, "requests": 4, "prompt_tokens": 800, "output_tokens": 40}]
-    sent = [{"window_index": 0, "requests": 3, "ok": 2, "prompt_tokens": 410, "output_tokens": 18}]
+    sent = [RequestWindow(window_index=0, scenario="*", start_s=0.0, end_s=7.0, requests=3, ok=2, prompt_tokens=410,
+                          output_tokens=18)]
     assert trace_windows(planned, sent) == [
         {"window": "warm-up", "planned": 2, "sent": 0, "planned_prompt": 150.0, "sent_prompt": None,
          "planned_output": 10.0, "sent_output": None},
