@@ -1,4 +1,5 @@
-"""The run's recorder: stamps rows and events with the run id and time since start, and queues them."""
+"""The run's recorder: stamps samples, windows, kept requests and events with the run id (samples and events with
+the time since start too), and queues them."""
 
 from __future__ import annotations
 
@@ -6,9 +7,11 @@ import json
 import logging
 import secrets
 import time
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
+from soak.samples import KeptRequest, Sample, Window
 from soak.store.models import Base, EventRow
 from soak.store.writer import StoreWriter
 
@@ -45,6 +48,21 @@ class Recorder:
             "run_id": self.run_id, "t_s": self.elapsed_s(), "at": utc_now_iso(), "kind": kind,
             "message": message, "data_json": json.dumps(data, default=str) if data else None,
         })
+
+    def samples(self, samples: Iterable[Sample], t_s: float | None = None) -> None:
+        """Queue samples taken at `t_s` (seconds since start; now when None)."""
+        t_s = self.elapsed_s() if t_s is None else t_s
+        for sample in samples:
+            self.writer.insert_sample(self.run_id, t_s, sample)
+
+    def windows(self, windows: Iterable[Window]) -> None:
+        """Queue windows, each replacing the one stored before it (a partial window grows until it closes)."""
+        for window in windows:
+            self.writer.upsert_window(self.run_id, window)
+
+    def request(self, request: KeptRequest) -> None:
+        """Queue one kept request (--keep-requests)."""
+        self.writer.insert_request(self.run_id, request)
 
     def rows(self, model: type[Base], rows: list[dict[str, Any]], t_s: float | None = None) -> None:
         """Queue sample rows, stamping run id and (unless present) the sample time."""

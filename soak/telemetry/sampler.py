@@ -13,13 +13,13 @@ import psutil
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from soak.contracts import EventKind
+from soak.samples import ProcessReading, ProcessStats
 from soak.store.models import (
     HOST_AVAILABLE_METRIC,
     GpuProcessSample,
     GpuSample,
     LatencyWindowRow,
     MetricSample,
-    ProcessSample,
     RequestWindowRow,
     ServerSample,
 )
@@ -28,7 +28,7 @@ from soak.telemetry.dcgm import GpuClaim, XidChanges
 from soak.telemetry.dialects import DIALECTS, Dialect
 from soak.telemetry.gpu import GpuSampler
 from soak.telemetry.latency import LatencyWindows
-from soak.telemetry.process import ProcessStats, ProcessTreeSampler, SelfSampler, off_loop
+from soak.telemetry.process import ProcessTreeSampler, SelfSampler, off_loop
 from soak.telemetry.prometheus import models_dialect, probe_health, scrape
 
 log = logging.getLogger(__name__)
@@ -215,8 +215,8 @@ class Telemetry:
         self.tree.set_roots(self.sources.server_pids())
         snapshot.server_processes = off_loop(self.tree.sample)  # PSS reads block for tens of ms a process
         snapshot.client = client = self.me.sample()
-        self.recorder.rows(ProcessSample, [row.row("server") for row in snapshot.server_processes], t_s)
-        self.recorder.rows(ProcessSample, [client.row("client")], t_s)
+        self.recorder.samples([ProcessReading("server", stats) for stats in snapshot.server_processes], t_s)
+        self.recorder.samples([ProcessReading("client", client)], t_s)
 
     def _sample_host(self, snapshot: Snapshot, t_s: float) -> None:
         """The host's available memory (MemAvailable), the headroom a leak eats into.
@@ -294,10 +294,10 @@ class Telemetry:
         rss, fds = reading.get("process_rss_bytes"), reading.get("process_fds")
         if snapshot.server_processes or (rss is None and fds is None):
             return
-        row = ProcessStats(pid=0, name=METRICS_PROCESS_NAME, rss_bytes=None if rss is None else int(rss),
-                           fds=None if fds is None else int(fds))
-        snapshot.server_processes = [row]
-        self.recorder.rows(ProcessSample, [row.row("server")], t_s)
+        stats = ProcessStats(pid=0, name=METRICS_PROCESS_NAME, rss_bytes=None if rss is None else int(rss),
+                             fds=None if fds is None else int(fds))
+        snapshot.server_processes = [stats]
+        self.recorder.samples([ProcessReading("server", stats)], t_s)
 
     def flush(self) -> None:
         """Write every latency window that changed since the last flush."""

@@ -11,7 +11,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from soak.store.models import ProcessSample, ServerSample
+from soak.samples import ProcessReading
+from soak.store.models import ServerSample
 from soak.telemetry.sampler import METRICS_PROCESS_NAME, Telemetry, TelemetrySources
 from support.collector import Collector
 
@@ -72,16 +73,16 @@ def test_server_kind_forces_the_dialect(refserver):
 def test_memory_and_fds_come_from_metrics_when_no_process_is_seen(refserver):
     telemetry, collector = _telemetry(refserver("vllm"))  # as if on another host: no PIDs to sample
     telemetry.sample()
-    [row] = [row for row in collector.rows_by_model[ProcessSample] if row["role"] == "server"]
-    assert row["role"] == "server" and row["pid"] == 0 and row["name"] == METRICS_PROCESS_NAME
-    assert row["rss_bytes"] > 10_000_000 and row["fds"] > 0
+    [row] = [sample.stats for sample in collector.samples_of(ProcessReading) if sample.role == "server"]
+    assert row.pid == 0 and row.name == METRICS_PROCESS_NAME
+    assert row.rss_bytes > 10_000_000 and row.fds > 0
     assert "process_rss_bytes" not in collector.rows_by_model[ServerSample][0]
 
 
 def test_a_server_serving_no_process_series_gives_no_process_row(refserver):
     telemetry, collector = _telemetry(refserver("llamacpp"))
     telemetry.sample()
-    assert [row for row in collector.rows_by_model[ProcessSample] if row["role"] == "server"] == []
+    assert [sample for sample in collector.samples_of(ProcessReading) if sample.role == "server"] == []
 
 
 # A server whose /metrics is off (404), answering only /v1/models — as llama-server without --metrics.
