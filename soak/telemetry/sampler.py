@@ -16,15 +16,13 @@ from soak.contracts import EventKind
 from soak.samples import ProcessReading, ProcessStats
 from soak.store.models import (
     HOST_AVAILABLE_METRIC,
-    GpuProcessSample,
-    GpuSample,
     LatencyWindowRow,
     MetricSample,
     RequestWindowRow,
     ServerSample,
 )
 from soak.store.recorder import Recorder, utc_now_iso
-from soak.telemetry.dcgm import GpuClaim, XidChanges
+from soak.telemetry.dcgm import GpuClaim, XidChanges, gpu_reading
 from soak.telemetry.dialects import DIALECTS, Dialect
 from soak.telemetry.gpu import GpuSampler
 from soak.telemetry.latency import LatencyWindows
@@ -233,10 +231,9 @@ class Telemetry:
     def _sample_gpus(self, snapshot: Snapshot, t_s: float) -> None:
         if not self.gpus.available:
             return
-        gpu_rows, process_rows = self.gpus.sample(self.tree.tree_pids())
-        snapshot.gpu_process_bytes = sum(row["used_bytes"] or 0 for row in process_rows)
-        self.recorder.rows(GpuSample, gpu_rows, t_s)
-        self.recorder.rows(GpuProcessSample, process_rows, t_s)
+        gpus, processes = self.gpus.sample(self.tree.tree_pids())
+        snapshot.gpu_process_bytes = sum(process.used_bytes or 0 for process in processes)
+        self.recorder.samples([*gpus, *processes], t_s)
         for xid in self.gpus.drain_xid_events():
             self.recorder.event(EventKind.GPU_XID, f"XID error on GPU {xid.get('gpu_index')}", xid)
 
@@ -270,8 +267,6 @@ class Telemetry:
         gpu_xid event."""
         claim = self.sources.gpu_claim
         mine = [row for row in gpus if claim.keeps(row)]
-        for row in gpus:
-            row.pop("_pod", None)  # read only to claim the row: no column of its own
         if gpus and not mine and url not in self._unclaimed_pages:
             self._unclaimed_pages.add(url)
             self.recorder.event(EventKind.GPU_DCGM, claim.describe_none(url, len(gpus)),
@@ -287,7 +282,7 @@ class Telemetry:
         for xid in self.dcgm_xids.observe(url, gpus):
             log.warning("dcgm-exporter %s: GPU %s raised XID %d", url, xid["uuid"], xid["xid"])
             self.recorder.event(EventKind.GPU_XID, f"XID {xid['xid']} on GPU {xid['uuid']} (dcgm-exporter)", xid)
-        self.recorder.rows(GpuSample, [{**row, "source": url} for row in gpus], t_s)
+        self.recorder.samples([gpu_reading(row, url) for row in gpus], t_s)
 
     def _sample_metrics_process(self, snapshot: Snapshot, reading: dict[str, Any], t_s: float) -> None:
         """The server's memory and open files from its /metrics, when none of its processes can be seen here."""
