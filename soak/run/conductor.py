@@ -30,8 +30,9 @@ from soak.run.ledger import OutcomeLedger
 from soak.run.locking import hold_run_lock
 from soak.run.notify import failed_run_payload, notify_from_env
 from soak.run.server_watch import DrainWatch, drain_timeout_hook, record_server_processes
+from soak.samples import MetricReading
 from soak.store import Store, StoreWriter
-from soak.store.models import CLIENT_LOOP_LAG_MAX_METRIC, CLIENT_LOOP_LAG_P99_METRIC, MetricSample, RequestRow, Run, RunLabel
+from soak.store.models import CLIENT_LOOP_LAG_MAX_METRIC, CLIENT_LOOP_LAG_P99_METRIC, RequestRow, Run, RunLabel
 from soak.store.recorder import Recorder, new_run_id, utc_now_iso
 from soak.target import ServerInfo, Target, auth_headers, make_target
 from soak.target.openai import list_models
@@ -402,8 +403,7 @@ class Conductor:
         counters = state.load.counters()
         readings = {CLIENT_LOOP_LAG_P99_METRIC: counters.get("loop_lag_p99_ms"),
                     CLIENT_LOOP_LAG_MAX_METRIC: counters.get("loop_lag_max_ms")}
-        state.recorder.rows(MetricSample, [{"name": name, "labels_json": "{}", "value": value}
-                                           for name, value in readings.items() if value is not None])
+        state.recorder.samples([MetricReading(name, value) for name, value in readings.items() if value is not None])
 
     def _failed_beyond_doubt(self, elapsed_s: float) -> bool:
         """With --stop-on-fail: True once the early-stop rule ends the run (docs/gates.md, "Early stop")."""

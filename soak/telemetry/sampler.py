@@ -3,7 +3,6 @@ the scraped ones), /metrics and soak itself, flush latency windows and beat the 
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -13,13 +12,11 @@ import psutil
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from soak.contracts import EventKind
-from soak.samples import ProcessReading, ProcessStats
+from soak.samples import MetricReading, ProcessReading, ProcessStats, ServerReading
 from soak.store.models import (
     HOST_AVAILABLE_METRIC,
     LatencyWindowRow,
-    MetricSample,
     RequestWindowRow,
-    ServerSample,
 )
 from soak.store.recorder import Recorder, utc_now_iso
 from soak.telemetry.dcgm import GpuClaim, XidChanges, gpu_reading
@@ -27,7 +24,7 @@ from soak.telemetry.dialects import DIALECTS, Dialect
 from soak.telemetry.gpu import GpuSampler
 from soak.telemetry.latency import LatencyWindows
 from soak.telemetry.process import ProcessTreeSampler, SelfSampler, off_loop
-from soak.telemetry.prometheus import models_dialect, probe_health, scrape
+from soak.telemetry.prometheus import models_dialect, probe_health, scrape, server_reading
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +38,7 @@ class Snapshot:
 
     t_s: float = 0.0
     server_processes: list[ProcessStats] = field(default_factory=list)
-    server: dict[str, Any] = field(default_factory=dict)  # the server_samples row of the server's /metrics
+    server: ServerReading | None = None  # the server's own /metrics (or the first other page with its gauges)
     client: ProcessStats | None = None
     gpu_process_bytes: int = 0
     host_available_bytes: int | None = None
@@ -226,7 +223,7 @@ class Telemetry:
             return
         available = int(psutil.virtual_memory().available)
         snapshot.host_available_bytes = available
-        self.recorder.rows(MetricSample, [{"name": HOST_AVAILABLE_METRIC, "labels_json": "{}", "value": available}], t_s)
+        self.recorder.samples([MetricReading(HOST_AVAILABLE_METRIC, available)], t_s)
 
     def _sample_gpus(self, snapshot: Snapshot, t_s: float) -> None:
         if not self.gpus.available:
@@ -247,18 +244,14 @@ class Telemetry:
             if index == 0:  # the first source is the server's own /metrics
                 self.dialects.observe(reading)
                 self._sample_metrics_process(snapshot, reading, t_s)
-            extra = reading.pop("extra", [])
-            self._record_dcgm(url, reading.pop("gpus", []), t_s)
-            for key in ("error", "dialect", "process_rss_bytes", "process_fds"):
-                reading.pop(key, None)
-            row = {"source": url, "health_ok": health_ok, **reading}
-            self.recorder.rows(ServerSample, [row], t_s)
-            if not snapshot.server or (snapshot.server.get("running") is None and row.get("running") is not None):
-                snapshot.server = row  # the server's own /metrics, unless only another source has its gauges
-            if keep_extra and extra:
-                self.recorder.rows(MetricSample, [
-                    {"name": name[:200], "labels_json": json.dumps(labels, sort_keys=True), "value": value}
-                    for name, labels, value in extra], t_s)
+            self._record_dcgm(url, reading["gpus"], t_s)
+            server = server_reading(reading, url, health_ok)
+            self.recorder.samples([server], t_s)
+            if snapshot.server is None or (snapshot.server.running is None and server.running is not None):
+                snapshot.server = server  # the server's own /metrics, unless only another source has its gauges
+            if keep_extra:
+                self.recorder.samples([MetricReading(name[:200], value, labels)
+                                       for name, labels, value in reading["extra"]], t_s)
         if keep_extra:
             self._last_extra_s = t_s
 
@@ -309,9 +302,9 @@ class Telemetry:
         """Sample now, at the end of an idle probe's hold, and record the floor as a `probe_reading` event."""
         snapshot = self.sample()
         server = snapshot.server
+        gauges = {name: getattr(server, name) if server else None for name in ("kv_usage", "running", "waiting")}
         data = {
-            "index": index, "drained": drained, "kv_usage": server.get("kv_usage"),
-            "running": server.get("running"), "waiting": server.get("waiting"),
+            "index": index, "drained": drained, **gauges,
             "processes": [{"pid": row.pid, "name": row.name, "rss_bytes": row.rss_bytes, "swap_bytes": row.swap_bytes,
                            "pss_bytes": row.pss_bytes, "fds": row.fds} for row in snapshot.server_processes],
             "gpu_process_bytes": snapshot.gpu_process_bytes,
