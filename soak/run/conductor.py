@@ -238,7 +238,7 @@ class Conductor:
 
     def _start_measuring(self) -> None:
         state, config = self.state, self.config
-        state.windows = LatencyWindows(state.run_id, state.t0, config.warmup_s, config.window_s,
+        state.windows = LatencyWindows(state.t0, config.warmup_s, config.window_s,
                                        keep_open_s=config.load.request_timeout_s + 2 * config.telemetry.flush_every_s,
                                        slo=config.slo)
         sources = TelemetrySources(server_pids=state.target.root_pids, metrics_urls=state.info.metrics_urls,

@@ -13,11 +13,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 
 from soak.contracts import EventKind
 from soak.samples import MetricReading, ProcessReading, ProcessStats, ServerReading
-from soak.store.models import (
-    HOST_AVAILABLE_METRIC,
-    LatencyWindowRow,
-    RequestWindowRow,
-)
+from soak.store.models import HOST_AVAILABLE_METRIC
 from soak.store.recorder import Recorder, utc_now_iso
 from soak.telemetry.dcgm import GpuClaim, XidChanges, gpu_reading
 from soak.telemetry.dialects import DIALECTS, Dialect
@@ -288,10 +284,9 @@ class Telemetry:
         self.recorder.samples([ProcessReading("server", stats)], t_s)
 
     def flush(self) -> None:
-        """Write every latency window that changed since the last flush."""
-        latency_rows, request_rows = self.windows.flush_rows(self.recorder.elapsed_s())
-        self.recorder.upsert(LatencyWindowRow, latency_rows)
-        self.recorder.upsert(RequestWindowRow, request_rows)
+        """Write every latency and request window that changed since the last flush."""
+        latency, requests = self.windows.flush_windows(self.recorder.elapsed_s())
+        self.recorder.windows([*latency, *requests])
 
     def heartbeat(self) -> None:
         """Mark the run alive, so a killed soak's run reads as aborted."""
