@@ -30,9 +30,9 @@ from soak.run.ledger import OutcomeLedger
 from soak.run.locking import hold_run_lock
 from soak.run.notify import failed_run_payload, notify_from_env
 from soak.run.server_watch import DrainWatch, drain_timeout_hook, record_server_processes
-from soak.samples import MetricReading
+from soak.samples import KeptRequest, MetricReading
 from soak.store import Store, StoreWriter
-from soak.store.models import CLIENT_LOOP_LAG_MAX_METRIC, CLIENT_LOOP_LAG_P99_METRIC, RequestRow, Run, RunLabel
+from soak.store.models import CLIENT_LOOP_LAG_MAX_METRIC, CLIENT_LOOP_LAG_P99_METRIC, Run, RunLabel
 from soak.store.recorder import Recorder, new_run_id, utc_now_iso
 from soak.target import ServerInfo, Target, auth_headers, make_target
 from soak.target.openai import list_models
@@ -348,11 +348,10 @@ class Conductor:
         if state.drains is not None:
             state.drains.add(record)
         if self.config.keep_requests:
-            state.writer.insert(RequestRow, {
-                "run_id": state.run_id, "scenario": record.scenario, "intended_s": record.intended_t - state.t0,
-                "lag_ms": record.lag_ms, "queue_ms": record.queue_ms, "ttft_ms": record.ttft_ms,
-                "e2e_ms": record.e2e_ms, "output_tokens": record.output_tokens,
-                "status_code": record.status_code, "error_class": record.error_class})
+            state.recorder.request(KeptRequest(
+                scenario=record.scenario, intended_s=record.intended_t - state.t0, lag_ms=record.lag_ms,
+                queue_ms=record.queue_ms, ttft_ms=record.ttft_ms, e2e_ms=record.e2e_ms,
+                output_tokens=record.output_tokens, status_code=record.status_code, error_class=record.error_class))
 
     def _drive(self) -> None:
         """Hold the load until the planned end, a stop signal, a server death or a storage failure."""
