@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from soak.samples import KeptRequest, Sample, Window
-from soak.store.models import Base, EventRow
+from soak.store.models import EventRow
 from soak.store.writer import StoreWriter
 
 log = logging.getLogger(__name__)
@@ -63,17 +63,6 @@ class Recorder:
     def request(self, request: KeptRequest) -> None:
         """Queue one kept request (--keep-requests)."""
         self.writer.insert_request(self.run_id, request)
-
-    def rows(self, model: type[Base], rows: list[dict[str, Any]], t_s: float | None = None) -> None:
-        """Queue sample rows, stamping run id and (unless present) the sample time."""
-        t_s = self.elapsed_s() if t_s is None else t_s
-        for row in rows:
-            self.writer.insert(model, {"run_id": self.run_id, "t_s": t_s, **row})
-
-    def upsert(self, model: type[Base], rows: list[dict[str, Any]]) -> None:
-        """Queue replacements of keyed rows (partial windows)."""
-        for row in rows:
-            self.writer.upsert(model, row)
 
     def update_run(self, **fields: Any) -> None:
         """Queue an update of this run's row."""

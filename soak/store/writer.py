@@ -132,17 +132,13 @@ class StoreWriter:
         """Queue a plain insert."""
         self._enqueue(_Op("insert", model, row))
 
-    def upsert(self, model: type[Base], row: dict[str, Any]) -> None:
-        """Queue an insert that replaces the row with the same primary key."""
-        self._enqueue(_Op("upsert", model, row))
-
     def insert_sample(self, run_id: str, t_s: float, sample: Sample) -> None:
         """Queue a sample of a run, taken `t_s` seconds after its start, as a row of its table."""
         self.insert(TABLES[type(sample)], {"run_id": run_id, "t_s": t_s, **columns(sample)})
 
     def upsert_window(self, run_id: str, window: Window) -> None:
         """Queue a run's window, replacing the one stored with the same index, scenario (and metric)."""
-        self.upsert(TABLES[type(window)], {"run_id": run_id, **columns(window)})
+        self._enqueue(_Op("upsert", TABLES[type(window)], {"run_id": run_id, **columns(window)}))
 
     def insert_request(self, run_id: str, request: KeptRequest) -> None:
         """Queue a kept request of a run."""

@@ -1,4 +1,4 @@
-"""A stand-in for the run's recorder in telemetry tests: keeps the rows and events telemetry records."""
+"""A stand-in for the run's recorder in telemetry tests: keeps the samples and events telemetry records."""
 
 from __future__ import annotations
 
@@ -12,15 +12,11 @@ class Collector:
 
     def __init__(self) -> None:
         self.started = time.monotonic()
-        self.rows_by_model: dict[type, list[dict]] = {}
         self.samples_by_type: dict[type, list] = {}
         self.events: list[tuple[str, str, dict]] = []
 
     def elapsed_s(self) -> float:
         return time.monotonic() - self.started
-
-    def rows(self, model: type, rows: list[dict], t_s: float | None = None) -> None:
-        self.rows_by_model.setdefault(model, []).extend(rows)
 
     def samples(self, samples: list, t_s: float | None = None) -> None:
         for sample in samples:
