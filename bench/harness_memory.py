@@ -33,7 +33,7 @@ from soak.load import client
 from soak.load.locust_stats import trim_per_second_counts
 from soak.load.records import RequestRecord
 from soak.store import Store
-from soak.store.models import LatencyWindowRow, RequestWindowRow, Run
+from soak.store.models import Run
 from soak.store.recorder import Recorder
 from soak.telemetry.latency import LatencyWindows
 from soak.telemetry.sampler import Telemetry, TelemetrySources
@@ -136,7 +136,7 @@ def pipeline_growth_mib(total: int, db_path: Path) -> tuple[float, float, int]:
                         "t0_epoch_s": 1_000_000.0, "planned_duration_s": RUN_S, "warmup_s": 3600.0,
                         "window_s": 1725.0, "out_dir": str(db_path.parent), "target_kind": "reference",
                         "config_json": "{}", "environment_json": "{}"})
-    windows = LatencyWindows("bench", 1_000_000.0, warmup_s=3600.0, window_s=1725.0, keep_open_s=60.0)
+    windows = LatencyWindows(1_000_000.0, warmup_s=3600.0, window_s=1725.0, keep_open_s=60.0)
     environment = locust_environment()
     rng = random.Random(1)
     started, readings = time.perf_counter(), []
@@ -146,11 +146,9 @@ def pipeline_growth_mib(total: int, db_path: Path) -> tuple[float, float, int]:
         windows.add(record)
         if i % FLUSH_EVERY_REQUESTS == FLUSH_EVERY_REQUESTS - 1:
             trim_per_second_counts(environment.stats, CLOCK.now_s)  # soak's trimmer runs every 30 s
-            latency_rows, request_rows = windows.flush_rows(now_s=RUN_S * i / total)
-            for row in latency_rows:
-                writer.upsert(LatencyWindowRow, row)
-            for row in request_rows:
-                writer.upsert(RequestWindowRow, row)
+            latency, requests = windows.flush_windows(now_s=RUN_S * i / total)
+            for window in [*latency, *requests]:
+                writer.upsert_window("bench", window)
             writer.flush(60)
             if i >= WARMUP_REQUESTS:
                 readings.append(rss_mib())
@@ -196,7 +194,7 @@ def sampler_cost(seconds: int, db_path: Path) -> tuple[float, float]:
                             "config_json": "{}", "environment_json": "{}"})
         recorder = Recorder(writer, "s", time.time())
         telemetry = Telemetry(recorder, TelemetrySources(lambda: [process.pid], [url + "/metrics"], url),
-                              LatencyWindows("s", time.time(), 0.0, 5.0), sample_every_s=1.0, flush_every_s=5.0)
+                              LatencyWindows(time.time(), 0.0, 5.0), sample_every_s=1.0, flush_every_s=5.0)
         sampling = _cpu_share(seconds, telemetry.sample)
         idle = _cpu_share(seconds, lambda: None)
         writer.close(10)

@@ -30,8 +30,9 @@ from soak.run.ledger import OutcomeLedger
 from soak.run.locking import hold_run_lock
 from soak.run.notify import failed_run_payload, notify_from_env
 from soak.run.server_watch import DrainWatch, drain_timeout_hook, record_server_processes
+from soak.samples import KeptRequest, MetricReading
 from soak.store import Store, StoreWriter
-from soak.store.models import CLIENT_LOOP_LAG_MAX_METRIC, CLIENT_LOOP_LAG_P99_METRIC, MetricSample, RequestRow, Run, RunLabel
+from soak.store.models import CLIENT_LOOP_LAG_MAX_METRIC, CLIENT_LOOP_LAG_P99_METRIC, Run, RunLabel
 from soak.store.recorder import Recorder, new_run_id, utc_now_iso
 from soak.target import ServerInfo, Target, auth_headers, make_target
 from soak.target.openai import list_models
@@ -237,7 +238,7 @@ class Conductor:
 
     def _start_measuring(self) -> None:
         state, config = self.state, self.config
-        state.windows = LatencyWindows(state.run_id, state.t0, config.warmup_s, config.window_s,
+        state.windows = LatencyWindows(state.t0, config.warmup_s, config.window_s,
                                        keep_open_s=config.load.request_timeout_s + 2 * config.telemetry.flush_every_s,
                                        slo=config.slo)
         sources = TelemetrySources(server_pids=state.target.root_pids, metrics_urls=state.info.metrics_urls,
@@ -347,11 +348,10 @@ class Conductor:
         if state.drains is not None:
             state.drains.add(record)
         if self.config.keep_requests:
-            state.writer.insert(RequestRow, {
-                "run_id": state.run_id, "scenario": record.scenario, "intended_s": record.intended_t - state.t0,
-                "lag_ms": record.lag_ms, "queue_ms": record.queue_ms, "ttft_ms": record.ttft_ms,
-                "e2e_ms": record.e2e_ms, "output_tokens": record.output_tokens,
-                "status_code": record.status_code, "error_class": record.error_class})
+            state.recorder.request(KeptRequest(
+                scenario=record.scenario, intended_s=record.intended_t - state.t0, lag_ms=record.lag_ms,
+                queue_ms=record.queue_ms, ttft_ms=record.ttft_ms, e2e_ms=record.e2e_ms,
+                output_tokens=record.output_tokens, status_code=record.status_code, error_class=record.error_class))
 
     def _drive(self) -> None:
         """Hold the load until the planned end, a stop signal, a server death or a storage failure."""
@@ -402,8 +402,7 @@ class Conductor:
         counters = state.load.counters()
         readings = {CLIENT_LOOP_LAG_P99_METRIC: counters.get("loop_lag_p99_ms"),
                     CLIENT_LOOP_LAG_MAX_METRIC: counters.get("loop_lag_max_ms")}
-        state.recorder.rows(MetricSample, [{"name": name, "labels_json": "{}", "value": value}
-                                           for name, value in readings.items() if value is not None])
+        state.recorder.samples([MetricReading(name, value) for name, value in readings.items() if value is not None])
 
     def _failed_beyond_doubt(self, elapsed_s: float) -> bool:
         """With --stop-on-fail: True once the early-stop rule ends the run (docs/gates.md, "Early stop")."""

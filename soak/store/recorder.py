@@ -1,4 +1,5 @@
-"""The run's recorder: stamps rows and events with the run id and time since start, and queues them."""
+"""The run's recorder: stamps samples, windows, kept requests and events with the run id (samples and events with
+the time since start too), and queues them."""
 
 from __future__ import annotations
 
@@ -6,10 +7,12 @@ import json
 import logging
 import secrets
 import time
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
-from soak.store.models import Base, EventRow
+from soak.samples import KeptRequest, Sample, Window
+from soak.store.models import EventRow
 from soak.store.writer import StoreWriter
 
 log = logging.getLogger(__name__)
@@ -46,16 +49,20 @@ class Recorder:
             "message": message, "data_json": json.dumps(data, default=str) if data else None,
         })
 
-    def rows(self, model: type[Base], rows: list[dict[str, Any]], t_s: float | None = None) -> None:
-        """Queue sample rows, stamping run id and (unless present) the sample time."""
+    def samples(self, samples: Iterable[Sample], t_s: float | None = None) -> None:
+        """Queue samples taken at `t_s` (seconds since start; now when None)."""
         t_s = self.elapsed_s() if t_s is None else t_s
-        for row in rows:
-            self.writer.insert(model, {"run_id": self.run_id, "t_s": t_s, **row})
+        for sample in samples:
+            self.writer.insert_sample(self.run_id, t_s, sample)
 
-    def upsert(self, model: type[Base], rows: list[dict[str, Any]]) -> None:
-        """Queue replacements of keyed rows (partial windows)."""
-        for row in rows:
-            self.writer.upsert(model, row)
+    def windows(self, windows: Iterable[Window]) -> None:
+        """Queue windows, each replacing the one stored before it (a partial window grows until it closes)."""
+        for window in windows:
+            self.writer.upsert_window(self.run_id, window)
+
+    def request(self, request: KeptRequest) -> None:
+        """Queue one kept request (--keep-requests)."""
+        self.writer.insert_request(self.run_id, request)
 
     def update_run(self, **fields: Any) -> None:
         """Queue an update of this run's row."""

@@ -2,11 +2,14 @@
 
 Rows are queued from any greenlet or thread (a deque append is atomic), and a real OS thread commits them in
 batches, so an SQLite commit never blocks the gevent loop that sends the load. Under gevent the thread and its
-sleep are taken from the unpatched modules.
+sleep are taken from the unpatched modules. The typed records of `soak/samples.py` become rows here, the one place
+that knows which table and columns each goes to.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import logging
 import sys
 import time
@@ -19,7 +22,30 @@ from sqlalchemy import Engine, insert, update
 from sqlalchemy.exc import SQLAlchemyError
 
 from soak.errors import StorageError
-from soak.store.models import Base, Run
+from soak.samples import (
+    GpuProcessReading,
+    GpuReading,
+    KeptRequest,
+    LatencyWindow,
+    MetricReading,
+    ProcessReading,
+    RequestWindow,
+    Sample,
+    ServerReading,
+    Window,
+)
+from soak.store.models import (
+    Base,
+    GpuProcessSample,
+    GpuSample,
+    LatencyWindowRow,
+    MetricSample,
+    ProcessSample,
+    RequestRow,
+    RequestWindowRow,
+    Run,
+    ServerSample,
+)
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +65,28 @@ def _start_native_thread(target: Callable[[], None]) -> None:
     import _thread
 
     _original("_thread", "start_new_thread", _thread.start_new_thread)(target, ())
+
+
+# Each record of soak/samples.py → the table its rows go to.
+TABLES: dict[type, type[Base]] = {
+    ProcessReading: ProcessSample, GpuReading: GpuSample, GpuProcessReading: GpuProcessSample,
+    ServerReading: ServerSample, MetricReading: MetricSample,
+    LatencyWindow: LatencyWindowRow, RequestWindow: RequestWindowRow, KeptRequest: RequestRow,
+}
+
+
+def columns(record: Sample | Window | KeptRequest) -> dict[str, Any]:
+    """A record's values by column of its table (a process's role beside its reading; a series' labels as JSON)."""
+    if isinstance(record, ProcessReading):
+        return {"role": record.role, **_fields(record.stats)}
+    if isinstance(record, MetricReading):
+        return {"name": record.name, "labels_json": json.dumps(record.labels, sort_keys=True), "value": record.value}
+    return _fields(record)
+
+
+def _fields(record: Any) -> dict[str, Any]:
+    """A dataclass's fields by name, one level deep (no copy of the values, unlike `dataclasses.asdict`)."""
+    return {item.name: getattr(record, item.name) for item in dataclasses.fields(record)}
 
 
 @dataclass
@@ -84,9 +132,17 @@ class StoreWriter:
         """Queue a plain insert."""
         self._enqueue(_Op("insert", model, row))
 
-    def upsert(self, model: type[Base], row: dict[str, Any]) -> None:
-        """Queue an insert that replaces the row with the same primary key."""
-        self._enqueue(_Op("upsert", model, row))
+    def insert_sample(self, run_id: str, t_s: float, sample: Sample) -> None:
+        """Queue a sample of a run, taken `t_s` seconds after its start, as a row of its table."""
+        self.insert(TABLES[type(sample)], {"run_id": run_id, "t_s": t_s, **columns(sample)})
+
+    def upsert_window(self, run_id: str, window: Window) -> None:
+        """Queue a run's window, replacing the one stored with the same index, scenario (and metric)."""
+        self._enqueue(_Op("upsert", TABLES[type(window)], {"run_id": run_id, **columns(window)}))
+
+    def insert_request(self, run_id: str, request: KeptRequest) -> None:
+        """Queue a kept request of a run."""
+        self.insert(RequestRow, {"run_id": run_id, **columns(request)})
 
     def update_run(self, run_id: str, **fields: Any) -> None:
         """Queue an update of the run's row."""

@@ -16,6 +16,8 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from soak.samples import GpuReading
+
 DCGM_PREFIX = "DCGM_FI_"
 MIB = 1 << 20
 
@@ -55,6 +57,12 @@ def gpu_key(labels: dict[str, str]) -> str:
     name = labels.get("UUID") or labels.get("uuid") or f"gpu{labels.get('gpu', '?')}"
     instance = labels.get("GPU_I_ID")
     return f"{name}/{instance}" if instance else name
+
+
+def gpu_reading(row: dict[str, Any], source: str) -> GpuReading:
+    """The sample of one GPU row of a page (its XIDs since the run started set by `XidChanges.observe`), read from
+    `source`; the pod it was claimed by is no column."""
+    return GpuReading(**{key: value for key, value in row.items() if key != "_pod"}, source=source)
 
 
 def _new_row(labels: dict[str, str]) -> dict[str, Any]:

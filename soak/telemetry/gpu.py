@@ -14,6 +14,8 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from soak.samples import GpuProcessReading, GpuReading
+
 log = logging.getLogger(__name__)
 
 MAX_XID_EVENTS_PER_SAMPLE = 64  # bound the drain, so a storm of events cannot stall a sample
@@ -178,36 +180,36 @@ class GpuSampler:
             for index, handle in self._handles
         ]
 
-    def sample(self, pids: list[int]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-        """(one row per GPU, one row per tree process holding VRAM on a GPU)."""
+    def sample(self, pids: list[int]) -> tuple[list[GpuReading], list[GpuProcessReading]]:
+        """(one reading per GPU, one per tree process holding VRAM on a GPU)."""
         if not self.available:
             return [], []
-        gpu_rows, process_rows = [], []
+        gpus, processes = [], []
         wanted = set(pids)
         for index, handle in self._handles:
-            gpu_rows.append(self._gpu_row(index, handle))
-            process_rows.extend(self._process_rows(index, handle, wanted))
-        return gpu_rows, process_rows
+            gpus.append(self._gpu_reading(index, handle))
+            processes.extend(self._process_readings(index, handle, wanted))
+        return gpus, processes
 
-    def _gpu_row(self, index: int, handle: Any) -> dict[str, Any]:
+    def _gpu_reading(self, index: int, handle: Any) -> GpuReading:
         nv = self._nvml
         memory = _guarded(lambda: nv.nvmlDeviceGetMemoryInfo(handle))
         utilization = _guarded(lambda: nv.nvmlDeviceGetUtilizationRates(handle))
         power_mw = _guarded(lambda: nv.nvmlDeviceGetPowerUsage(handle))
-        return {
-            "gpu_index": index,
-            "name": _text(_guarded(lambda: nv.nvmlDeviceGetName(handle))),
-            "mem_used_bytes": _guarded(lambda: memory.used),
-            "mem_total_bytes": _guarded(lambda: memory.total),
-            "util_pct": _guarded(lambda: utilization.gpu),
-            "temp_c": _guarded(lambda: nv.nvmlDeviceGetTemperature(handle, nv.NVML_TEMPERATURE_GPU)),
-            "power_w": power_mw / 1000.0 if isinstance(power_mw, (int, float)) else None,
-            "sm_clock_mhz": _guarded(lambda: nv.nvmlDeviceGetClockInfo(handle, nv.NVML_CLOCK_SM)),
-            "throttle_reasons": self._throttle_reasons(handle),
-            "ecc_errors": _guarded(lambda: nv.nvmlDeviceGetTotalEccErrors(
+        return GpuReading(
+            gpu_index=index,
+            name=_text(_guarded(lambda: nv.nvmlDeviceGetName(handle))),
+            mem_used_bytes=_guarded(lambda: memory.used),
+            mem_total_bytes=_guarded(lambda: memory.total),
+            util_pct=_guarded(lambda: utilization.gpu),
+            temp_c=_guarded(lambda: nv.nvmlDeviceGetTemperature(handle, nv.NVML_TEMPERATURE_GPU)),
+            power_w=power_mw / 1000.0 if isinstance(power_mw, (int, float)) else None,
+            sm_clock_mhz=_guarded(lambda: nv.nvmlDeviceGetClockInfo(handle, nv.NVML_CLOCK_SM)),
+            throttle_reasons=self._throttle_reasons(handle),
+            ecc_errors=_guarded(lambda: nv.nvmlDeviceGetTotalEccErrors(
                 handle, nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, nv.NVML_VOLATILE_ECC)),
-            "xid_errors": self._poll_xids(index),
-        }
+            xid_errors=self._poll_xids(index),
+        )
 
     def _throttle_reasons(self, handle: Any) -> int | None:
         """The clock-event (throttle) bitmask; drivers before 535 only know the older name."""
@@ -234,7 +236,7 @@ class GpuSampler:
         events, self.xid_events = self.xid_events, []
         return events
 
-    def _process_rows(self, index: int, handle: Any, wanted: set[int]) -> list[dict[str, Any]]:
+    def _process_readings(self, index: int, handle: Any, wanted: set[int]) -> list[GpuProcessReading]:
         """VRAM per tree process: compute contexts first, graphics ones only for PIDs not already seen."""
         nv, used_by_pid = self._nvml, {}
         for query in ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses"):
@@ -243,7 +245,7 @@ class GpuSampler:
                 pid = _guarded(lambda p=process: int(p.pid))
                 if pid in wanted and pid not in used_by_pid:
                     used_by_pid[pid] = _guarded(lambda p=process: p.usedGpuMemory)
-        return [{"gpu_index": index, "pid": pid, "used_bytes": used} for pid, used in used_by_pid.items()]
+        return [GpuProcessReading(gpu_index=index, pid=pid, used_bytes=used) for pid, used in used_by_pid.items()]
 
     def holding(self, pids: list[int]) -> dict[int, int | None]:
         """The PIDs among `pids` that NVML lists on a picked GPU now → their VRAM bytes (None: NVML won't say)."""
@@ -251,8 +253,8 @@ class GpuSampler:
             return {}
         wanted, held = set(pids), {}
         for index, handle in self._handles:
-            for row in self._process_rows(index, handle, wanted):
-                pid, used_bytes = row["pid"], row["used_bytes"]
+            for reading in self._process_readings(index, handle, wanted):
+                pid, used_bytes = reading.pid, reading.used_bytes
                 held[pid] = held.get(pid) if used_bytes is None else (held.get(pid) or 0) + used_bytes
         return held
 

@@ -14,6 +14,7 @@ from typing import Any, Protocol
 import numpy as np
 from hdrh.histogram import HdrHistogram
 
+from soak.samples import LatencyWindow, RequestWindow
 from soak.slo import SloTargets
 from soak.store.histograms import (
     HIGHEST_US,
@@ -24,8 +25,6 @@ from soak.store.histograms import (
 from soak.store.models import ALL_SCENARIOS, ERROR_CLASSES, LATENCY_METRICS
 
 LATE_SEND_MS = 1000.0
-COUNT_KEYS = ("requests", "ok", "cancelled", "expected_errors", *("err_" + name for name in ERROR_CLASSES),
-              "output_tokens", "prompt_tokens", "late_sends_1s")
 
 
 class RequestLike(Protocol):
@@ -119,16 +118,18 @@ def mean_us(histogram: HdrHistogram) -> float:
     return float((counts * median).sum() / counts.sum())
 
 
-def histogram_stats(histogram: HdrHistogram) -> dict[str, Any]:
-    """Count, mean, percentiles and max in ms, and the encoded histogram."""
+def latency_window(histogram: HdrHistogram, window_index: int, scenario: str, metric: str, start_s: float,
+                   end_s: float) -> LatencyWindow:
+    """One metric's window from its histogram: count, mean, percentiles and max in ms, and the encoded histogram."""
+    where = (window_index, scenario, metric, start_s, end_s)
     count = histogram.get_total_count()
     if count == 0:
-        return {"count": 0, "mean_ms": None, "p50_ms": None, "p90_ms": None, "p95_ms": None,
-                "p99_ms": None, "max_ms": None, "hist": None}
+        return LatencyWindow(*where, count=0, mean_ms=None, p50_ms=None, p90_ms=None, p95_ms=None, p99_ms=None,
+                             max_ms=None, hist=None)
     p50, p90, p95, p99 = (value / 1000.0 for value in percentiles_us(histogram, (50, 90, 95, 99)))
-    return {"count": count, "mean_ms": mean_us(histogram) / 1000.0, "p50_ms": p50, "p90_ms": p90,
-            "p95_ms": p95, "p99_ms": p99, "max_ms": histogram.get_max_value() / 1000.0,
-            "hist": encode_histogram(histogram)}
+    return LatencyWindow(*where, count=count, mean_ms=mean_us(histogram) / 1000.0, p50_ms=p50, p90_ms=p90,
+                         p95_ms=p95, p99_ms=p99, max_ms=histogram.get_max_value() / 1000.0,
+                         hist=encode_histogram(histogram))
 
 
 @dataclass
@@ -204,11 +205,10 @@ def _count_outcome(counts: dict[str, int], record: RequestLike) -> None:
 
 
 class LatencyWindows:
-    """Aggregates finished requests into windows and hands rows to a writer at each flush."""
+    """Aggregates finished requests into windows and hands the changed ones over at each flush."""
 
-    def __init__(self, run_id: str, t0_epoch_s: float, warmup_s: float, window_s: float, keep_open_s: float = 60.0,
+    def __init__(self, t0_epoch_s: float, warmup_s: float, window_s: float, keep_open_s: float = 60.0,
                  slo: SloTargets | None = None):
-        self.run_id = run_id
         self.slo = slo  # with an SLO each request row counts the requests that met it (`slo_met`), else NULL
         self.t0_epoch_s = t0_epoch_s
         self.warmup_s = warmup_s
@@ -235,20 +235,20 @@ class LatencyWindows:
             self.measured.add(record, with_itl=False)  # the live display reads TTFT and E2E only
         self._dirty.add(index)
 
-    def flush_rows(self, now_s: float) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-        """(latency rows, request rows) for every window changed since the last flush, scenario "*" included.
+    def flush_windows(self, now_s: float) -> tuple[list[LatencyWindow], list[RequestWindow]]:
+        """(latency windows, request windows) of every window changed since the last flush, scenario "*" included.
 
         Windows that ended more than `keep_open_s` before `now_s` (seconds since start) are then forgotten.
         """
-        latency_rows: list[dict[str, Any]] = []
-        request_rows: list[dict[str, Any]] = []
+        latency: list[LatencyWindow] = []
+        requests: list[RequestWindow] = []
         for index in sorted(self._dirty):
             for scenario, cell in self._scenario_cells(index):
-                latency_rows.extend(self._latency_rows(index, scenario, cell))
-                request_rows.append(self._request_row(index, scenario, cell))
+                latency.extend(self._latency(index, scenario, cell))
+                requests.append(self._requests(index, scenario, cell))
         self._dirty.clear()
         self._forget_before(now_s)
-        return latency_rows, request_rows
+        return latency, requests
 
     def _scenario_cells(self, index: int) -> list[tuple[str, _Cell]]:
         cells = [(scenario, cell) for (i, scenario), cell in self._cells.items() if i == index]
@@ -257,20 +257,17 @@ class LatencyWindows:
             merged.merge(cell)
         return cells + [(ALL_SCENARIOS, merged)]
 
-    def _bounds(self, index: int) -> dict[str, Any]:
+    def _latency(self, index: int, scenario: str, cell: _Cell) -> list[LatencyWindow]:
         start_s, end_s = window_bounds(index, self.warmup_s, self.window_s)
-        return {"run_id": self.run_id, "window_index": index, "start_s": start_s, "end_s": end_s}
+        return [latency_window(histogram, index, scenario, metric, start_s, end_s)
+                for metric, histogram in cell.settle().histograms.items()]
 
-    def _latency_rows(self, index: int, scenario: str, cell: _Cell) -> list[dict[str, Any]]:
-        return [
-            {**self._bounds(index), "scenario": scenario, "metric": metric, **histogram_stats(histogram)}
-            for metric, histogram in cell.settle().histograms.items()
-        ]
-
-    def _request_row(self, index: int, scenario: str, cell: _Cell) -> dict[str, Any]:
+    def _requests(self, index: int, scenario: str, cell: _Cell) -> RequestWindow:
+        """The window's counts (none counted: 0), and its requests that met the SLO (None without one)."""
+        counts = {key: value for key, value in cell.counts.items() if key != "slo_met"}
         slo_met = cell.counts.get("slo_met", 0) if self.slo is not None else None
-        return {**self._bounds(index), "scenario": scenario, **dict.fromkeys(COUNT_KEYS, 0), **cell.counts,
-                "slo_met": slo_met}
+        return RequestWindow(index, scenario, *window_bounds(index, self.warmup_s, self.window_s), **counts,
+                             slo_met=slo_met)
 
     def _forget_before(self, now_s: float) -> None:
         closed = [k for k in self._cells if window_bounds(k[0], self.warmup_s, self.window_s)[1] < now_s - self.keep_open_s]

@@ -8,11 +8,12 @@ import socket
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import psutil
+
+from soak.samples import ProcessStats
 
 T = TypeVar("T")
 
@@ -52,27 +53,6 @@ def off_loop(call: Callable[[], T]) -> T:
     return call()
 
 
-@dataclass(frozen=True)
-class ProcessStats:
-    """One reading of one process; None where it was not read (PSS/USS between their slower reads, anything
-    denied for another user's process, or all but RSS and fds for the row read from the server's /metrics)."""
-
-    pid: int
-    name: str
-    rss_bytes: int | None
-    ppid: int | None = None
-    swap_bytes: int | None = None
-    threads: int | None = None
-    cpu_percent: float | None = None
-    pss_bytes: int | None = None
-    uss_bytes: int | None = None
-    fds: int | None = None
-
-    def row(self, role: str) -> dict[str, Any]:
-        """The process_samples row of this reading, for a "server" or "client" process."""
-        return {**asdict(self), "role": role}
-
-
 def _read_process(process: psutil.Process, with_pss: bool = True) -> ProcessStats | None:
     """RSS, swap, PSS/USS (from smaps_rollup, when asked), fds, threads and CPU % of one process; None once
     gone."""
@@ -87,9 +67,9 @@ def _read_process(process: psutil.Process, with_pss: bool = True) -> ProcessStat
         return None
 
 
-def _optional_readings(process: psutil.Process, with_pss: bool) -> dict[str, Any]:
+def _optional_readings(process: psutil.Process, with_pss: bool) -> dict[str, int | None]:
     """Readings that may be denied for another user's process; a denial leaves them empty, not the sample."""
-    found: dict[str, Any] = {"pss_bytes": None, "uss_bytes": None, "fds": None}
+    found: dict[str, int | None] = {"pss_bytes": None, "uss_bytes": None, "fds": None}
     try:
         if with_pss:
             full = process.memory_full_info()

@@ -17,6 +17,7 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from soak.samples import ServerReading
 from soak.telemetry.dcgm import read_gpus
 from soak.telemetry.dialects import DIALECTS, Dialect, detect_dialect, detect_dialect_from_models, read_gauges
 
@@ -30,6 +31,8 @@ VLLM_EXTRAS: dict[str, str] = {
     "vllm:prefix_cache_queries_total": "prefix_cache_queries_total",
     "vllm:prefix_cache_hits_total": "prefix_cache_hits_total",
 }
+# The fields of a scrape that are a server sample's (ServerReading), beside whether it succeeded.
+SERVER_FIELDS = (*READING_FIELDS.values(), *VLLM_EXTRAS.values())
 # The server process's own memory and open files, where its registry has the process collector (vLLM).
 PROCESS_SERIES = {"process_resident_memory_bytes": "process_rss_bytes", "process_open_fds": "process_fds"}
 SCRAPE_TIMEOUT_S = 5.0
@@ -132,6 +135,12 @@ def scrape(metrics_url: str, headers: dict[str, str] | None = None, with_extra: 
         return {"scrape_ok": False, "dialect": None, "error": str(exc)[:200], "extra": [], "gpus": []}
     found, known, extra = read_page(samples, dialect, model)
     return {"scrape_ok": True, "dialect": found.name if found else None, **known, "extra": extra, "gpus": gpus}
+
+
+def server_reading(scraped: dict[str, Any], source: str, health_ok: bool | None) -> ServerReading:
+    """The server sample of one scrape of `source` (what `scrape` returned), with what /health answered."""
+    known = {name: scraped[name] for name in SERVER_FIELDS if scraped.get(name) is not None}
+    return ServerReading(source=source, scrape_ok=scraped["scrape_ok"], health_ok=health_ok, **known)
 
 
 def models_dialect(base_url: str, headers: dict[str, str] | None = None) -> Dialect | None:

@@ -3,7 +3,6 @@ the scraped ones), /metrics and soak itself, flush latency windows and beat the 
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -13,23 +12,15 @@ import psutil
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from soak.contracts import EventKind
-from soak.store.models import (
-    HOST_AVAILABLE_METRIC,
-    GpuProcessSample,
-    GpuSample,
-    LatencyWindowRow,
-    MetricSample,
-    ProcessSample,
-    RequestWindowRow,
-    ServerSample,
-)
+from soak.samples import MetricReading, ProcessReading, ProcessStats, ServerReading
+from soak.store.models import HOST_AVAILABLE_METRIC
 from soak.store.recorder import Recorder, utc_now_iso
-from soak.telemetry.dcgm import GpuClaim, XidChanges
+from soak.telemetry.dcgm import GpuClaim, XidChanges, gpu_reading
 from soak.telemetry.dialects import DIALECTS, Dialect
 from soak.telemetry.gpu import GpuSampler
 from soak.telemetry.latency import LatencyWindows
-from soak.telemetry.process import ProcessStats, ProcessTreeSampler, SelfSampler, off_loop
-from soak.telemetry.prometheus import models_dialect, probe_health, scrape
+from soak.telemetry.process import ProcessTreeSampler, SelfSampler, off_loop
+from soak.telemetry.prometheus import models_dialect, probe_health, scrape, server_reading
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +34,7 @@ class Snapshot:
 
     t_s: float = 0.0
     server_processes: list[ProcessStats] = field(default_factory=list)
-    server: dict[str, Any] = field(default_factory=dict)  # the server_samples row of the server's /metrics
+    server: ServerReading | None = None  # the server's own /metrics (or the first other page with its gauges)
     client: ProcessStats | None = None
     gpu_process_bytes: int = 0
     host_available_bytes: int | None = None
@@ -215,8 +206,8 @@ class Telemetry:
         self.tree.set_roots(self.sources.server_pids())
         snapshot.server_processes = off_loop(self.tree.sample)  # PSS reads block for tens of ms a process
         snapshot.client = client = self.me.sample()
-        self.recorder.rows(ProcessSample, [row.row("server") for row in snapshot.server_processes], t_s)
-        self.recorder.rows(ProcessSample, [client.row("client")], t_s)
+        self.recorder.samples([ProcessReading("server", stats) for stats in snapshot.server_processes], t_s)
+        self.recorder.samples([ProcessReading("client", client)], t_s)
 
     def _sample_host(self, snapshot: Snapshot, t_s: float) -> None:
         """The host's available memory (MemAvailable), the headroom a leak eats into.
@@ -228,15 +219,14 @@ class Telemetry:
             return
         available = int(psutil.virtual_memory().available)
         snapshot.host_available_bytes = available
-        self.recorder.rows(MetricSample, [{"name": HOST_AVAILABLE_METRIC, "labels_json": "{}", "value": available}], t_s)
+        self.recorder.samples([MetricReading(HOST_AVAILABLE_METRIC, available)], t_s)
 
     def _sample_gpus(self, snapshot: Snapshot, t_s: float) -> None:
         if not self.gpus.available:
             return
-        gpu_rows, process_rows = self.gpus.sample(self.tree.tree_pids())
-        snapshot.gpu_process_bytes = sum(row["used_bytes"] or 0 for row in process_rows)
-        self.recorder.rows(GpuSample, gpu_rows, t_s)
-        self.recorder.rows(GpuProcessSample, process_rows, t_s)
+        gpus, processes = self.gpus.sample(self.tree.tree_pids())
+        snapshot.gpu_process_bytes = sum(process.used_bytes or 0 for process in processes)
+        self.recorder.samples([*gpus, *processes], t_s)
         for xid in self.gpus.drain_xid_events():
             self.recorder.event(EventKind.GPU_XID, f"XID error on GPU {xid.get('gpu_index')}", xid)
 
@@ -250,18 +240,14 @@ class Telemetry:
             if index == 0:  # the first source is the server's own /metrics
                 self.dialects.observe(reading)
                 self._sample_metrics_process(snapshot, reading, t_s)
-            extra = reading.pop("extra", [])
-            self._record_dcgm(url, reading.pop("gpus", []), t_s)
-            for key in ("error", "dialect", "process_rss_bytes", "process_fds"):
-                reading.pop(key, None)
-            row = {"source": url, "health_ok": health_ok, **reading}
-            self.recorder.rows(ServerSample, [row], t_s)
-            if not snapshot.server or (snapshot.server.get("running") is None and row.get("running") is not None):
-                snapshot.server = row  # the server's own /metrics, unless only another source has its gauges
-            if keep_extra and extra:
-                self.recorder.rows(MetricSample, [
-                    {"name": name[:200], "labels_json": json.dumps(labels, sort_keys=True), "value": value}
-                    for name, labels, value in extra], t_s)
+            self._record_dcgm(url, reading["gpus"], t_s)
+            server = server_reading(reading, url, health_ok)
+            self.recorder.samples([server], t_s)
+            if snapshot.server is None or (snapshot.server.running is None and server.running is not None):
+                snapshot.server = server  # the server's own /metrics, unless only another source has its gauges
+            if keep_extra:
+                self.recorder.samples([MetricReading(name[:200], value, labels)
+                                       for name, labels, value in reading["extra"]], t_s)
         if keep_extra:
             self._last_extra_s = t_s
 
@@ -270,8 +256,6 @@ class Telemetry:
         gpu_xid event."""
         claim = self.sources.gpu_claim
         mine = [row for row in gpus if claim.keeps(row)]
-        for row in gpus:
-            row.pop("_pod", None)  # read only to claim the row: no column of its own
         if gpus and not mine and url not in self._unclaimed_pages:
             self._unclaimed_pages.add(url)
             self.recorder.event(EventKind.GPU_DCGM, claim.describe_none(url, len(gpus)),
@@ -287,23 +271,22 @@ class Telemetry:
         for xid in self.dcgm_xids.observe(url, gpus):
             log.warning("dcgm-exporter %s: GPU %s raised XID %d", url, xid["uuid"], xid["xid"])
             self.recorder.event(EventKind.GPU_XID, f"XID {xid['xid']} on GPU {xid['uuid']} (dcgm-exporter)", xid)
-        self.recorder.rows(GpuSample, [{**row, "source": url} for row in gpus], t_s)
+        self.recorder.samples([gpu_reading(row, url) for row in gpus], t_s)
 
     def _sample_metrics_process(self, snapshot: Snapshot, reading: dict[str, Any], t_s: float) -> None:
         """The server's memory and open files from its /metrics, when none of its processes can be seen here."""
         rss, fds = reading.get("process_rss_bytes"), reading.get("process_fds")
         if snapshot.server_processes or (rss is None and fds is None):
             return
-        row = ProcessStats(pid=0, name=METRICS_PROCESS_NAME, rss_bytes=None if rss is None else int(rss),
-                           fds=None if fds is None else int(fds))
-        snapshot.server_processes = [row]
-        self.recorder.rows(ProcessSample, [row.row("server")], t_s)
+        stats = ProcessStats(pid=0, name=METRICS_PROCESS_NAME, rss_bytes=None if rss is None else int(rss),
+                             fds=None if fds is None else int(fds))
+        snapshot.server_processes = [stats]
+        self.recorder.samples([ProcessReading("server", stats)], t_s)
 
     def flush(self) -> None:
-        """Write every latency window that changed since the last flush."""
-        latency_rows, request_rows = self.windows.flush_rows(self.recorder.elapsed_s())
-        self.recorder.upsert(LatencyWindowRow, latency_rows)
-        self.recorder.upsert(RequestWindowRow, request_rows)
+        """Write every latency and request window that changed since the last flush."""
+        latency, requests = self.windows.flush_windows(self.recorder.elapsed_s())
+        self.recorder.windows([*latency, *requests])
 
     def heartbeat(self) -> None:
         """Mark the run alive, so a killed soak's run reads as aborted."""
@@ -314,9 +297,9 @@ class Telemetry:
         """Sample now, at the end of an idle probe's hold, and record the floor as a `probe_reading` event."""
         snapshot = self.sample()
         server = snapshot.server
+        gauges = {name: getattr(server, name) if server else None for name in ("kv_usage", "running", "waiting")}
         data = {
-            "index": index, "drained": drained, "kv_usage": server.get("kv_usage"),
-            "running": server.get("running"), "waiting": server.get("waiting"),
+            "index": index, "drained": drained, **gauges,
             "processes": [{"pid": row.pid, "name": row.name, "rss_bytes": row.rss_bytes, "swap_bytes": row.swap_bytes,
                            "pss_bytes": row.pss_bytes, "fds": row.fds} for row in snapshot.server_processes],
             "gpu_process_bytes": snapshot.gpu_process_bytes,

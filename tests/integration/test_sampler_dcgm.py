@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from soak.contracts import EventKind
-from soak.store.models import GpuSample
+from soak.samples import GpuReading
 from soak.telemetry.dcgm import GpuClaim
 from soak.telemetry.sampler import Telemetry, TelemetrySources
 from support.collector import Collector
@@ -27,9 +27,9 @@ def test_each_gpu_is_a_row_of_its_page_and_a_new_xid_an_event():
                               windows=None, sample_every_s=1.0, flush_every_s=1.0)
         for _ in codes:
             telemetry.sample()
-    rows = collector.rows_by_model[GpuSample]
-    assert len(rows) == 8 and {row["source"] for row in rows} == {exporter.url}
-    assert [row["xid_errors"] for row in rows if row["uuid"] == UUID] == [0, 0, 1, 1]
+    rows = collector.samples_of(GpuReading)
+    assert len(rows) == 8 and {row.source for row in rows} == {exporter.url}
+    assert [row.xid_errors for row in rows if row.uuid == UUID] == [0, 0, 1, 1]
     xids = [(message, data) for kind, message, data in collector.events if kind == EventKind.GPU_XID]
     assert [data["xid"] for _, data in xids] == [79] and xids[0][1]["previous_xid"] == 13
     assert xids[0][0] == f"XID 79 on GPU {UUID} (dcgm-exporter)"
@@ -50,8 +50,7 @@ def test_a_fleet_replica_reads_only_its_own_gpus_of_a_shared_page(claim, kept):
                                                           gpu_claim=claim), windows=None, sample_every_s=1.0,
                               flush_every_s=1.0)
         telemetry.sample()
-    rows = collector.rows_by_model[GpuSample]
-    assert {row["uuid"] for row in rows} == kept and not any("_pod" in row for row in rows)
+    assert {row.uuid for row in collector.samples_of(GpuReading)} == kept
 
 
 def test_a_page_with_none_of_the_replicas_gpus_says_so_once_and_stores_none():
@@ -62,7 +61,7 @@ def test_a_page_with_none_of_the_replicas_gpus_says_so_once_and_stores_none():
         telemetry = Telemetry(collector, sources, windows=None, sample_every_s=1.0, flush_every_s=1.0)
         telemetry.sample()
         telemetry.sample()
-    assert GpuSample not in collector.rows_by_model or not collector.rows_by_model[GpuSample]
+    assert collector.samples_of(GpuReading) == []
     [said] = [message for kind, message, _ in collector.events if kind == EventKind.GPU_DCGM]
     assert said == (f"dcgm-exporter {exporter.url}: 1 GPU(s), none of them this replica's (none is labelled "
                     "pod='gpu-3'; name its GPUs with --replica gpu-3=URL,GPU_UUID)")

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from soak.store.models import ProcessSample, ServerSample
+from soak.samples import ProcessReading, ServerReading
 from soak.telemetry.sampler import METRICS_PROCESS_NAME, Telemetry, TelemetrySources
 from support.collector import Collector
 
@@ -53,10 +53,10 @@ def test_the_dialect_is_detected_and_its_gauges_read(refserver, dialect, kv):
     telemetry.sample()
     [event] = collector.dialect_events()
     assert event["dialect"] == dialect and event["source"] == "the first /metrics scrape"
-    rows = collector.rows_by_model[ServerSample]
-    assert all(row["scrape_ok"] and row["running"] == 0 and row["waiting"] == 0 for row in rows)
-    assert all((row.get("kv_usage") == 0) if kv else ("kv_usage" not in row) for row in rows)
-    assert all(row["generation_tokens_total"] == 0 for row in rows)
+    rows = collector.samples_of(ServerReading)
+    assert all(row.scrape_ok and row.running == 0 and row.waiting == 0 for row in rows)
+    assert all((row.kv_usage == 0) if kv else (row.kv_usage is None) for row in rows)
+    assert all(row.generation_tokens_total == 0 for row in rows)
     telemetry.dialects.close()  # the end of the run: recorded again with what no scrape carried
     assert ("KV-cache usage" in collector.dialect_events()[-1]["not_measured"]) is not kv
 
@@ -66,22 +66,21 @@ def test_server_kind_forces_the_dialect(refserver):
     telemetry.sample()
     [event] = collector.dialect_events()
     assert event["source"] == "--server-kind"
-    assert collector.rows_by_model[ServerSample][0]["kv_usage"] == 0
+    assert collector.samples_of(ServerReading)[0].kv_usage == 0
 
 
 def test_memory_and_fds_come_from_metrics_when_no_process_is_seen(refserver):
     telemetry, collector = _telemetry(refserver("vllm"))  # as if on another host: no PIDs to sample
     telemetry.sample()
-    [row] = [row for row in collector.rows_by_model[ProcessSample] if row["role"] == "server"]
-    assert row["role"] == "server" and row["pid"] == 0 and row["name"] == METRICS_PROCESS_NAME
-    assert row["rss_bytes"] > 10_000_000 and row["fds"] > 0
-    assert "process_rss_bytes" not in collector.rows_by_model[ServerSample][0]
+    [row] = [sample.stats for sample in collector.samples_of(ProcessReading) if sample.role == "server"]
+    assert row.pid == 0 and row.name == METRICS_PROCESS_NAME
+    assert row.rss_bytes > 10_000_000 and row.fds > 0
 
 
 def test_a_server_serving_no_process_series_gives_no_process_row(refserver):
     telemetry, collector = _telemetry(refserver("llamacpp"))
     telemetry.sample()
-    assert [row for row in collector.rows_by_model[ProcessSample] if row["role"] == "server"] == []
+    assert [sample for sample in collector.samples_of(ProcessReading) if sample.role == "server"] == []
 
 
 # A server whose /metrics is off (404), answering only /v1/models — as llama-server without --metrics.
@@ -129,7 +128,7 @@ def test_with_metrics_off_the_dialect_comes_from_v1_models_and_every_gauge_is_un
     telemetry.sample()
     detected = collector.dialect_events()
     assert [(e["dialect"], e["source"]) for e in detected] == [("llamacpp", "GET /v1/models (owned_by)")]
-    assert not collector.rows_by_model[ServerSample][0]["scrape_ok"]
+    assert not collector.samples_of(ServerReading)[0].scrape_ok
     telemetry.dialects.close()
     assert len(collector.dialect_events()[-1]["not_measured"]) == 6
 

@@ -1,4 +1,4 @@
-"""A stand-in for the run's recorder in telemetry tests: keeps the rows and events telemetry records."""
+"""A stand-in for the run's recorder in telemetry tests: keeps the samples and events telemetry records."""
 
 from __future__ import annotations
 
@@ -12,14 +12,19 @@ class Collector:
 
     def __init__(self) -> None:
         self.started = time.monotonic()
-        self.rows_by_model: dict[type, list[dict]] = {}
+        self.samples_by_type: dict[type, list] = {}
         self.events: list[tuple[str, str, dict]] = []
 
     def elapsed_s(self) -> float:
         return time.monotonic() - self.started
 
-    def rows(self, model: type, rows: list[dict], t_s: float | None = None) -> None:
-        self.rows_by_model.setdefault(model, []).extend(rows)
+    def samples(self, samples: list, t_s: float | None = None) -> None:
+        for sample in samples:
+            self.samples_by_type.setdefault(type(sample), []).append(sample)
+
+    def samples_of(self, kind: type) -> list:
+        """The samples of one record type, in the order telemetry recorded them."""
+        return self.samples_by_type.get(kind, [])
 
     def event(self, kind: str, message: str = "", data: dict | None = None) -> None:
         self.events.append((kind, message, data or {}))

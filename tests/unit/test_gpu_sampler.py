@@ -8,7 +8,16 @@ from types import SimpleNamespace
 
 import pytest
 
+from soak.samples import GpuProcessReading, GpuReading
 from soak.telemetry.gpu import MAX_XID_EVENTS_PER_SAMPLE, GpuSampler, visible_gpu_indices
+
+# What NVML reads of a GPU (the other fields of a GpuReading are a dcgm-exporter page's).
+NVML_FIELDS = ("gpu_index", "name", "mem_used_bytes", "mem_total_bytes", "util_pct", "temp_c", "power_w",
+               "sm_clock_mhz", "throttle_reasons", "ecc_errors", "xid_errors")
+
+
+def nvml_readings(reading: GpuReading) -> dict:
+    return {name: getattr(reading, name) for name in NVML_FIELDS}
 
 
 class FakeNVMLError(Exception):
@@ -161,11 +170,11 @@ def test_no_nvml_means_unavailable_with_a_reason():
 def test_a_gpu_row_holds_every_reading():
     nvml = FakeNvml([FakeGpu("GPU-aaaa", name=b"NVIDIA H200")])
     gpu_rows, _ = GpuSampler(nvml=nvml, environ={}).sample([])
-    assert gpu_rows == [{
-        "gpu_index": 0, "name": "NVIDIA H200", "mem_used_bytes": 60 << 30, "mem_total_bytes": 140 << 30,
-        "util_pct": 87, "temp_c": 61, "power_w": 412.5, "sm_clock_mhz": 1980, "throttle_reasons": 0x4,
-        "ecc_errors": 0, "xid_errors": 0,
-    }]
+    assert gpu_rows == [GpuReading(
+        gpu_index=0, name="NVIDIA H200", mem_used_bytes=60 << 30, mem_total_bytes=140 << 30,
+        util_pct=87, temp_c=61, power_w=412.5, sm_clock_mhz=1980, throttle_reasons=0x4,
+        ecc_errors=0, xid_errors=0,
+    )]
 
 
 @pytest.mark.parametrize(("call", "column"), [
@@ -177,8 +186,9 @@ def test_a_gpu_row_holds_every_reading():
 def test_one_refused_call_blanks_one_reading_only(call, column):
     sampler = GpuSampler(nvml=FakeNvml([FakeGpu("GPU-aaaa")], failing={call}), environ={})
     (row,), _ = sampler.sample([])
-    assert row[column] is None
-    others = {k: v for k, v in row.items() if k != column and not (call.endswith("MemoryInfo") and k.startswith("mem_"))}
+    assert getattr(row, column) is None
+    others = {k: v for k, v in nvml_readings(row).items()
+              if k != column and not (call.endswith("MemoryInfo") and k.startswith("mem_"))}
     assert all(value is not None for value in others.values())
 
 
@@ -189,8 +199,8 @@ def test_a_lost_gpu_gives_empty_readings_not_an_exception():
     sampler = GpuSampler(nvml=nvml, environ={})
     nvml.failing |= every_device_call | {"nvmlEventSetWait_v2"}
     (row,), processes = sampler.sample([10])
-    assert row["gpu_index"] == 0 and processes == []
-    assert all(row[k] is None for k in row if k not in ("gpu_index", "xid_errors"))
+    assert row.gpu_index == 0 and processes == []
+    assert all(value is None for k, value in nvml_readings(row).items() if k not in ("gpu_index", "xid_errors"))
 
 
 def test_an_older_pynvml_without_some_functions_still_samples():
@@ -199,8 +209,8 @@ def test_an_older_pynvml_without_some_functions_still_samples():
     nvml = FakeNvml([FakeGpu("GPU-aaaa", compute=[(10, 5)])], missing=missing)
     sampler = GpuSampler(nvml=nvml, environ={"CUDA_VISIBLE_DEVICES": "GPU-aaaa"})
     (row,), processes = sampler.sample([10])
-    assert row["xid_errors"] is None and row["throttle_reasons"] == 0x20 and row["mem_used_bytes"] == 60 << 30
-    assert processes == [{"gpu_index": 0, "pid": 10, "used_bytes": 5}]
+    assert row.xid_errors is None and row.throttle_reasons == 0x20 and row.mem_used_bytes == 60 << 30
+    assert processes == [GpuProcessReading(gpu_index=0, pid=10, used_bytes=5)]
     assert sampler.describe()[0]["cuda_driver_version"] is None
     sampler.close()
 
@@ -208,7 +218,7 @@ def test_an_older_pynvml_without_some_functions_still_samples():
 def test_older_drivers_report_throttle_reasons_under_the_old_name():
     nvml = FakeNvml([FakeGpu("GPU-aaaa")], failing={"nvmlDeviceGetCurrentClocksEventReasons"})
     (row,), _ = GpuSampler(nvml=nvml, environ={}).sample([])
-    assert row["throttle_reasons"] == 0x20
+    assert row.throttle_reasons == 0x20
 
 
 def test_vram_per_process_only_for_the_tree():
@@ -216,9 +226,9 @@ def test_vram_per_process_only_for_the_tree():
                              graphics=[(10, 7), (12, 1 << 20)])])
     sampler = GpuSampler(nvml=nvml, environ={})
     _, processes = sampler.sample([10, 11, 12, 13])
-    assert processes == [{"gpu_index": 0, "pid": 10, "used_bytes": 3 << 30},
-                         {"gpu_index": 0, "pid": 11, "used_bytes": None},
-                         {"gpu_index": 0, "pid": 12, "used_bytes": 1 << 20}]
+    assert processes == [GpuProcessReading(gpu_index=0, pid=10, used_bytes=3 << 30),
+                         GpuProcessReading(gpu_index=0, pid=11, used_bytes=None),
+                         GpuProcessReading(gpu_index=0, pid=12, used_bytes=1 << 20)]
     assert sampler.holding([10, 11, 13]) == {10: 3 << 30, 11: None}  # 11 is listed: it still holds memory
     assert sampler.holding([10, 11, 12]) == {10: 3 << 30, 11: None, 12: 1 << 20}
 
@@ -259,26 +269,26 @@ def test_xid_events_are_counted_and_kept():
     sampler = GpuSampler(nvml=nvml, environ={})
     nvml.gpus[1].xids.extend([79, 48])
     rows, _ = sampler.sample([])
-    assert [row["xid_errors"] for row in rows] == [0, 2]
+    assert [row.xid_errors for row in rows] == [0, 2]
     assert [(e["gpu_index"], e["xid"]) for e in sampler.drain_xid_events()] == [(1, 79), (1, 48)]
     assert sampler.drain_xid_events() == []
     nvml.gpus[1].xids.append(13)
     rows, _ = sampler.sample([])
-    assert rows[1]["xid_errors"] == 3  # counts since the sampler started
+    assert rows[1].xid_errors == 3  # counts since the sampler started
 
 
 def test_an_xid_storm_is_drained_in_bounded_steps():
     nvml = FakeNvml([FakeGpu("GPU-a", xids=deque([31] * (MAX_XID_EVENTS_PER_SAMPLE + 5)))])
     sampler = GpuSampler(nvml=nvml, environ={})
-    assert sampler.sample([])[0][0]["xid_errors"] == MAX_XID_EVENTS_PER_SAMPLE
-    assert sampler.sample([])[0][0]["xid_errors"] == MAX_XID_EVENTS_PER_SAMPLE + 5
+    assert sampler.sample([])[0][0].xid_errors == MAX_XID_EVENTS_PER_SAMPLE
+    assert sampler.sample([])[0][0].xid_errors == MAX_XID_EVENTS_PER_SAMPLE + 5
 
 
 @pytest.mark.parametrize("refused", ["nvmlEventSetCreate", "nvmlDeviceRegisterEvents"])
 def test_xids_read_unknown_when_events_are_not_supported(refused):
     nvml = FakeNvml([FakeGpu("GPU-a", xids=deque([79]))], failing={refused})
     (row,), _ = GpuSampler(nvml=nvml, environ={}).sample([])
-    assert row["xid_errors"] is None  # unknown, not zero
+    assert row.xid_errors is None  # unknown, not zero
 
 
 def test_close_frees_event_sets_and_nvml_once():

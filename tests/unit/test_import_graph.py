@@ -149,7 +149,8 @@ LAYERS: list[set[str]] = [
     {"analysis"},
     {"store"},
     # vllm_plugin runs inside vLLM's processes, so it leans on nothing above; config reads its fault specs.
-    {"soak", "config", "settings", "locations", "contracts", "errors", "units", "address", "slo", "vllm_plugin"},
+    {"soak", "config", "settings", "locations", "contracts", "samples", "errors", "units", "address", "slo",
+     "vllm_plugin"},
 ]
 # Separate programs that share only the wire with the rest: they import nothing else of soak.
 ISLANDS = {"refserver"}

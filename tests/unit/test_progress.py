@@ -15,6 +15,7 @@ from soak.run.conductor import Conductor
 from soak.run.progress import read_progress
 from soak.store import Store
 from soak.store.models import Base
+from soak.store.writer import columns
 from soak.telemetry.latency import LatencyWindows
 
 RUN_ID = "20261202T101500Z-3f9a"
@@ -30,7 +31,7 @@ def record(t0: float, t_s: float, error_class: str | None = None) -> SimpleNames
 
 def fed_windows(t0: float) -> LatencyWindows:
     """Requests every half second of the first 28 s (the warm-up included), two of them timing out."""
-    windows = LatencyWindows(RUN_ID, t0, WARMUP_S, WINDOW_S)
+    windows = LatencyWindows(t0, WARMUP_S, WINDOW_S)
     for i in range(56):
         windows.add(record(t0, 0.5 * i, "timeout" if i in (5, 40) else None))
     return windows
@@ -41,15 +42,15 @@ def stored_run(tmp_path: Any, t0: float, windows: LatencyWindows) -> Any:
     store = Store.open(f"sqlite:///{tmp_path / 'soak.db'}")
     tables = Base.metadata.tables
     started_at = datetime.fromtimestamp(t0, UTC).isoformat(timespec="milliseconds")
-    latency_rows, request_rows = windows.flush_rows(ELAPSED_S)
+    latency, requests = windows.flush_windows(ELAPSED_S)
     with store.engine.begin() as connection:
         connection.execute(insert(tables["runs"]), [{
             "id": RUN_ID, "status": "running", "started_at": started_at, "t0_epoch_s": t0,
             "heartbeat_at": datetime.now(UTC).isoformat(timespec="milliseconds"),  # fresh: the run reads as running
             "planned_duration_s": DURATION_S, "warmup_s": WARMUP_S, "window_s": WINDOW_S, "out_dir": str(tmp_path),
             "target_kind": "reference", "config_json": "{}", "environment_json": "{}"}])
-        connection.execute(insert(tables["latency_windows"]), latency_rows)
-        connection.execute(insert(tables["request_windows"]), request_rows)
+        connection.execute(insert(tables["latency_windows"]), [{"run_id": RUN_ID, **columns(w)} for w in latency])
+        connection.execute(insert(tables["request_windows"]), [{"run_id": RUN_ID, **columns(w)} for w in requests])
         connection.execute(insert(tables["process_samples"]), [
             {"run_id": RUN_ID, "t_s": 29.0, "role": "server", "pid": 100 + i, "name": "srv", "rss_bytes": rss}
             for i, rss in enumerate(RSS_BYTES)])

@@ -4,22 +4,19 @@ from __future__ import annotations
 
 import psutil
 
-from soak.store.models import HOST_AVAILABLE_METRIC, MetricSample
-from soak.telemetry.process import ProcessStats
+from soak.samples import MetricReading, ProcessStats
+from soak.store.models import HOST_AVAILABLE_METRIC
 from soak.telemetry.sampler import Snapshot, Telemetry
 
 
 class FakeRecorder:
-    """Keeps what the sampler records: (model, rows, t_s) per call."""
+    """Keeps what the sampler records: (samples, t_s) per call."""
 
     def __init__(self):
-        self.calls: list[tuple[type, list[dict], float]] = []
+        self.calls: list[tuple[list, float]] = []
 
-    def rows(self, model: type, rows: list[dict], t_s: float) -> None:
-        self.calls.append((model, rows, t_s))
-
-    def rows_of(self, model: type) -> list[dict]:
-        return [row for kind, rows, _ in self.calls for row in rows if kind is model]
+    def samples(self, samples: list, t_s: float) -> None:
+        self.calls.append((samples, t_s))
 
 
 def _telemetry() -> tuple[Telemetry, FakeRecorder]:
@@ -32,10 +29,10 @@ def test_the_host_reading_is_stored_as_a_metric_sample_at_the_tick():
     telemetry, recorder = _telemetry()
     snapshot = Snapshot(t_s=5.0, server_processes=[ProcessStats(pid=1, name="server", rss_bytes=10)])
     telemetry._sample_host(snapshot, 5.0)
-    [row] = recorder.rows_of(MetricSample)
-    assert row["name"] == HOST_AVAILABLE_METRIC and recorder.calls[0][2] == 5.0
-    assert 0 < row["value"] <= psutil.virtual_memory().total
-    assert snapshot.host_available_bytes == row["value"]
+    [([reading], t_s)] = recorder.calls
+    assert isinstance(reading, MetricReading) and reading.name == HOST_AVAILABLE_METRIC and t_s == 5.0
+    assert 0 < reading.value <= psutil.virtual_memory().total and reading.labels == {}
+    assert snapshot.host_available_bytes == reading.value
 
 
 def test_no_host_reading_without_a_server_process_on_this_host():

@@ -81,7 +81,7 @@ def test_vllm_lifecycle_on_a_gpu(gpu_sampler, vllm_setup, tmp_path):
         assert held, ("NVML lists no VRAM for the server's PIDs; in a container without the host PID namespace "
                       "NVML reports host PIDs, which soak cannot match")
         gpu_rows, _ = gpu_sampler.sample([])
-        assert all(row["mem_used_bytes"] and row["mem_total_bytes"] for row in gpu_rows)
+        assert all(row.mem_used_bytes and row.mem_total_bytes for row in gpu_rows)
 
         engine_pid = max(held, key=lambda pid: held[pid] or 0)  # the EngineCore holds the GPU memory
         os.kill(engine_pid, signal.SIGKILL)
