@@ -92,6 +92,8 @@ class ServerReading:
     request_success_total: float | None = None
     prefix_cache_queries_total: float | None = None
     prefix_cache_hits_total: float | None = None
+    itl_sum_s: float | None = None  # the server's inter-token latency histogram: running sum (seconds) …
+    itl_count: float | None = None  # … and count (token gaps)
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,6 +15,7 @@ from soak.analysis import (
     liveness,
     memory,
     saturation,
+    server_latency,
     server_log,
     throughput,
 )
@@ -35,6 +36,7 @@ CHECKS: dict[str, Check] = {
     "creep.ttft_p99": latency.check_ttft,
     "creep.itl_p99": latency.check_itl,
     "creep.e2e_p99": latency.check_e2e,
+    "creep.server_itl": server_latency.check_server_itl,
     "errors.rise": error_checks.check_rise,
     "errors.budget": error_checks.check_budget,
     "errors.bursts": error_checks.check_bursts,

@@ -38,7 +38,7 @@ log = logging.getLogger(__name__)
 # Checks whose FAIL stands whatever the rest of the run does. Error rises, budgets and bursts may
 # still settle, throughput depends on the load to come, and a crash ends the run by itself.
 STOP_CHECKS = ("leak.rss", "leak.vram", "leak.kv", "leak.fds", "creep.ttft_p99", "creep.itl_p99",
-               "creep.e2e_p99", "hang")
+               "creep.e2e_p99", "creep.server_itl", "hang")
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ VERDICTS = tuple(Verdict)
 
 CHECK_ORDER = (
     "leak.rss", "leak.vram", "leak.kv", "leak.fds",
-    "creep.ttft_p99", "creep.itl_p99", "creep.e2e_p99",
+    "creep.ttft_p99", "creep.itl_p99", "creep.e2e_p99", "creep.server_itl",
     "errors.rise", "errors.budget", "errors.bursts", "errors.invalid_output",
     "hang", "crashes", "gpu.xid", "gpu.ecc", "throughput.decay", "client.saturation",
     "server.log_errors", "canary", "goodput.decay", "goodput.floor",

@@ -139,6 +139,7 @@ class CreepGates(_Strict):
     ttft_p99: CreepGate = CreepGate()
     itl_p99: CreepGate = CreepGate()
     e2e_p99: CreepGate = CreepGate()
+    server_itl: CreepGate = CreepGate()  # the mean ITL the server measured, on a replica behind a --router
 
 
 class ErrorGates(_Strict):

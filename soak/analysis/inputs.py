@@ -255,7 +255,8 @@ class ServerSeries:
     """The server's own gauges and counters, scraped from /metrics, plus the health probe.
 
     `running`/`waiting` are request gauges, `kv_usage` 0–1, `generation_tokens_total` and
-    `preemptions_total` monotonic counters (a drop means the server restarted), `health_ok` 1.0
+    `preemptions_total` monotonic counters (a drop means the server restarted), `itl_sum_s`/`itl_count` the
+    running sum and count of the server's own inter-token latency histogram, `health_ok` 1.0
     when /health answered 200 and 0.0 otherwise. Any array may be None when not scraped; `nan`
     marks a failed scrape.
     """
@@ -267,11 +268,13 @@ class ServerSeries:
     generation_tokens_total: np.ndarray | None = None
     preemptions_total: np.ndarray | None = None
     health_ok: np.ndarray | None = None
+    itl_sum_s: np.ndarray | None = None
+    itl_count: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "t_s", _array(self.t_s))
         for name in ("running", "waiting", "kv_usage", "generation_tokens_total",
-                     "preemptions_total", "health_ok"):
+                     "preemptions_total", "health_ok", "itl_sum_s", "itl_count"):
             object.__setattr__(self, name, _optional_array(getattr(self, name)))
 
 

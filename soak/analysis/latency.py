@@ -36,7 +36,7 @@ from soak.analysis.trend import TrendResult, TrendSpec, assess_trend, trend_verd
 from soak.analysis.warmup import WarmupCut, settle_index
 
 PERCENTILE_LEVELS = (("p99", 1000), ("p95", 200), ("p90", 100))
-METRIC_LABELS = {"ttft": "TTFT", "itl": "ITL", "e2e": "E2E latency"}
+METRIC_LABELS = {"ttft": "TTFT", "itl": "ITL", "e2e": "E2E latency", "server_itl": "ITL at the server"}
 
 
 def check_ttft(run: RunData, gates: Gates) -> Finding:
@@ -103,6 +103,12 @@ def check_creep(run: RunData, gates: Gates, metric: str, rise_frac: float) -> Fi
         log_ms=np.log(np.maximum([v for _, v in kept], 1e-9)),
         spans=[(w.index, w.start_s, w.end_s) for w, _ in kept],
         run_span_s=max(float(t_s.max() - t_s.min()), 1.0))
+    return judge_creep(run, series, gates)
+
+
+def judge_creep(run: RunData, series: CreepSeries, gates: Gates) -> Finding:
+    """The creep finding of a log-latency series: from the end of its warm-up (found from the data), the trend at
+    equal offered load when the load varies, else over time, with the step gate beside either."""
     load = offered_load(run, series.spans)
     cut = warmup_cut(series, load, run.warmup_s, gates)
     if cut.still_settling:

@@ -170,6 +170,7 @@ def load_server(store: Store, run_id: str) -> ServerSeries | None:
         t_s=_column(rows, "t_s"), running=_column(scraped, "running"), waiting=_column(scraped, "waiting"),
         kv_usage=_column(scraped, "kv_usage"), generation_tokens_total=_column(scraped, "generation_tokens_total"),
         preemptions_total=_column(rows, "preemptions_total"),
+        itl_sum_s=_column(scraped, "itl_sum_s"), itl_count=_column(scraped, "itl_count"),
         health_ok=None if all(h is None for h in health) else np.array([np.nan if h is None else h for h in health]))
 
 

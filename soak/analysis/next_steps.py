@@ -26,6 +26,7 @@ WHERE = {
     "leak.rss": "the memory chart and the per-process rows", "leak.vram": "the per-process VRAM chart",
     "leak.kv": "the KV-cache chart and the idle-probe rows in Events", "leak.fds": "the open-fds chart",
     "creep.ttft_p99": "the TTFT chart", "creep.itl_p99": "the ITL chart", "creep.e2e_p99": "the E2E chart",
+    "creep.server_itl": "the replica's inter-token latency histogram on its /metrics",
     "errors.rise": "the errors chart and Errors by message", "errors.budget": "Errors by message",
     "errors.bursts": "the errors chart at the burst windows and Errors by message",
     "hang": "the queue chart and the probe rows in Events", "crashes": "the crash rows in Events and server.log",

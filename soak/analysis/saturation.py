@@ -45,6 +45,7 @@ CLIENT_REACH: dict[str, Reach] = {
     "leak.fds": Reach(False, "the server's open files are read from the OS"),
     "creep.ttft_p99": Reach(True, "latency is timed by the client from the intended send time"),
     "creep.itl_p99": Reach(True, "the gap between chunks is timed by the client as it reads them"),
+    "creep.server_itl": Reach(False, "the time between tokens is the server's own histogram"),
     "creep.e2e_p99": Reach(True, "latency is timed by the client from the intended send time"),
     "errors.rise": Reach(False, "errors are what the server answered (status codes, broken streams)"),
     "errors.budget": Reach(False, "errors are what the server answered (status codes, broken streams)"),

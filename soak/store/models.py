@@ -162,6 +162,10 @@ class ServerSample(Base):
     request_success_total: Mapped[float | None] = mapped_column(Float)
     prefix_cache_queries_total: Mapped[float | None] = mapped_column(Float)
     prefix_cache_hits_total: Mapped[float | None] = mapped_column(Float)
+    # The server's own inter-token latency histogram, its running sum (seconds) and count (token gaps): the mean
+    # time between tokens over any interval, as the server measured it (a replica behind a router has no other).
+    itl_sum_s: Mapped[float | None] = mapped_column(Float)
+    itl_count: Mapped[float | None] = mapped_column(Float)
 
 
 # soak's own reading of the host's available memory (MemAvailable), stored among the scraped series under a name no

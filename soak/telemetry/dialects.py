@@ -1,11 +1,12 @@
 """Server "dialects": where each inference server puts the few numbers soak reads from its /metrics.
 
 soak needs six readings from a server, whatever the server: requests running, requests waiting, KV-cache usage
-as a fraction (0..1), preemptions (a counter), and prompt and generation token counters. Each server spells them
+as a fraction (0..1), preemptions (a counter), and prompt and generation token counters — and, where the server
+measures it, its own time between tokens (a total and a count). Each server spells them
 differently, some with label selectors (Triton's TensorRT-LLM backend puts five quantities in one family told
 apart by a label), some as a percentage, a ratio or used/total blocks, and some not at all. A `Dialect` is one
 server's spelling; `DIALECTS` holds the known ones; `detect_dialect` picks one from the metric names a /metrics
-page shows; `read_gauges` turns parsed samples into the six readings; `context_length_from` reads the context
+page shows; `read_gauges` turns parsed samples into the readings; `context_length_from` reads the context
 length from the JSON the server's info endpoints return.
 
 Every name below was read in the server's own source (or its own documentation where so marked); the comment
@@ -78,6 +79,16 @@ class KvSeries:
 
 
 @dataclass(frozen=True)
+class MeanSeries:
+    """A running total and its count (a histogram's `_sum` and `_count`, or two counters): over any interval their
+    changes give the mean — here the server's own time between two tokens."""
+
+    total: Selector
+    count: Selector
+    source: str
+
+
+@dataclass(frozen=True)
 class Dialect:
     """One server's spelling of the readings soak needs.
 
@@ -101,6 +112,13 @@ class Dialect:
     # The generation-token counter moves when a request finishes, not token by token (SGLang's counters, TGI's
     # and Triton's histogram sums): a long request keeps it still while it streams.
     tokens_at_finish: bool = False
+    # The server's own time between tokens, as a total and a count (None: the server exposes none).
+    token_latency: tuple[MeanSeries, ...] | None = None
+
+
+def _mean(name: str, source: str, total: str = "_sum", count: str = "_count") -> MeanSeries:
+    """A histogram's (or a counter pair's) total and count, named `name` + the suffixes."""
+    return MeanSeries(Selector(name + total), Selector(name + count), source)
 
 
 def _s(name: str, kind: Kind, source: str, **labels: str) -> Series:
@@ -120,6 +138,12 @@ _VLLM_COMMON = {
     "prompt_tokens": (_s("vllm:prompt_tokens_total", C, "vLLM v1/metrics/loggers.py; engine/metrics.py (V0)"),),
     "generation_tokens": (
         _s("vllm:generation_tokens_total", C, "vLLM v1/metrics/loggers.py; engine/metrics.py (V0)"),
+    ),
+    # Histograms of the gaps between a request's tokens: named inter_token_latency since 0.11, before it
+    # time_per_output_token (which 0.11 kept, deprecated, beside the new name).
+    "token_latency": (
+        _mean("vllm:inter_token_latency_seconds", "vLLM v1/metrics/loggers.py (0.11+)"),
+        _mean("vllm:time_per_output_token_seconds", "vLLM v1/metrics/loggers.py; engine/metrics.py (V0)"),
     ),
 }
 
@@ -178,6 +202,12 @@ SGLANG = Dialect(
     process_metrics=False,
     notes="Token counters move when a request finishes. Multiprocess gauges without mode get a pid label.",
     tokens_at_finish=True,
+    # Observed per output token batch in the tokenizer manager (newer: inter_token_latency; older: per-request
+    # time_per_output_token).
+    token_latency=(
+        _mean("sglang:inter_token_latency_seconds", "SGLang srt/metrics/collector.py TokenizerMetricsCollector"),
+        _mean("sglang:time_per_output_token_seconds", "SGLang srt/metrics/collector.py (older releases)"),
+    ),
 )
 
 # Hugging Face TGI: the Rust router (metrics crate, metrics-exporter-prometheus). Gauges in backends/v3/src
@@ -209,6 +239,8 @@ TGI = Dialect(
     process_metrics=False,
     notes="Context length from GET /info (max_total_tokens).",
     tokens_at_finish=True,
+    # Each successful request's mean time per token (router/src/server.rs): the mean over requests, not tokens.
+    token_latency=(_mean("tgi_request_mean_time_per_token_duration", "TGI router/src/server.rs"),),
 )
 
 # llama.cpp llama-server: the /metrics handler in tools/server (server.cpp, later server-context.cpp) writes
@@ -231,6 +263,9 @@ LLAMACPP = Dialect(
     owned_by="llamacpp",  # llama.cpp tools/server /v1/models
     process_metrics=False,
     notes="Router mode needs ?model=NAME on /metrics.",
+    # Seconds spent predicting and tokens predicted, two counters: seconds per generated token.
+    token_latency=(_mean("llamacpp:tokens_predicted", "llama.cpp tools/server metrics handler",
+                         total="_seconds_total", count="_total"),),
 )
 
 # NVIDIA Triton with the TensorRT-LLM backend: tensorrtllm_backend inflight_batcher_llm/src/
@@ -282,7 +317,7 @@ TRTLLM = Dialect(
 DIALECTS: dict[str, Dialect] = {d.name: d for d in (VLLM, VLLM_V0, SGLANG, TGI, LLAMACPP, TRTLLM)}
 
 READINGS = ("running", "waiting", "kv_usage_fraction", "preemptions_total", "prompt_tokens_total",
-            "generation_tokens_total")
+            "generation_tokens_total", "token_latency_sum_s", "token_latency_count")
 
 
 def _same_name(wanted: str, seen: str) -> bool:
@@ -333,7 +368,7 @@ Sample = Sequence[Any]  # (name, labels, value, ...): a tuple or prometheus_clie
 
 
 def read_gauges(dialect: Dialect, samples: Iterable[Sample], model: str | None = None) -> dict[str, float | None]:
-    """The six readings from parsed samples; None for each the server does not expose (or this page lacks).
+    """The readings (`READINGS`) from parsed samples; None for each the server does not expose (or this page lacks).
 
     Counts and counters are summed over the label sets that match (several engines, DP ranks or models);
     a KV ratio or percentage is averaged; used/total is summed on both sides before dividing. With `model`,
@@ -354,7 +389,18 @@ def read_gauges(dialect: Dialect, samples: Iterable[Sample], model: str | None =
         "preemptions_total": _first_count(dialect.preemptions, rows),
         "prompt_tokens_total": _first_count(dialect.prompt_tokens, rows),
         "generation_tokens_total": _first_count(dialect.generation_tokens, rows),
+        **_first_mean(dialect.token_latency, rows),
     }
+
+
+def _first_mean(options: tuple[MeanSeries, ...] | None, rows: list) -> dict[str, float | None]:
+    """The total and count of the first option whose two series are both on the page, each summed over its
+    label sets; both None when none is."""
+    for mean in options or ():
+        totals, counts = _values(mean.total, rows), _values(mean.count, rows)
+        if totals and counts:
+            return {"token_latency_sum_s": sum(totals), "token_latency_count": sum(counts)}
+    return {"token_latency_sum_s": None, "token_latency_count": None}
 
 
 def _values(selector: Selector, rows: list[tuple[str, Mapping[str, str], float]]) -> list[float]:

@@ -24,7 +24,8 @@ from soak.telemetry.dialects import DIALECTS, Dialect, detect_dialect, detect_di
 # Readings of read_gauges → wide-row fields of ServerSample.
 READING_FIELDS = {"running": "running", "waiting": "waiting", "kv_usage_fraction": "kv_usage",
                   "preemptions_total": "preemptions_total", "prompt_tokens_total": "prompt_tokens_total",
-                  "generation_tokens_total": "generation_tokens_total"}
+                  "generation_tokens_total": "generation_tokens_total", "token_latency_sum_s": "itl_sum_s",
+                  "token_latency_count": "itl_count"}
 # vLLM's counters beyond the six, read by name into their own ServerSample fields.
 VLLM_EXTRAS: dict[str, str] = {
     "vllm:request_success_total": "request_success_total",
@@ -49,6 +50,7 @@ def dialect_names(dialect: Dialect | None) -> tuple[str, ...]:
             names.update(series.minus.name for series in options or () if series.minus)
         for kv in one.kv_usage or ():
             names.update([kv.selector.name] + ([kv.total.name] if kv.total else []))
+        names.update(name for mean in one.token_latency or () for name in (mean.total.name, mean.count.name))
     return tuple(sorted(names))
 
 
@@ -78,7 +80,7 @@ def read_known(samples: list[tuple[str, dict[str, str], float]], dialect: Dialec
                ) -> tuple[dict[str, float], list[tuple[str, dict[str, str], float]]]:
     """Known fields (a reading the page lacks is absent, never 0) and the other non-bucket series.
 
-    Known fields are the six readings in their wide-row names, vLLM's extra counters, and `process_rss_bytes` /
+    Known fields are the dialect's readings in their wide-row names, vLLM's extra counters, and `process_rss_bytes` /
     `process_fds` from the process collector; each is summed over its label sets.
     """
     readings = read_gauges(dialect, samples, model)

@@ -65,6 +65,13 @@ process_resident_memory_bytes 2.1e+09
 # HELP process_open_fds Number of open file descriptors.
 # TYPE process_open_fds gauge
 process_open_fds 87.0
+# HELP vllm:time_per_output_token_seconds Histogram of time per output token in seconds.
+# TYPE vllm:time_per_output_token_seconds histogram
+vllm:time_per_output_token_seconds_bucket{engine="0",le="+Inf",model_name="Qwen/Qwen2.5-7B-Instruct"} 900.0
+vllm:time_per_output_token_seconds_count{engine="0",model_name="Qwen/Qwen2.5-7B-Instruct"} 900.0
+vllm:time_per_output_token_seconds_sum{engine="0",model_name="Qwen/Qwen2.5-7B-Instruct"} 12.5
+vllm:time_per_output_token_seconds_count{engine="1",model_name="Qwen/Qwen2.5-7B-Instruct"} 600.0
+vllm:time_per_output_token_seconds_sum{engine="1",model_name="Qwen/Qwen2.5-7B-Instruct"} 7.5
 """
 
 # vLLM 0.6 (V0 engine): only model_name; KV usage under its old name; CPU swap series.
@@ -93,6 +100,11 @@ vllm:prompt_tokens_total{model_name="meta-llama/Llama-3.1-8B-Instruct"} 51234.0
 # HELP vllm:generation_tokens_total Number of generation tokens processed.
 # TYPE vllm:generation_tokens_total counter
 vllm:generation_tokens_total{model_name="meta-llama/Llama-3.1-8B-Instruct"} 9876.0
+# HELP vllm:time_per_output_token_seconds Histogram of time per output token in seconds.
+# TYPE vllm:time_per_output_token_seconds histogram
+vllm:time_per_output_token_seconds_bucket{le="+Inf",model_name="meta-llama/Llama-3.1-8B-Instruct"} 9800.0
+vllm:time_per_output_token_seconds_count{model_name="meta-llama/Llama-3.1-8B-Instruct"} 9800.0
+vllm:time_per_output_token_seconds_sum{model_name="meta-llama/Llama-3.1-8B-Instruct"} 98.0
 """
 
 # SGLang (recent): scheduler gauges carry the rank labels; the old retraction gauge is per process (pid).
@@ -124,6 +136,11 @@ sglang:generation_tokens_total{model_name="Qwen/Qwen3-8B"} 7.557572e+06
 # HELP sglang:cache_hit_rate The prefix cache hit rate.
 # TYPE sglang:cache_hit_rate gauge
 sglang:cache_hit_rate{engine_type="unified",model_name="Qwen/Qwen3-8B",pp_rank="0",tp_rank="0"} 0.0075
+# HELP sglang:inter_token_latency_seconds Histogram of inter-token latency in seconds.
+# TYPE sglang:inter_token_latency_seconds histogram
+sglang:inter_token_latency_seconds_bucket{le="+Inf",model_name="Qwen/Qwen3-8B"} 7000000.0
+sglang:inter_token_latency_seconds_sum{model_name="Qwen/Qwen3-8B"} 140000.0
+sglang:inter_token_latency_seconds_count{model_name="Qwen/Qwen3-8B"} 7000000.0
 """
 
 # Older SGLang: only the per-step retraction gauge, which is not a running total.
@@ -146,6 +163,11 @@ sglang:prompt_tokens_total{model_name="meta-llama/Llama-3.1-8B-Instruct"} 1000.0
 # HELP sglang:generation_tokens_total Number of generation tokens processed.
 # TYPE sglang:generation_tokens_total counter
 sglang:generation_tokens_total{model_name="meta-llama/Llama-3.1-8B-Instruct"} 500.0
+# HELP sglang:time_per_output_token_seconds Histogram of time per output token in seconds.
+# TYPE sglang:time_per_output_token_seconds histogram
+sglang:time_per_output_token_seconds_bucket{le="+Inf",model_name="meta-llama/Llama-3.1-8B-Instruct"} 400.0
+sglang:time_per_output_token_seconds_sum{model_name="meta-llama/Llama-3.1-8B-Instruct"} 4.0
+sglang:time_per_output_token_seconds_count{model_name="meta-llama/Llama-3.1-8B-Instruct"} 400.0
 """
 
 # TGI 3.x (v3 backend), as metrics-exporter-prometheus writes it: no labels, counters without `_total`.
@@ -184,6 +206,11 @@ tgi_request_duration{quantile="0.5"} 2.1
 tgi_request_duration{quantile="0.99"} 7.9
 tgi_request_duration_sum 2750.2
 tgi_request_duration_count 1180
+# HELP tgi_request_mean_time_per_token_duration Mean time per token per request
+# TYPE tgi_request_mean_time_per_token_duration summary
+tgi_request_mean_time_per_token_duration{quantile="0.5"} 0.03
+tgi_request_mean_time_per_token_duration_sum 35.4
+tgi_request_mean_time_per_token_duration_count 1180
 """
 
 # llama-server of 2025 and later: no KV-cache series.
@@ -305,16 +332,16 @@ nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type="max",model="tensorrt_llm"
 """
 
 CASES = {
-    # page, dialect, running, waiting, kv, preemptions, prompt tokens, generation tokens
-    "vllm": (VLLM_V1, "vllm", 8.0, 2.0, 0.375, 5.0, 200000.0, 50000.0),
-    "vllm-v0": (VLLM_V0, "vllm-v0", 7.0, 1.0, 0.82, 12.0, 51234.0, 9876.0),
-    "sglang": (SGLANG, "sglang", 24.0, 6.0, 0.61, 17.0, 8128902.0, 7557572.0),
-    "sglang-old": (SGLANG_OLD, "sglang", 3.0, 0.0, 0.28, None, 1000.0, 500.0),
-    "tgi": (TGI, "tgi", 9.0, 4.0, 0.25, None, 614400.0, 302080.0),
-    "llamacpp": (LLAMACPP, "llamacpp", 2.0, 1.0, None, None, 6886.0, 3469.0),
-    "llamacpp-old": (LLAMACPP_OLD, "llamacpp", 1.0, 0.0, 0.375, None, 33065.0, 7801.0),
-    "trtllm": (TRTLLM, "trtllm", 16.0, 3.0, 0.4875, None, 486400.0, 243200.0),
-    "trtllm-old": (TRTLLM_OLD, "trtllm", 8.0, 3.0, 0.25, None, None, None),
+    # page, dialect, running, waiting, kv, preemptions, prompt tokens, generation tokens, ITL sum (s), ITL count
+    "vllm": (VLLM_V1, "vllm", 8.0, 2.0, 0.375, 5.0, 200000.0, 50000.0, 20.0, 1500.0),
+    "vllm-v0": (VLLM_V0, "vllm-v0", 7.0, 1.0, 0.82, 12.0, 51234.0, 9876.0, 98.0, 9800.0),
+    "sglang": (SGLANG, "sglang", 24.0, 6.0, 0.61, 17.0, 8128902.0, 7557572.0, 140000.0, 7000000.0),
+    "sglang-old": (SGLANG_OLD, "sglang", 3.0, 0.0, 0.28, None, 1000.0, 500.0, 4.0, 400.0),
+    "tgi": (TGI, "tgi", 9.0, 4.0, 0.25, None, 614400.0, 302080.0, 35.4, 1180.0),
+    "llamacpp": (LLAMACPP, "llamacpp", 2.0, 1.0, None, None, 6886.0, 3469.0, 35.44, 3469.0),
+    "llamacpp-old": (LLAMACPP_OLD, "llamacpp", 1.0, 0.0, 0.375, None, 33065.0, 7801.0, None, None),
+    "trtllm": (TRTLLM, "trtllm", 16.0, 3.0, 0.4875, None, 486400.0, 243200.0, None, None),
+    "trtllm-old": (TRTLLM_OLD, "trtllm", 8.0, 3.0, 0.25, None, None, None, None, None),
 }
 
 
@@ -338,6 +365,15 @@ def test_each_server_page_is_recognised_and_read(case):
             assert got is None, key
         else:
             assert got == pytest.approx(want), key
+
+
+def test_a_vllm_page_with_both_token_latency_names_is_read_by_the_new_one():
+    both = VLLM_V1 + """\
+vllm:inter_token_latency_seconds_count{engine="0",model_name="Qwen/Qwen2.5-7B-Instruct"} 1000.0
+vllm:inter_token_latency_seconds_sum{engine="0",model_name="Qwen/Qwen2.5-7B-Instruct"} 30.0
+"""
+    readings = read_gauges(DIALECTS["vllm"], samples_of(both))
+    assert (readings["token_latency_sum_s"], readings["token_latency_count"]) == (30.0, 1000.0)
 
 
 def test_prometheus_client_sample_objects_are_read_as_they_come():
