@@ -76,8 +76,13 @@ class CreepSeries:
     run_span_s: float  # the judged span before any warm-up cut: a rise "over the run" is the rate over it
 
     @property
+    def level_label(self) -> str:
+        """How a sentence names the level: "P99" for a percentile, "Mean" for a server's mean."""
+        return self.level.upper() if self.level.startswith("p") else self.level.capitalize()
+
+    @property
     def subject(self) -> str:
-        return f"{self.level.upper()} {METRIC_LABELS[self.metric]}"
+        return f"{self.level_label} {METRIC_LABELS[self.metric]}"
 
     def from_index(self, first: int) -> CreepSeries:
         """The series from its `first` point on (the warm-up found from the data dropped)."""
@@ -211,7 +216,7 @@ def _creep_at_load(series: CreepSeries, load: LoadSeries, gates: Gates) -> Findi
     fit = fit_with_load(series.t_s, series.log_ms, load.values, gates.confidence)
     result = _fit_result(fit, _spec(series, gates))
     load_text = (f"at equal {load.source}: {load.range_text()}, "
-                 f"{series.level.upper()} ∝ load^{fit.elasticity:.2f} taken out")
+                 f"{series.level_label} ∝ load^{fit.elasticity:.2f} taken out")
     details = {"windows_used": fit.n, "hac_p": fit.p_value, "gates": result.gates, "method": "trend at equal load",
                "load_source": load.source, "load_min": float(load.values.min()),
                "load_max": float(load.values.max()), "load_elasticity": fit.elasticity,
