@@ -161,6 +161,17 @@ def test_kv_usage_rises_under_load(healthy):
     assert usage and max(usage) > 0, "the tiny model's small KV pool shows requests in flight"
 
 
+def test_the_servers_own_token_latency_is_stored(healthy):
+    # creep.server_itl reads these: vLLM's inter-token histogram as a running sum and count per scrape.
+    rows = healthy.query("select itl_sum_s, itl_count from server_samples where itl_count is not null "
+                         "order by t_s")
+    assert rows, "vLLM's inter_token_latency histogram was read"
+    (first_sum, first_count), (last_sum, last_count) = rows[0], rows[-1]
+    assert last_count > first_count, rows[-5:]
+    mean_s = (last_sum - first_sum) / (last_count - first_count)
+    assert 0 < mean_s < 1.0, mean_s
+
+
 def test_the_environment_names_the_servers_vllm_and_the_placement(healthy):
     environment = healthy.environment()
     server = environment["server"]
