@@ -141,6 +141,116 @@ class SummaryTarget(BaseModel):
         return {key: value for key, value in data.items() if value is not None or key in ("kind", "url", "model")}
 
 
+class SummaryTrend(BaseModel):
+    """A finding's fitted line (`trend`): in "log" space exp(intercept + slope_per_s·(t − t0_s)), in "linear" space
+    intercept + slope_per_s·(t − t0_s), t in seconds since the run's start."""
+
+    slope_per_s: Number | None = Field(description="null when nothing could be fitted")
+    intercept: Number | None
+    t0_s: Number
+    space: str = Field(description="`linear` or `log`")
+    series: str | None = Field(None, description="the chart's series, when the check's name does not say it")
+
+    @model_serializer(mode="wrap")
+    def _drop_unset_series(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return {key: value for key, value in handler(self).items() if value is not None or key != "series"}
+
+
+class SummaryExhaustion(BaseModel):
+    """When a leak's headroom runs out at the measured slope (`exhaustion`)."""
+
+    resource: str = Field(description="e.g. `host memory`, `GPU memory`")
+    headroom: Number = Field(description="in the resource's unit")
+    hours: Number | None = Field(description="null when the slope is not upward")
+
+
+class SummaryPerRequest(BaseModel):
+    """A leak's slope divided by the request rate (`per_request`): what each request leaves behind."""
+
+    value: Number
+    ci: list[Number | None]
+    unit: str = Field(description="e.g. `bytes/request`")
+
+
+class SummaryScenarioGrowth(BaseModel):
+    """One scenario's growth per request (`time`: per second) in a leak's attribution (`attribution[]`)."""
+
+    scenario: str = Field(description="the scenario (`cancel (cancelled)` for its cancelled requests), or `time`")
+    per_request: Number
+    ci: list[Number | None]
+    unit: str
+    share: Number = Field(description="the share of the growth the attribution fit explains")
+
+
+class SummaryStep(BaseModel):
+    """The most likely upward step of a series and the gates it passed (`per_process[].step`)."""
+
+    t_s: Number
+    before: Number = Field(description="the median level before the step")
+    after: Number = Field(description="the median level after it")
+    shift: Number
+    p_value: Number
+    min_shift: Number = Field(description="the least shift that counts")
+    found: bool = Field(description="every gate passed")
+    gates: dict[str, bool]
+
+
+class SummaryStair(BaseModel):
+    """One lasting upward step of a staircase (`per_process[].net_growth.stairs[]`)."""
+
+    t_s: Number
+    before: Number
+    after: Number
+    shift: Number
+
+
+class SummaryStaircase(BaseModel):
+    """A series' levels split where its level changed, from the first settled level to the last
+    (`per_process[].net_growth`)."""
+
+    first: Number
+    last: Number
+    net: Number = Field(description="last − first")
+    stepped: Number = Field(description="the stairs' shifts added up")
+    within: Number = Field(description="growth inside the segments")
+    min_step: Number
+    levels_vs_line: Number | None = Field(None, description="squared residue around the levels ÷ around one "
+                                          "straight line; absent from summaries written before soak measured it")
+    is_staircase: bool
+    stairs: list[SummaryStair]
+
+
+class SummaryWarmupCut(BaseModel):
+    """Where judging started on one series (`per_process[].warmup`)."""
+
+    t_s: Number
+    index: int = Field(description="the first point kept")
+    still_settling: bool
+    method: str = Field(description="`mser-5` (found in the data) or `configured`")
+    floor_s: Number = Field(description="the configured warm-up")
+
+
+class SummaryProcessGrowth(BaseModel):
+    """One server process's own leak trend (`per_process[]`), per hour in `unit`; every key is written, null when
+    unset (value, ci, detection_limit and trend: too few points were fitted)."""
+
+    verdict: Verdict
+    value: Number | None
+    ci: list[Number | None] | None
+    detection_limit: Number | None = Field(None, description="absent from summaries written before soak set it")
+    mk_p: Number | None = Field(description="the Mann-Kendall p-value")
+    points: int
+    step: SummaryStep | None = Field(None, description="a step found; absent from the earliest summaries")
+    net_growth: SummaryStaircase | None = Field(None, description="growth in lasting steps that failed; absent from "
+                                                "the earliest summaries")
+    warmup: SummaryWarmupCut | None = Field(None, description="absent from the earliest summaries")
+    pid: int
+    name: str
+    unit: str
+    floor: Number | None = Field(description="the lowest reading")
+    trend: SummaryTrend | None
+
+
 FIXED_FINDING_KEYS = ("check", "verdict", "value", "unit", "ci", "threshold", "evidence")
 
 
@@ -154,15 +264,15 @@ class SummaryFinding(BaseModel):
     ci: list[Number | None] | None = Field(description="[low, high] confidence interval of `value`")
     threshold: Number | None = Field(description="the practical threshold `value` is judged against")
     evidence: str = Field(description="one or two sentences saying why")
-    per_process: list[dict[str, Any]] | None = Field(None, description="leak checks: each process's own trend")
-    per_request: dict[str, Any] | None = Field(None, description="leak checks: slope ÷ request rate, with CI")
+    per_process: list[SummaryProcessGrowth] | None = Field(None, description="leak checks: each process's own trend")
+    per_request: SummaryPerRequest | None = Field(None, description="leak checks: slope ÷ request rate, with CI")
     percentile_used: str | None = Field(None, description="creep checks: the percentile the series uses")
-    trend: dict[str, Any] | None = Field(None, description="the fitted line: slope_per_s, intercept, t0_s, space")
+    trend: SummaryTrend | None = Field(None, description="the fitted line a chart draws")
     detection_limit: Number | None = Field(
         None, description="trend checks: the smallest change the run rules out, in `unit` (the CI's upper end)")
-    exhaustion: dict[str, Any] | None = Field(
+    exhaustion: SummaryExhaustion | None = Field(
         None, description="leak checks: resource, headroom, hours until it runs out at the slope")
-    attribution: list[dict[str, Any]] | None = Field(
+    attribution: list[SummaryScenarioGrowth] | None = Field(
         None, description="leak checks: growth per request of each scenario, with CI")
     next_step: str | None = Field(
         None, description="any verdict but PASS and SKIPPED: one line saying what would settle the check or where to "

@@ -22,7 +22,8 @@ from soak.analysis.findings import FAIL, INCONCLUSIVE, PASS, SUSPECT, Finding, i
 from soak.analysis.fmt import duration_text, p_text, pct_text
 from soak.analysis.gates import Gates
 from soak.analysis.inputs import RequestWindow, RunData
-from soak.analysis.steps import StepResult, find_step
+from soak.analysis.step_records import StepResult
+from soak.analysis.steps import find_step
 from soak.analysis.trend import assess_trend
 
 NORMAL_MIN_ERRORS = 30

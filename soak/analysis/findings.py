@@ -6,6 +6,8 @@ import math
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from soak.analysis.step_records import Staircase, StepResult
+from soak.analysis.warmup import WarmupCut
 from soak.contracts import Verdict
 
 # Short names for the checks that import them; they are the Verdict members themselves.
@@ -81,7 +83,8 @@ class ScenarioGrowth:
 @dataclass(frozen=True)
 class ProcessGrowth:
     """One server process's own leak trend, per hour in `unit` (value, ci and detection_limit None when too
-    few points were fitted); step, net_growth and warmup are the JSON of what was found (None when nothing)."""
+    few points were fitted): the step found, the lasting steps whose net growth failed, and where its warm-up
+    ended (each None when there is none)."""
 
     verdict: Verdict
     value: float | None
@@ -89,9 +92,9 @@ class ProcessGrowth:
     detection_limit: float | None
     mk_p: float
     points: int
-    step: dict[str, Any] | None
-    net_growth: dict[str, Any] | None
-    warmup: dict[str, Any] | None
+    step: StepResult | None
+    net_growth: Staircase | None
+    warmup: WarmupCut | None
     pid: int
     name: str
     unit: str
@@ -100,6 +103,8 @@ class ProcessGrowth:
 
     def as_dict(self) -> dict[str, Any]:
         out = _all_fields(self)
+        for key in ("step", "net_growth", "warmup"):
+            out[key] = None if out[key] is None else out[key].to_dict()
         out["trend"] = None if self.trend is None else self.trend.as_dict()
         return out
 

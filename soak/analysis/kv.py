@@ -28,7 +28,8 @@ from soak.analysis.fmt import duration_text, hours_text, p_text, pct_text
 from soak.analysis.gates import Gates, KvGate
 from soak.analysis.inputs import ProbeReading, RunData
 from soak.analysis.server_kind import server_name
-from soak.analysis.steps import StepResult, find_step
+from soak.analysis.step_records import StepResult
+from soak.analysis.steps import find_step
 from soak.analysis.trend import TrendResult, assess_trend
 from soak.analysis.warmup import WarmupCut, settle_index
 from soak.analysis.windows import window_floors, window_medians

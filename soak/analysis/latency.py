@@ -31,7 +31,8 @@ from soak.analysis.fmt import duration_text, ms_text, p_text
 from soak.analysis.gates import Gates
 from soak.analysis.inputs import RunData
 from soak.analysis.load_model import LoadFit, LoadSeries, decelerates, fit_with_load, offered_load
-from soak.analysis.steps import StepResult, find_step
+from soak.analysis.step_records import StepResult
+from soak.analysis.steps import find_step
 from soak.analysis.trend import TrendResult, TrendSpec, assess_trend, trend_verdict
 from soak.analysis.warmup import WarmupCut, settle_index
 

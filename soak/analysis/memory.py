@@ -49,12 +49,15 @@ from soak.analysis.findings import (
 from soak.analysis.fmt import bytes_range_text, count_text, duration_text, hours_text, p_text, small_bytes_text
 from soak.analysis.gates import FdLeakGate, Gates, MemoryLeakGate
 from soak.analysis.inputs import ProbeReading, RunData
-from soak.analysis.steps import Staircase, StepResult, StepSpec, find_staircase, find_step
+from soak.analysis.step_records import Staircase, StepResult
+from soak.analysis.steps import StepSpec, find_staircase, find_step
 from soak.analysis.trend import TrendResult, assess_trend, trend_verdict
 from soak.analysis.warmup import WarmupCut, settle_index
 from soak.analysis.windows import window_floors
 
 HOUR_S = 3600.0
+# A series' own figures: the first fields of its per-process entry, and `details["tree_total"]`.
+OWN_FIGURES = ("verdict", "value", "ci", "detection_limit", "mk_p", "points", "step", "net_growth", "warmup")
 
 
 @dataclass(frozen=True)
@@ -534,7 +537,7 @@ def _details(run: RunData, outcome: Outcome, churn: ChurnFit | None = None) -> d
                "net_growth": None if chosen.staircase is None else chosen.staircase.to_dict(),
                "net_growth_threshold": chosen.net_growth}
     if chosen is not outcome.total:
-        details["tree_total"] = _summary(outcome.total)
+        details["tree_total"] = _summary(outcome.kind, outcome.total)
     if churn is not None:
         details["lora_churn"] = churn.to_dict(outcome.kind.base_unit)
     return details
@@ -546,17 +549,10 @@ def _warmup_cuts(outcome: Outcome) -> dict[str, dict]:
     return {j.series.label: j.cut.to_dict() for j in series if j.cut is not None}
 
 
-def _summary(judged: Judged) -> dict:
-    """A series' own figures (per hour), for details and per-process entries."""
-    result = judged.trend
-    tested = np.isfinite(result.slope_per_s)  # too few points: nothing was fitted
-    return {"verdict": result.verdict, "value": _h(result.slope_per_s) if tested else None,
-            "ci": list(_per_h(result.ci_per_s)) if tested else None,
-            "detection_limit": _h(result.detection_limit_per_s) if tested else None,
-            "mk_p": result.mk_p, "points": result.n,
-            "step": judged.step.to_dict() if judged.step_found else None,  # only a found step is news
-            "net_growth": judged.staircase.to_dict() if judged.net_failed else None,
-            "warmup": None if judged.cut is None else judged.cut.to_dict()}
+def _summary(kind: LeakKind, judged: Judged) -> dict:
+    """A series' own figures (per hour) for details: a per-process entry's, without whose they are."""
+    entry = _process_entry(kind, judged).as_dict()
+    return {key: entry[key] for key in OWN_FIGURES}
 
 
 def _exhaustion(kind: LeakKind, result: TrendResult, headroom: float | None) -> Exhaustion | None:
@@ -634,12 +630,18 @@ def _step_text(kind: LeakKind, subject: str, step: StepResult) -> str:
 
 
 def _process_entry(kind: LeakKind, judged: Judged) -> ProcessGrowth:
+    """One process's own figures (per hour), what it stepped and where its warm-up ended."""
     row, result = judged.series, judged.trend
     finite = row.values[np.isfinite(row.values)]
-    own = _summary(judged)
-    return ProcessGrowth(**own, pid=row.pid, name=row.name, unit=kind.unit,
-                         floor=float(finite.min()) if finite.size else None,
-                         trend=result.line("linear") if own["value"] is not None else None)
+    tested = bool(np.isfinite(result.slope_per_s))  # too few points: nothing was fitted
+    return ProcessGrowth(
+        verdict=result.verdict, value=_h(result.slope_per_s) if tested else None,
+        ci=_per_h(result.ci_per_s) if tested else None,
+        detection_limit=_h(result.detection_limit_per_s) if tested else None, mk_p=result.mk_p, points=result.n,
+        step=judged.step if judged.step_found else None,  # only a found step is news
+        net_growth=judged.staircase if judged.net_failed else None, warmup=judged.cut,
+        pid=row.pid, name=row.name, unit=kind.unit, floor=float(finite.min()) if finite.size else None,
+        trend=result.line("linear") if tested else None)
 
 
 def _per_request(kind: LeakKind, result: TrendResult, rate_per_s: float | None) -> PerRequest | None:

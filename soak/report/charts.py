@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from soak.contracts import SummaryFinding
+from soak.contracts import SummaryFinding, SummaryTrend
 from soak.report.downsample import MAX_POINTS, chart_series
 from soak.report.latency import METRIC_LABELS, window_percentile_ms
 from soak.report.markers import MARKER_AXIS, MARKER_AXIS_KEY, STYLES, marker_axis_layout, plotly_text
@@ -123,27 +123,26 @@ def colour(index: int) -> str:
 
 # ---- trends of findings -------------------------------------------------------------------------------
 
-def _trend_span_s(finding: SummaryFinding, frame: Frame, default_start_s: float) -> tuple[float, float]:
-    """Where the fitted line is drawn: over the span the fit covered when the finding says, else to the end."""
-    trend, details = finding.trend or {}, finding.details or {}
-    start_s = float(trend.get("start_s", trend.get("t0_s", default_start_s)))
-    end_s = trend.get("end_s")
-    if end_s is None and isinstance(details.get("span_s"), (int, float)):
-        end_s = start_s + details["span_s"]
-    return start_s, float(end_s if end_s is not None else frame.end_s)
+def _trend_span_s(trend: SummaryTrend, details: dict[str, Any] | None, frame: Frame) -> tuple[float, float]:
+    """Where the fitted line is drawn: from its t0 over the span the fit covered when the details say
+    (`span_s`), else to the end."""
+    start_s = float(trend.t0_s)
+    span_s = (details or {}).get("span_s")
+    return start_s, float(start_s + span_s if isinstance(span_s, (int, float)) else frame.end_s)
 
 
-def trend_trace(finding: SummaryFinding, frame: Frame, scale: float, default_start_s: float,
-                yaxis: str = "y") -> dict[str, Any] | None:
+def trend_trace(finding: SummaryFinding, frame: Frame, scale: float, yaxis: str = "y") -> dict[str, Any] | None:
     """The fitted line of a finding: intercept + slope·(t − t0), exponentiated in log space, × scale."""
-    trend = finding.trend or {}
-    slope, intercept = trend.get("slope_per_s"), trend.get("intercept")
+    trend = finding.trend
+    if trend is None:
+        return None
+    slope, intercept = trend.slope_per_s, trend.intercept
     if not all(isinstance(x, (int, float)) and math.isfinite(x) for x in (slope, intercept)):
         return None
-    start_s, end_s = _trend_span_s(finding, frame, default_start_s)
-    log_space = trend.get("space") == "log"
+    start_s, end_s = _trend_span_s(trend, finding.details, frame)
+    log_space = trend.space == "log"
     t_s = np.linspace(start_s, end_s, 80 if log_space else 2)
-    values = intercept + slope * (t_s - float(trend.get("t0_s", 0.0)))
+    values = intercept + slope * (t_s - float(trend.t0_s))
     values = np.exp(values) if log_space else values
     name = f"fit: {finding.check}"
     if finding.percentile_used:

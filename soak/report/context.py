@@ -52,8 +52,8 @@ def trend_target(finding: SummaryFinding) -> tuple[str, float, str] | None:
     trend, details, check = finding.trend, finding.details or {}, finding.check
     if trend is None:
         return None
-    if trend.get("series") in TREND_SERIES:
-        return TREND_SERIES[trend["series"]]
+    if trend.series in TREND_SERIES:
+        return TREND_SERIES[trend.series]
     if check == "throughput.decay":  # fitted to tokens/s or to tokens per offered request, as it says
         return THROUGHPUT_MEASURES.get(details.get("measure"))
     if check == "leak.vram" and details.get("vram_source"):  # a GPU's DCGM framebuffer
@@ -64,12 +64,12 @@ def trend_target(finding: SummaryFinding) -> tuple[str, float, str] | None:
     return (f"chart-{metric}", 1.0, "y") if check.startswith("creep.") and metric in LATENCY_CHART_METRICS else None
 
 
-def trends_by_chart(findings: list[SummaryFinding], frame: Frame, start_s: float) -> dict[str, list[dict]]:
+def trends_by_chart(findings: list[SummaryFinding], frame: Frame) -> dict[str, list[dict]]:
     """Fitted-line traces of the findings that carry a trend, grouped by the chart they are drawn on."""
     by_chart: dict[str, list[dict]] = {}
     for finding in findings:
         target = trend_target(finding)
-        trace = charts.trend_trace(finding, frame, target[1], start_s, target[2]) if target else None
+        trace = charts.trend_trace(finding, frame, target[1], target[2]) if target else None
         if trace:
             by_chart.setdefault(target[0], []).append(trace)
         chart_of = target or CHECK_TRENDS.get(finding.check)  # a warming finding may have no fit
@@ -174,7 +174,7 @@ def build_context(store: Store, run_id: str, summary: Summary | None,
     markers = build_markers(events, run.warmup_s, end_s)
     frame = make_frame(end_s, markers)
     findings = summary.findings if summary else []
-    trends = trends_by_chart(findings, frame, run.warmup_s or 0.0)
+    trends = trends_by_chart(findings, frame)
     return {
         "header": sections.header(run, summary, duration_s),
         "gates": sections.gates(findings),

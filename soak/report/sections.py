@@ -13,7 +13,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from soak.analysis.baseline import BaselineComparison, ComparisonRow
-from soak.contracts import Event, EventKind, SentCounts, Summary, SummaryFinding, Verdict, trace_summary
+from soak.contracts import (
+    Event,
+    EventKind,
+    SentCounts,
+    Summary,
+    SummaryFinding,
+    SummaryPerRequest,
+    SummaryProcessGrowth,
+    SummaryScenarioGrowth,
+    Verdict,
+    trace_summary,
+)
 from soak.report import timeline
 from soak.report.formatting import (
     MISSING,
@@ -85,9 +96,9 @@ def exhaustion_lines(findings: list[SummaryFinding]) -> list[str]:
     """
     found = []
     for finding in findings:
-        exhaustion = finding.exhaustion or {}
-        if finding.verdict in (Verdict.FAIL, Verdict.SUSPECT) and is_number(exhaustion.get("hours")):
-            found.append((exhaustion["hours"], exhaustion.get("resource") or "the headroom", finding.check))
+        exhaustion = finding.exhaustion
+        if finding.verdict in (Verdict.FAIL, Verdict.SUSPECT) and exhaustion and is_number(exhaustion.hours):
+            found.append((exhaustion.hours, exhaustion.resource or "the headroom", finding.check))
     return [f"{resource} runs out in {format_hours(hours)} at this slope ({check})"
             for hours, resource, check in sorted(found, key=lambda item: item[0])]
 
@@ -143,37 +154,33 @@ def _field_text(key: str, value: Any) -> str:
     return format_value(value)
 
 
-QUANTITY_KEYS = ("value", "unit", "ci", "trend")  # shown together as one line; a trend is for the charts
+QUANTITY_KEYS = {"value", "unit", "ci", "trend"}  # shown together as one line; a trend is for the charts
 
 
-def _quantity_fields(data: dict[str, Any]) -> Fields:
-    """A {"value", "unit", "ci", …} dict (a per-process or per-request result) as one human line and the rest."""
-    texts = quantity_texts(data.get("value"), data.get("unit"), data.get("ci"))
+def quantity_fields(record: SummaryProcessGrowth | SummaryPerRequest | None) -> Fields:
+    """A per-process or per-request result as one human line (value and CI) and its other fields that are set."""
+    if record is None:
+        return []
+    texts = quantity_texts(record.value, record.unit, record.ci)
     value = f"{texts['value']} ({texts['ci']})" if texts["ci"] else texts["value"]
-    in_bytes = "byte" in str(data.get("unit"))
-    rest = [{"key": str(key), "text": format_bytes(item) if in_bytes and key == "floor" and is_number(item)
-             else _field_text(str(key), item)}
-            for key, item in data.items() if key not in QUANTITY_KEYS and item is not None]
+    in_bytes = "byte" in record.unit
+    rest = [{"key": key, "text": format_bytes(item) if in_bytes and key == "floor" and is_number(item)
+             else _field_text(key, item)}
+            for key, item in record.model_dump(exclude=QUANTITY_KEYS).items() if item is not None]
     return [{"key": "value", "text": value}, *rest]
 
 
-def _fields(data: Any) -> Fields:
-    """A dict as (key, text) pairs; anything else as one unnamed pair."""
-    if isinstance(data, dict) and "value" in data and "unit" in data:
-        return _quantity_fields(data)
-    if isinstance(data, dict):
-        return [{"key": str(key), "text": _field_text(str(key), value)} for key, value in data.items()]
-    return [{"key": "", "text": format_value(data)}] if data not in (None, "", [], {}) else []
+def _detail_fields(data: dict[str, Any] | None) -> Fields:
+    """A finding's check-specific figures as (key, text) pairs."""
+    return [{"key": str(key), "text": _field_text(str(key), value)} for key, value in (data or {}).items()]
 
 
-def attribution_lines(terms: Any) -> list[str]:
+def attribution_lines(terms: list[SummaryScenarioGrowth] | None) -> list[str]:
     """A leak's growth per request of each scenario: `cancel (cancelled): 1.08 MiB/request (95 % CI 0.72 … 1.44 MiB/request)`."""
     lines = []
-    for term in terms if isinstance(terms, list) else []:
-        if not isinstance(term, dict):
-            continue
-        texts = quantity_texts(term.get("per_request"), term.get("unit"), term.get("ci"))
-        lines.append(f"{term.get('scenario') or '?'}: {texts['value']}" + (f" ({texts['ci']})" if texts["ci"] else ""))
+    for term in terms or []:
+        texts = quantity_texts(term.per_request, term.unit, term.ci)
+        lines.append(f"{term.scenario or '?'}: {texts['value']}" + (f" ({texts['ci']})" if texts["ci"] else ""))
     return lines
 
 
@@ -220,10 +227,10 @@ def gate_row(finding: SummaryFinding) -> GateRow:
         evidence=finding.evidence, anchor=check_anchor(check),
         next_step=(finding.next_step or "") if verdict in UNSETTLED else "",
         percentile_used=finding.percentile_used,
-        per_process=[_fields(item) for item in finding.per_process or []],
-        per_request=_fields(finding.per_request),
+        per_process=[quantity_fields(item) for item in finding.per_process or []],
+        per_request=quantity_fields(finding.per_request),
         attribution=attribution_lines(finding.attribution),
-        details=_fields(finding.details),
+        details=_detail_fields(finding.details),
     )
 
 

@@ -20,6 +20,7 @@ from soak.store.store import Store
 
 if TYPE_CHECKING:
     from soak.analysis.baseline import BaselineComparison
+    from soak.analysis.findings import Finding
 
 log = logging.getLogger(__name__)
 
@@ -60,13 +61,31 @@ def apply_baseline_verdict(summary: Summary, gates_file: Path | None = None, sto
     if summary.finding("baseline.regression") is None:
         return
     from soak.analysis import load_gates, overall_verdict
-    from soak.analysis.findings import Finding
     from soak.analysis.saturation import scope_to_client
 
-    findings = scope_to_client([Finding(**{**f.model_dump(exclude_none=True), "details": f.details or {}})
-                                for f in summary.findings])
-    summary.findings = [SummaryFinding.model_validate(f.to_dict()) for f in findings]
+    findings = scope_to_client([_judged(finding) for finding in summary.findings])
+    summary.findings = [_rescoped(original, scoped) for original, scoped in zip(summary.findings, findings, strict=True)]
     summary.verdict, summary.verdict_reason = overall_verdict(findings, load_gates(gates_file), stopped_early)
+
+
+def _judged(finding: SummaryFinding) -> Finding:
+    """A summary's finding as the verdict reads it: verdict, figures, sentences and details (its evidence
+    records, which no verdict reads, left out)."""
+    from soak.analysis.findings import Finding
+
+    return Finding(check=finding.check, verdict=finding.verdict, value=finding.value, unit=finding.unit,
+                   ci=None if finding.ci is None else tuple(finding.ci), threshold=finding.threshold,
+                   evidence=finding.evidence, percentile_used=finding.percentile_used,
+                   detection_limit=finding.detection_limit, next_step=finding.next_step,
+                   details=dict(finding.details or {}))
+
+
+def _rescoped(finding: SummaryFinding, scoped: Finding) -> SummaryFinding:
+    """`finding` with what scoping to the client changed in `scoped`: its verdict, evidence, next step, details."""
+    if scoped.verdict == finding.verdict:
+        return finding
+    return finding.model_copy(update={"verdict": scoped.verdict, "evidence": scoped.evidence,
+                                      "next_step": scoped.next_step, "details": scoped.to_dict().get("details")})
 
 
 def write_outputs(store: Store, run: StoredRun, summary: Summary, baseline: dict[str, Any] | None,

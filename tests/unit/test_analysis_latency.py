@@ -236,7 +236,7 @@ def test_the_cut_the_data_found_is_drawn_on_the_latency_chart():
     finding = check_ttft(windows_with(5000, lambda w: 800 * math.exp(-0.6 * math.exp(-w.mid_s / (0.06 * RUN_S))
                                                                       + rng.normal(0, 0.02))), Gates())
     frame = Frame(time_unit_s=3600.0, time_label="hours since start", end_s=RUN_S)
-    lines = trends_by_chart([summary_finding(**finding.to_dict())], frame, 0.0)["chart-ttft"]
+    lines = trends_by_chart([summary_finding(**finding.to_dict())], frame)["chart-ttft"]
     cut_h = round(finding.details["warmup"]["P99 TTFT"]["t_s"] / 3600, 5)
     assert any(t["name"] == "warm-up end (from the data): P99 TTFT" and t["x"] == [cut_h, cut_h] for t in lines)
 
@@ -248,7 +248,7 @@ def test_a_percentile_still_settling_is_marked_on_its_chart():
     finding = check_ttft(windows_with(5000, lambda w: 800 * math.exp(-0.8 * math.exp(-w.mid_s / (0.3 * RUN_S))
                                                                       + rng.normal(0, 0.02))), Gates())
     frame = Frame(time_unit_s=3600.0, time_label="hours since start", end_s=RUN_S)
-    (line,) = trends_by_chart([summary_finding(**finding.to_dict())], frame, 0.0)["chart-ttft"]
+    (line,) = trends_by_chart([summary_finding(**finding.to_dict())], frame)["chart-ttft"]
     assert line["name"] == "still settling (from the data): P99 TTFT"
 
 

@@ -370,7 +370,7 @@ def test_the_warmup_cut_per_series_is_in_the_details_and_a_tail_is_cut_away():
     assert cuts["EngineCore (pid 1)"]["method"] == "mser-5" and cuts["EngineCore (pid 1)"]["t_s"] > run.warmup_s
     assert cuts["api (pid 2)"]["method"] == "configured" and cuts["api (pid 2)"]["t_s"] >= run.warmup_s
     entry = next(p for p in finding.per_process if p.name == "EngineCore")
-    assert entry.warmup == cuts["EngineCore (pid 1)"]
+    assert entry.warmup.to_dict() == cuts["EngineCore (pid 1)"]
 
 
 def test_a_warmup_cut_that_would_leave_too_few_probe_readings_is_not_taken():

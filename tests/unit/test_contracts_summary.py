@@ -9,7 +9,8 @@ from typing import Any
 
 import numpy as np
 
-from soak.analysis.findings import Finding
+from soak.analysis.findings import Exhaustion, Finding, PerRequest, ProcessGrowth, Trend
+from soak.analysis.warmup import WarmupCut
 from soak.contracts import ErrorsByClass, Summary, SummaryFinding, Verdict
 from soak.store.models import ERROR_CLASSES
 
@@ -28,9 +29,15 @@ def test_a_real_summary_reads_back_byte_for_byte():
 
 
 def test_a_finding_keeps_its_shape_and_number_types():
+    trend = Trend(slope_per_s=0.1, intercept=5, t0_s=0)
+    process = ProcessGrowth(verdict=Verdict.FAIL, value=2, ci=(1, 4.0), detection_limit=4.0, mk_p=0.001, points=20,
+                            step=None, net_growth=None, warmup=WarmupCut(t_s=30, index=3, floor_s=30), pid=1,
+                            name="server", unit="bytes/h", floor=100, trend=trend)
     finding = Finding(check="leak.rss", verdict="FAIL", value=np.float64(2.5), unit="bytes/h", ci=(1, 4.0),
-                      threshold=3, evidence="grows", per_process=[{"pid": 1}], per_request={"value": 1.0},
-                      percentile_used="p99", trend={"slope_per_s": 0.1, "space": "linear"}, details={"n": 3})
+                      threshold=3, evidence="grows", per_process=[process],
+                      per_request=PerRequest(value=1, ci=(0, 2.0), unit="bytes/request"),
+                      percentile_used="p99", trend=trend, exhaustion=Exhaustion("host memory", 1024, None),
+                      details={"n": 3})
     bare = Finding(check="hang", verdict="PASS", value=0, unit="s")
     for original in (finding.to_dict(), bare.to_dict()):
         dumped = SummaryFinding.model_validate(original).model_dump(mode="json")

@@ -22,7 +22,7 @@ FRAME = Frame(time_unit_s=3600.0, time_label="hours since start", end_s=7200.0)
 def test_linear_fit_is_drawn_over_the_fitted_span():
     finding = {"check": "leak.rss", "trend": {"slope_per_s": 2.0, "intercept": 100.0, "t0_s": 600.0,
                                                "space": "linear"}}
-    trace = trend_trace(summary_finding(**finding), FRAME, 0.5, 0.0)
+    trace = trend_trace(summary_finding(**finding), FRAME, 0.5)
     assert trace["x"] == [600 / 3600, 2.0] or trace["x"] == [round(600 / 3600, 5), 2.0]
     assert trace["y"] == [50.0, (100.0 + 2.0 * 6600) * 0.5]
 
@@ -31,23 +31,28 @@ def test_log_fit_is_exponentiated():
     finding = {"check": "creep.ttft_p99", "percentile_used": "p95",
                "trend": {"slope_per_s": math.log(2) / 3600, "intercept": math.log(100), "t0_s": 0.0, "space": "log"},
                "details": {"span_s": 3600.0}}
-    trace = trend_trace(summary_finding(**finding), FRAME, 1.0, 0.0)
+    trace = trend_trace(summary_finding(**finding), FRAME, 1.0)
     assert trace["y"][0] == pytest.approx(100.0) and trace["y"][-1] == pytest.approx(200.0, rel=1e-3)
     assert trace["x"][-1] == 1.0 and trace["name"] == "fit: creep.ttft_p99 (p95)"
 
 
 def test_trend_without_numbers_draws_nothing():
-    assert trend_trace(summary_finding(trend={"slope_per_s": None, "intercept": 1.0}), FRAME, 1.0, 0.0) is None
+    trend = {"slope_per_s": None, "intercept": 1.0, "t0_s": 0.0, "space": "linear"}
+    assert trend_trace(summary_finding(trend=trend), FRAME, 1.0) is None
+    assert trend_trace(summary_finding(), FRAME, 1.0) is None
+
+
+LINE = {"slope_per_s": 0.0, "intercept": 1.0, "t0_s": 0.0, "space": "linear"}
 
 
 @pytest.mark.parametrize(("finding", "target"), [
-    ({"check": "leak.rss", "trend": {}}, ("chart-memory", 1 / MIB, "y")),
-    ({"check": "leak.vram", "trend": {}}, ("chart-vram-process", 1 / 2**30, "y")),
-    ({"check": "creep.itl_p99", "trend": {}}, ("chart-itl", 1.0, "y")),
-    ({"check": "errors.rise", "trend": {}}, ("chart-errors", 100.0, "y2")),
-    ({"check": "throughput.decay", "trend": {}, "details": {"measure": "tokens/s"}}, ("chart-throughput", 1.0, "y2")),
-    ({"check": "throughput.decay", "trend": {}, "details": {"measure": "tokens per offered request"}}, None),
-    ({"check": "anything", "trend": {"series": "kv"}}, ("chart-kv", 100.0, "y")),
+    ({"check": "leak.rss", "trend": LINE}, ("chart-memory", 1 / MIB, "y")),
+    ({"check": "leak.vram", "trend": LINE}, ("chart-vram-process", 1 / 2**30, "y")),
+    ({"check": "creep.itl_p99", "trend": LINE}, ("chart-itl", 1.0, "y")),
+    ({"check": "errors.rise", "trend": LINE}, ("chart-errors", 100.0, "y2")),
+    ({"check": "throughput.decay", "trend": LINE, "details": {"measure": "tokens/s"}}, ("chart-throughput", 1.0, "y2")),
+    ({"check": "throughput.decay", "trend": LINE, "details": {"measure": "tokens per offered request"}}, None),
+    ({"check": "anything", "trend": LINE | {"series": "kv"}}, ("chart-kv", 100.0, "y")),
     ({"check": "leak.rss"}, None),
 ])
 def test_trend_target(finding, target):
@@ -167,7 +172,7 @@ def test_goodput_chart_draws_each_windows_share_the_floor_and_the_decay_fit():
     finding = {"check": "goodput.decay", "trend": {"slope_per_s": -1e-5, "intercept": 0.98, "t0_s": 300.0,
                                                    "space": "linear"}}
     chart_id, scale, axis = trend_target(summary_finding(**finding))
-    fit = trend_trace(summary_finding(**finding), FRAME, scale, 0.0, axis)
+    fit = trend_trace(summary_finding(**finding), FRAME, scale, axis)
     chart = charts.goodput_chart(_goodput_rows([0.97, 0.95, 0.9]), FRAME, [fit], "TTFT ≤ 500 ms", 0.9)
     assert chart["id"] == chart_id == "chart-goodput" and "TTFT ≤ 500 ms" in chart["description"]
     share, drawn_fit = chart["figure"]["data"][:2]
@@ -194,7 +199,7 @@ def test_a_warmup_the_data_ended_is_drawn_where_it_ended_and_the_configured_one_
     kv = {"t_s": 5400.0, "method": "mser-5", "still_settling": True}
     findings = [summary_finding(check="leak.rss", details={"warmup": cuts}),
                 summary_finding(check="leak.kv", details={"warmup": kv})]
-    by_chart = trends_by_chart(findings, FRAME, 0.0)
+    by_chart = trends_by_chart(findings, FRAME)
     (memory,), (floor,) = by_chart["chart-memory"], by_chart["chart-kv"]
     assert memory["x"] == [0.5, 0.5] and memory["name"] == "warm-up end (from the data): server (pid 1)"
     assert memory["yaxis"] == "y9" and memory["y"] == [0, 1]  # full height on the markers' hidden axis

@@ -107,8 +107,9 @@ def test_the_threshold_keeps_its_own_size_and_a_wide_ci_does_not_pick_the_unit()
 
 
 def test_a_leaks_growth_per_scenario_reads_as_lines():
+    from soak.contracts import SummaryScenarioGrowth
     from soak.report.sections import attribution_lines
 
-    lines = attribution_lines([{"scenario": "cancel (cancelled)", "per_request": 1.08 * 2**20, "unit": "bytes/request",
-                                "ci": [0.72 * 2**20, 1.44 * 2**20]}, "not a term"])
+    lines = attribution_lines([SummaryScenarioGrowth(scenario="cancel (cancelled)", per_request=1.08 * 2**20,
+                                                     ci=[0.72 * 2**20, 1.44 * 2**20], unit="bytes/request", share=0.9)])
     assert lines == ["cancel (cancelled): 1.08 MiB/request (95 % CI 0.72 … 1.44 MiB/request)"]
