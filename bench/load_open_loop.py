@@ -73,9 +73,9 @@ def open_loop(url: str, rate: float, duration_s: float, stall: bool) -> dict:
     counters = handle.counters()
     handle.stop(drain_timeout_s=5.0)
     span_s = handle.phase_plan.end_t - handle.phase_plan.begin_t
-    return {"mode": "open loop", "rate": rate, "stall": stall, "achieved": counters["sends"] / span_s,
-            "cv": cv(sorted(r.sent_t for r in records)), "lag_p99_ms": counters["lag_p99_ms"],
-            "late_1s": counters["late_sends_1s"], "cpu": cpu_s / duration_s, "server": server_count(url, tag)}
+    return {"mode": "open loop", "rate": rate, "stall": stall, "achieved": counters.sends / span_s,
+            "cv": cv(sorted(r.sent_t for r in records)), "lag_p99_ms": counters.lag_p99_ms,
+            "late_1s": counters.late_sends_1s, "cpu": cpu_s / duration_s, "server": server_count(url, tag)}
 
 
 class ClosedLoop(OpenAIUser):

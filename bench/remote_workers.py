@@ -70,7 +70,7 @@ def run_once(label: str, url: str, config: RunConfig, remote: int) -> dict[str, 
         for process in spawned:
             process.wait(timeout=30)
     span_s = handle.phase_plan.end_t - handle.phase_plan.begin_t
-    return {"label": label, "rate": len(records) / span_s, "lag_p99_ms": counters["lag_p99_ms"],
+    return {"label": label, "rate": len(records) / span_s, "lag_p99_ms": counters.lag_p99_ms,
             "records": len(records), "server": server_count(url, tag)}
 
 

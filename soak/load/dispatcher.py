@@ -24,7 +24,7 @@ from gevent.pool import Group
 from locust.exception import RescheduleTask, StopUser
 
 from soak.load.client import Arrival, set_arrival
-from soak.load.health import ClientHealth, LoopLagMonitor
+from soak.load.health import ClientHealth, LoadCounters, LoopLagMonitor
 from soak.load.plan import ArrivalClock, DealtClock, GapSampler, RatePlan, Segment, arrival_rng
 from soak.load.records import CANCELLED, RequestRecord
 from soak.load.scenarios import LoadedScenario, weighted_tasks
@@ -240,7 +240,7 @@ class Dispatcher:
                 log.exception("on_stop of %s failed", type(instance).__name__)
             instance.http.client.close()
 
-    def counters(self) -> dict[str, Any]:
+    def counters(self) -> LoadCounters:
         return self.health.counters(self.in_flight)
 
 

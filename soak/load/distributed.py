@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import gevent
@@ -34,7 +34,7 @@ from soak.config import RunConfig
 from soak.contracts import EventKind
 from soak.errors import TargetError
 from soak.load.backend import PLAN_MESSAGE, QueueSink
-from soak.load.health import ClientHealth
+from soak.load.health import ClientHealth, LoadCounters
 from soak.load.hooks import HookCaller
 from soak.load.locust_stats import keep_stats_bounded
 from soak.load.plan import ArrivalClock, GapSampler, RatePlan, arrival_rng
@@ -172,8 +172,8 @@ class DistributedBackend:
     def in_flight(self) -> int:
         return self.statuses.drain_state()[0]
 
-    def counters(self) -> dict[str, Any]:
-        return {**self.statuses.health().counters(self.in_flight()), "workers": len(self.pool.members)}
+    def counters(self) -> LoadCounters:
+        return replace(self.statuses.health().counters(self.in_flight()), workers=len(self.pool.members))
 
     def watch(self) -> None:
         """Every half second: a worker whose process, connection or heartbeat is gone is lost."""

@@ -24,6 +24,29 @@ _BIN_FLOOR_MS = 0.01
 _BIN_COUNT = 1100
 
 
+@dataclass(frozen=True)
+class LoadCounters:
+    """The load's counters so far, as `LoadHandle.counters()` gives them to the run (and to benches and tests).
+
+    Lags are None until something was measured; `task_errors` is the in-process backend's, `workers` the
+    distributed one's (None where the backend has none); a run that sends nothing has all zeros.
+    """
+
+    sends: int = 0
+    skipped: int = 0
+    late_sends_1s: int = 0
+    lag_p50_ms: float | None = None
+    lag_p99_ms: float | None = None
+    lag_max_ms: float | None = None
+    in_flight: int = 0
+    loop_lag_p99_ms: float | None = None
+    loop_lag_max_ms: float | None = None
+    loop_ticks: int = 0
+    probes: int = 0
+    task_errors: int | None = None
+    workers: int | None = None
+
+
 def _bin_of(lag_ms: float) -> int:
     if lag_ms <= _BIN_FLOOR_MS:
         return 0
@@ -121,13 +144,14 @@ class ClientHealth:
                    float(data["lag_max_ms"]), bins("lag_bins"), int(data.get("loop_ticks") or 0),
                    float(data.get("loop_max_ms") or 0.0), bins("loop_bins"))
 
-    def counters(self, in_flight: int) -> dict[str, Any]:
-        """The public view: what `LoadHandle.counters()` returns."""
-        return {"sends": self.sends, "skipped": self.skipped, "late_sends_1s": self.late_sends_1s,
-                "lag_p50_ms": self.lag_percentile_ms(50), "lag_p99_ms": self.lag_percentile_ms(99),
-                "lag_max_ms": self.lag_max_ms if self.sends else None, "in_flight": in_flight,
-                "loop_lag_p99_ms": self.loop_percentile_ms(99),
-                "loop_lag_max_ms": self.loop_max_ms if self.loop_ticks else None, "loop_ticks": self.loop_ticks}
+    def counters(self, in_flight: int) -> LoadCounters:
+        """The public view: what `LoadHandle.counters()` returns (before the backend adds its own)."""
+        return LoadCounters(sends=self.sends, skipped=self.skipped, late_sends_1s=self.late_sends_1s,
+                            lag_p50_ms=self.lag_percentile_ms(50), lag_p99_ms=self.lag_percentile_ms(99),
+                            lag_max_ms=self.lag_max_ms if self.sends else None, in_flight=in_flight,
+                            loop_lag_p99_ms=self.loop_percentile_ms(99),
+                            loop_lag_max_ms=self.loop_max_ms if self.loop_ticks else None,
+                            loop_ticks=self.loop_ticks)
 
 
 class LoopLagMonitor:

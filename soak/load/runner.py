@@ -11,7 +11,7 @@ import dataclasses
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 import gevent
 from locust.env import Environment
@@ -32,6 +32,7 @@ from soak.load.backend import (
 from soak.load.context import resolve_context
 from soak.load.dispatcher import Dispatcher, PlanBoard
 from soak.load.distributed import start_distributed
+from soak.load.health import LoadCounters
 from soak.load.hooks import HookCaller, LoadHooks
 from soak.load.locust_stats import keep_stats_bounded
 from soak.load.lora import check_lora
@@ -59,7 +60,7 @@ class _Backend(Protocol):
     environment: Environment
 
     def in_flight(self) -> int: ...
-    def counters(self) -> dict[str, Any]: ...
+    def counters(self) -> LoadCounters: ...
     def stop(self, drain_timeout_s: float) -> None: ...
 
 
@@ -90,9 +91,9 @@ class LoadHandle:
         """Why the load cannot go on (every load worker was lost), or None while it runs."""
         return getattr(self._backend, "failure", None)
 
-    def counters(self) -> dict[str, Any]:
-        """sends, skipped, late_sends_1s, lag_p50_ms, lag_p99_ms, lag_max_ms, in_flight, probes so far."""
-        return {**self._backend.counters(), "probes": self._backend.controller.probes_done}
+    def counters(self) -> LoadCounters:
+        """Sends, skips, schedule and loop lag, requests in flight and idle probes so far."""
+        return dataclasses.replace(self._backend.counters(), probes=self._backend.controller.probes_done)
 
     def retarget(self, base_url: str) -> None:
         """Send every request from now on to `base_url` (the server moved: a replaced pod); those in flight end
@@ -130,8 +131,8 @@ class NoLoad:
     failure: str | None = None
     in_flight = 0
 
-    def counters(self) -> dict[str, Any]:
-        return {}
+    def counters(self) -> LoadCounters:
+        return LoadCounters()
 
     def pause(self) -> None:
         """Nothing to pause."""
@@ -156,8 +157,8 @@ class LocalBackend:
     def in_flight(self) -> int:
         return self.dispatcher.in_flight
 
-    def counters(self) -> dict[str, Any]:
-        return {**self.dispatcher.counters(), "task_errors": self.dispatcher.task_errors}
+    def counters(self) -> LoadCounters:
+        return dataclasses.replace(self.dispatcher.counters(), task_errors=self.dispatcher.task_errors)
 
     def stop(self, drain_timeout_s: float) -> None:
         self.dispatcher.stop_arrivals()

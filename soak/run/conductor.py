@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from soak.config import RunConfig
-from soak.contracts import EventKind, P99Ms, Progress, Stage, Summary, measured_rate_rps, stage_at
+from soak.contracts import EventKind, Progress, Stage, Summary, measured_rate_rps, stage_at
 from soak.errors import EXIT_FORCED, SoakError, StorageError
 from soak.load import LoadHooks, NoLoad, check_load, gather_workers, start_load
 from soak.load.canary import ProbeGate, start_canary
@@ -292,7 +292,7 @@ class Conductor:
         state.drains = DrainWatch(state.recorder)
         return LoadHooks(on_request=self._on_request, on_event=state.drains.watching(gate.watching(state.recorder.event)),
                          on_idle_probe=on_idle_probe,
-                         drain_timeout_s=drain_timeout_hook(config, lambda: state.windows.progress()["p99_ms"]["e2e"]))
+                         drain_timeout_s=drain_timeout_hook(config, lambda: state.windows.progress().p99_ms.e2e))
 
     def _bind_web(self) -> None:
         """With --web, bind its address first: a port in use is a clear error before anything starts."""
@@ -400,8 +400,8 @@ class Conductor:
             return
         state.loop_lag_at = elapsed_s
         counters = state.load.counters()
-        readings = {CLIENT_LOOP_LAG_P99_METRIC: counters.get("loop_lag_p99_ms"),
-                    CLIENT_LOOP_LAG_MAX_METRIC: counters.get("loop_lag_max_ms")}
+        readings = {CLIENT_LOOP_LAG_P99_METRIC: counters.loop_lag_p99_ms,
+                    CLIENT_LOOP_LAG_MAX_METRIC: counters.loop_lag_max_ms}
         state.recorder.samples([MetricReading(name, value) for name, value in readings.items() if value is not None])
 
     def _failed_beyond_doubt(self, elapsed_s: float) -> bool:
@@ -472,13 +472,12 @@ class Conductor:
         """The live progress: counts and P99s since the warm-up, the server's latest RSS, requests in flight."""
         state, config = self.state, self.config
         live = state.windows.progress()
-        counts = live["counts"]
-        requests = counts.get("requests", 0)
+        requests = live.requests
         return Progress(
             stage=stage_at(elapsed_s, config.warmup_s), run_id=state.run_id, status=state.status,
             elapsed_s=elapsed_s, duration_s=config.duration_s, remaining_s=max(config.duration_s - elapsed_s, 0.0),
-            requests=requests, errors=sum(v for k, v in counts.items() if k.startswith("err_")),
-            rate_rps=measured_rate_rps(requests, elapsed_s, config.warmup_s), p99_ms=P99Ms(**live["p99_ms"]),
+            requests=requests, errors=live.errors,
+            rate_rps=measured_rate_rps(requests, elapsed_s, config.warmup_s), p99_ms=live.p99_ms,
             server_rss_bytes=state.telemetry.latest.server_rss_bytes, in_flight=state.load.in_flight,
             out_dir=str(state.run_dir),
         )
@@ -519,7 +518,7 @@ class Conductor:
         state = self.state
         if state.writer.flush(STORAGE_RETRY_S):
             return
-        collected = state.windows.progress()["counts"].get("requests", 0)
+        collected = state.windows.progress().requests
         raise StorageError(f"{state.writer.stats.failure}; load stopped after {collected} measured requests; "
                            f"run {state.run_id} keeps what was committed (`soak close {state.run_id}` reports on it "
                            "once the database is writable)")

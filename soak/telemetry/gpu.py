@@ -8,10 +8,12 @@ gets an event set, drained without waiting at every sample, and `xid_errors` cou
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from soak.samples import GpuProcessReading, GpuReading
@@ -112,6 +114,33 @@ class XidWatch:
             self._set = None
 
 
+@dataclass(frozen=True)
+class GpuFacts:
+    """What does not change about one GPU during a run (the environment record and `soak doctor` keep it)."""
+
+    index: int
+    name: str | None
+    uuid: str | None
+    memory_total_bytes: int | None
+    driver: str | None
+    cuda_driver_version: int | None  # as NVML gives it: 12080 is CUDA 12.8
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class XidEvent:
+    """One XID error a GPU reported (the run records it as a `gpu_xid` event)."""
+
+    gpu_index: int
+    xid: int
+    at_epoch_s: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
 class GpuSampler:
     """Reads per-GPU state, XID events and per-process VRAM through pynvml (or a module-like stand-in)."""
 
@@ -119,7 +148,7 @@ class GpuSampler:
         self.available = False
         self.reason = ""
         self.device_count = 0
-        self.xid_events: list[dict[str, Any]] = []  # {"gpu_index", "xid", "at_epoch_s"}, oldest first
+        self.xid_events: list[XidEvent] = []  # oldest first
         self._nvml: Any = None
         self._handles: list[tuple[int, Any]] = []
         self._xids: dict[int, XidWatch] = {}
@@ -165,7 +194,7 @@ class GpuSampler:
         return [_text(uuid) for mig in migs if mig is not None
                 if (uuid := _guarded(lambda m=mig: nv.nvmlDeviceGetUUID(m)))]
 
-    def describe(self) -> list[dict[str, Any]]:
+    def describe(self) -> list[GpuFacts]:
         """Static facts per GPU for the environment record: name, UUID, memory, driver, CUDA version."""
         nv = self._nvml
         if not self.available:
@@ -173,10 +202,10 @@ class GpuSampler:
         driver = _text(_guarded(lambda: nv.nvmlSystemGetDriverVersion()))
         cuda = _guarded(lambda: nv.nvmlSystemGetCudaDriverVersion_v2())
         return [
-            {"index": index, "name": _text(_guarded(lambda h=handle: nv.nvmlDeviceGetName(h))),
-             "uuid": _text(_guarded(lambda h=handle: nv.nvmlDeviceGetUUID(h))),
-             "memory_total_bytes": _guarded(lambda h=handle: nv.nvmlDeviceGetMemoryInfo(h).total),
-             "driver": driver, "cuda_driver_version": cuda}
+            GpuFacts(index=index, name=_text(_guarded(lambda h=handle: nv.nvmlDeviceGetName(h))),
+                     uuid=_text(_guarded(lambda h=handle: nv.nvmlDeviceGetUUID(h))),
+                     memory_total_bytes=_guarded(lambda h=handle: nv.nvmlDeviceGetMemoryInfo(h).total),
+                     driver=driver, cuda_driver_version=cuda)
             for index, handle in self._handles
         ]
 
@@ -227,11 +256,11 @@ class GpuSampler:
         now_s = time.time()
         for xid in watch.poll():
             log.warning("GPU %d reported XID %d", index, xid)
-            self.xid_events.append({"gpu_index": index, "xid": xid, "at_epoch_s": now_s})
+            self.xid_events.append(XidEvent(gpu_index=index, xid=xid, at_epoch_s=now_s))
         del self.xid_events[:-KEPT_XID_EVENTS]
         return watch.count
 
-    def drain_xid_events(self) -> list[dict[str, Any]]:
+    def drain_xid_events(self) -> list[XidEvent]:
         """XID events gathered by samples since the last drain (for the caller to record as run events)."""
         events, self.xid_events = self.xid_events, []
         return events

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 from hdrh.histogram import HdrHistogram
 
+from soak.contracts import P99Ms
 from soak.samples import LatencyWindow, RequestWindow
 from soak.slo import SloTargets
 from soak.store.histograms import (
@@ -204,6 +205,23 @@ def _count_outcome(counts: dict[str, int], record: RequestLike) -> None:
         bump("late_sends_1s")
 
 
+@dataclass(frozen=True)
+class LiveLatency:
+    """What the requests measured since the warm-up say so far: counts by kind (`requests`, `err_<class>`, …)
+    and the TTFT/E2E P99s (0 before the first request)."""
+
+    counts: dict[str, int]
+    p99_ms: P99Ms
+
+    @property
+    def requests(self) -> int:
+        return self.counts.get("requests", 0)
+
+    @property
+    def errors(self) -> int:
+        return sum(n for kind, n in self.counts.items() if kind.startswith("err_"))
+
+
 class LatencyWindows:
     """Aggregates finished requests into windows and hands the changed ones over at each flush."""
 
@@ -276,9 +294,9 @@ class LatencyWindows:
         if closed:
             self._closed_below = max(self._closed_below, max(index for index, _ in closed) + 1)
 
-    def progress(self) -> dict[str, Any]:
+    def progress(self) -> LiveLatency:
         """Counts and P99s since warm-up, for the live display (the summary is computed from the database)."""
         histograms = self.measured.settle().histograms
-        return {"counts": dict(self.measured.counts),
-                "p99_ms": {m: percentiles_us(histograms[m], (99,))[0] / 1000.0 if histograms[m].get_total_count()
-                           else 0.0 for m in ("ttft", "e2e")}}
+        p99_ms = {m: percentiles_us(histograms[m], (99,))[0] / 1000.0 if histograms[m].get_total_count() else 0.0
+                  for m in ("ttft", "e2e")}
+        return LiveLatency(counts=dict(self.measured.counts), p99_ms=P99Ms(**p99_ms))

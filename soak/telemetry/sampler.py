@@ -228,7 +228,7 @@ class Telemetry:
         snapshot.gpu_process_bytes = sum(process.used_bytes or 0 for process in processes)
         self.recorder.samples([*gpus, *processes], t_s)
         for xid in self.gpus.drain_xid_events():
-            self.recorder.event(EventKind.GPU_XID, f"XID error on GPU {xid.get('gpu_index')}", xid)
+            self.recorder.event(EventKind.GPU_XID, f"XID error on GPU {xid.gpu_index}", xid.to_dict())
 
     def _sample_servers(self, snapshot: Snapshot, t_s: float) -> None:
         health_ok = probe_health(self.sources.health_url) if self.sources.health_url else None

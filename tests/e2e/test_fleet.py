@@ -168,10 +168,11 @@ def test_behind_a_router_the_leaking_replica_is_named_and_the_creep_is_the_route
     assert "replica creepy: " in summary["verdict_reason"]
     assert healthy["creep.server_itl"]["verdict"] in ("PASS", "INCONCLUSIVE"), healthy["creep.server_itl"]
     # A third of the answers creep 100 % an hour: the router's run, which timed them all, may not sign the latency
-    # off either: a FAIL, or on a short busy run the warm-up found in the data leaving too few windows (it says how
-    # much longer to run).
+    # off either: a FAIL; a SUSPECT (a rise fitted over the threshold that a busy machine's autocorrelated windows
+    # leave unproven, which by the earned-PASS rule signs nothing off); or, on a short busy run, the warm-up found in
+    # the data leaving too few windows (it says how much longer to run).
     creep = {check: f for check, f in _findings(members["router"]).items() if check.startswith("creep.")}
-    assert "FAIL" in {f["verdict"] for f in creep.values()} or \
+    assert {"FAIL", "SUSPECT"} & {f["verdict"] for f in creep.values()} or \
         "settled only at" in creep["creep.itl_p99"]["evidence"], creep
     assert members["router"]["verdict"] != "PASS" and summary["verdict"] == "FAIL"
 

@@ -11,11 +11,12 @@ import pytest
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(420)]
 
 # 23 windows of 5 s after a 20 s warm-up (the trend test needs 20); an hour of model time a minute, so the planted
-# creep (each engine step 200 % slower per model hour) takes E2E from well inside the 300 ms target (P95 about
-# 110 ms at the start on a quiet machine) to far past it (P50 about 700 ms) by the end.
+# creep (each engine step 200 % slower per model hour) takes E2E from well inside the 800 ms target to far past it
+# by the end. Each engine step takes at least 5 ms, as a GPU's decode step does: at 1-3 ms a step, four runs beside
+# this one (CI) slowed the first windows' answers past the target before any creep did.
 RUN = ["start", "--duration", "135s", "--warmup", "20s", "--window", "5s", "--sample-every", "1s", "--rate", "4",
        "--scenario", "chat_short", "--no-idle-probes", "--json", "--time-scale", "60",
-       "--reference-fault", "latency-creep=200", "--slo", "ttft=1s,e2e=300ms"]
+       "--reference-fault", "latency-creep=200", "--reference-arg=--step-time=5ms", "--slo", "ttft=1s,e2e=800ms"]
 
 
 def measured(finding: dict) -> str:
@@ -28,11 +29,11 @@ def test_latency_creep_under_an_slo_loses_goodput_and_every_output_says_so(tmp_p
     assert result.returncode in (1, 3), result.stderr[-3000:]
     summary = json.loads(result.stdout)
     goodput = summary["goodput"]
-    assert goodput["slo_ms"] == {"ttft": 1000.0, "e2e": 300.0}
+    assert goodput["slo_ms"] == {"ttft": 1000.0, "e2e": 800.0}
     shares = [window["share"] for window in goodput["windows"]]
     assert len(shares) >= 12 and min(shares[:2]) >= 0.8, shares
-    # The last third keeps clearly less than the start: by how much follows the machine's speed (on a quiet one the
-    # share ends near 0.2, with four runs beside it near 0.5), so the test holds the fall, not a level.
+    # The last third keeps clearly less than the start: by how much follows the machine's speed (on a quiet one with
+    # another run beside it the last third keeps about 0.4), so the test holds the fall, not a level.
     late, early = shares[-len(shares) // 3:], shares[:3]
     assert sum(late) / len(late) <= sum(early) / len(early) - 0.25, shares
     findings = {finding["check"]: finding for finding in summary["findings"]}

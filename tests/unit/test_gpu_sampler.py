@@ -211,7 +211,7 @@ def test_an_older_pynvml_without_some_functions_still_samples():
     (row,), processes = sampler.sample([10])
     assert row.xid_errors is None and row.throttle_reasons == 0x20 and row.mem_used_bytes == 60 << 30
     assert processes == [GpuProcessReading(gpu_index=0, pid=10, used_bytes=5)]
-    assert sampler.describe()[0]["cuda_driver_version"] is None
+    assert sampler.describe()[0].cuda_driver_version is None
     sampler.close()
 
 
@@ -245,7 +245,7 @@ def test_vram_of_one_process_on_two_gpus_adds_up():
 def test_cuda_visible_devices_picks_gpus_as_cuda_does(visible, indices):
     environ = {} if visible is None else {"CUDA_VISIBLE_DEVICES": visible}
     sampler = GpuSampler(nvml=two_gpus(), environ=environ)
-    assert [row["index"] for row in sampler.describe()] == indices
+    assert [row.index for row in sampler.describe()] == indices
     assert sampler.available is bool(indices)
     if not indices:
         assert "CUDA_VISIBLE_DEVICES" in sampler.reason
@@ -259,9 +259,9 @@ def test_visible_gpu_indices_without_uuids_takes_numbers_only():
 
 def test_describe_names_gpus_and_driver():
     (first, second) = GpuSampler(nvml=two_gpus(), environ={}).describe()
-    assert first == {"index": 0, "name": "NVIDIA H200", "uuid": "GPU-aaaa1111-0000",
-                     "memory_total_bytes": 140 << 30, "driver": "570.86.15", "cuda_driver_version": 12080}
-    assert second["uuid"] == "GPU-bbbb2222-0000"
+    assert first.to_dict() == {"index": 0, "name": "NVIDIA H200", "uuid": "GPU-aaaa1111-0000",
+                               "memory_total_bytes": 140 << 30, "driver": "570.86.15", "cuda_driver_version": 12080}
+    assert second.uuid == "GPU-bbbb2222-0000"
 
 
 def test_xid_events_are_counted_and_kept():
@@ -270,7 +270,7 @@ def test_xid_events_are_counted_and_kept():
     nvml.gpus[1].xids.extend([79, 48])
     rows, _ = sampler.sample([])
     assert [row.xid_errors for row in rows] == [0, 2]
-    assert [(e["gpu_index"], e["xid"]) for e in sampler.drain_xid_events()] == [(1, 79), (1, 48)]
+    assert [(e.gpu_index, e.xid) for e in sampler.drain_xid_events()] == [(1, 79), (1, 48)]
     assert sampler.drain_xid_events() == []
     nvml.gpus[1].xids.append(13)
     rows, _ = sampler.sample([])

@@ -34,7 +34,7 @@ def test_the_monitor_sees_the_loop_held_up():
         monitor.stop()
     assert 250.0 <= health.loop_max_ms < 2000.0
     counters = health.counters(in_flight=0)
-    assert counters["loop_lag_max_ms"] == health.loop_max_ms and counters["loop_ticks"] == health.loop_ticks
+    assert counters.loop_lag_max_ms == health.loop_max_ms and counters.loop_ticks == health.loop_ticks
 
 
 def test_loop_lag_merges_and_travels_between_processes():
@@ -53,4 +53,4 @@ def test_a_health_message_without_loop_fields_still_reads():
     old = {"sends": 3, "skipped": 0, "late_sends_1s": 0, "lag_max_ms": 1.0, "lag_bins": {"10": 3}}
     health = ClientHealth.from_wire(old)
     assert health.sends == 3 and health.loop_ticks == 0
-    assert health.counters(0)["loop_lag_p99_ms"] is None and health.counters(0)["loop_lag_max_ms"] is None
+    assert health.counters(0).loop_lag_p99_ms is None and health.counters(0).loop_lag_max_ms is None

@@ -43,9 +43,9 @@ def test_lag_percentiles_late_sends_and_merging():
     other = ClientHealth.from_wire(health.to_wire())
     other.merge(health)
     counters = other.counters(in_flight=3)
-    assert counters["sends"] == 200 and counters["skipped"] == 14 and counters["late_sends_1s"] == 2
-    assert counters["lag_p99_ms"] == pytest.approx(20.0, rel=0.03) and counters["in_flight"] == 3
-    assert ClientHealth().counters(0)["lag_p99_ms"] is None
+    assert counters.sends == 200 and counters.skipped == 14 and counters.late_sends_1s == 2
+    assert counters.lag_p99_ms == pytest.approx(20.0, rel=0.03) and counters.in_flight == 3
+    assert ClientHealth().counters(0).lag_p99_ms is None
 
 
 def test_hooks_get_event_data_as_a_dict_and_failures_are_contained(caplog):

@@ -11,21 +11,22 @@ from soak.config import LoadSettings, RunConfig, ScenarioSpec, TargetSettings
 from soak.run.conductor import Conductor
 from soak.run.environment import config_hash
 from soak.target import ServerInfo
+from soak.telemetry.gpu import GpuFacts
 
-FAKE_GPU = {"index": 0, "name": "NVIDIA H200", "driver": "550.54", "cuda_driver_version": "12.4",
-            "mem_total_bytes": 141 * 2**30}
+FAKE_GPU = GpuFacts(index=0, name="NVIDIA H200", uuid="GPU-aaaa", memory_total_bytes=141 * 2**30, driver="550.54",
+                    cuda_driver_version=12040)
 
 
 class FakeGpus:
-    def __init__(self, gpus: list[dict[str, Any]]) -> None:
+    def __init__(self, gpus: list[GpuFacts]) -> None:
         self.gpus = gpus
 
-    def describe(self) -> list[dict[str, Any]]:
+    def describe(self) -> list[GpuFacts]:
         return self.gpus
 
 
 class FakeTelemetry:
-    def __init__(self, gpus: list[dict[str, Any]]) -> None:
+    def __init__(self, gpus: list[GpuFacts]) -> None:
         self.gpus = FakeGpus(gpus)
 
 
@@ -45,7 +46,7 @@ def make_config(tmp_path: Path, scenario: Path) -> RunConfig:
                      load=LoadSettings(scenarios=[ScenarioSpec(name=str(scenario))]))
 
 
-def recorded_environment(config: RunConfig, gpus: list[dict[str, Any]]) -> dict[str, Any]:
+def recorded_environment(config: RunConfig, gpus: list[GpuFacts]) -> dict[str, Any]:
     """The environment a run on a machine with `gpus` ends up recording, through the conductor's own steps."""
     conductor = Conductor(config)
     conductor.state.info = ServerInfo(kind="external", base_url="http://127.0.0.1:9", model="m")
@@ -66,7 +67,7 @@ def scenario_file(tmp_path: Path, body: str = "x = 1\n") -> Path:
 def test_same_config_hashes_the_same_on_gpu_and_cpu_hosts(tmp_path):
     config = make_config(tmp_path, scenario_file(tmp_path))
     on_cpu, on_gpu = recorded_environment(config, []), recorded_environment(config, [FAKE_GPU])
-    assert on_gpu["gpus"] == [FAKE_GPU] and on_cpu["gpus"] == []
+    assert on_gpu["gpus"] == [FAKE_GPU.to_dict()] and on_cpu["gpus"] == []
     assert on_gpu["config_hash"] == on_cpu["config_hash"]
     assert on_gpu["scenarios"] == on_cpu["scenarios"] == [str(tmp_path / "my_scenario.py")]
 

@@ -18,6 +18,7 @@ import gevent
 
 from soak.config import LoadSettings, RunConfig
 from soak.load import LoadHooks, RequestRecord, start_load
+from soak.load.health import LoadCounters
 
 MOCK_PATH = Path(__file__).with_name("mockserver.py")
 READY_TIMEOUT_S = 30.0
@@ -73,7 +74,7 @@ class LoadRun:
     records: list[RequestRecord] = field(default_factory=list)
     events: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
     probes: list[tuple[int, bool, int, float]] = field(default_factory=list)
-    counters: dict[str, Any] = field(default_factory=dict)
+    counters: LoadCounters = field(default_factory=LoadCounters)
 
     def events_of(self, kind: str) -> list[dict[str, Any]]:
         return [data for k, _, data in self.events if k == kind]

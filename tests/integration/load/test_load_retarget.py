@@ -35,4 +35,4 @@ def test_after_retarget_every_request_goes_to_the_new_address(mock_server, secon
     assert all(r.error_class is None for r in run.records)
     assert mock_server.stats(model)["requests"] == len(before)
     assert second_server.stats(model)["requests"] == len(after)
-    assert len(run.records) == run.counters["sends"]
+    assert len(run.records) == run.counters.sends

@@ -17,12 +17,12 @@ def test_two_workers_share_the_rate_and_report_to_the_master(mock_server):
     run = run_load(config, mock_server.url, model)
 
     final = run.handle.counters()  # after stop: each worker's last word
-    assert mock_server.stats(model)["requests"] == final["sends"] == len(run.records)  # all records reached the master
+    assert mock_server.stats(model)["requests"] == final.sends == len(run.records)  # all records reached the master
     intended = [r.intended_t for r in run.records]
     assert len(set(intended)) == len(intended)  # distinct seeds per worker: no duplicated schedule
     planned_s = run.handle.phase_plan.end_t - run.handle.phase_plan.begin_t
-    assert 0.6 * 20 * planned_s < final["sends"] + final["skipped"] < 1.4 * 20 * planned_s
-    assert final["workers"] == 2 and final["lag_p99_ms"] < 50 and final["in_flight"] == 0
+    assert 0.6 * 20 * planned_s < final.sends + final.skipped < 1.4 * 20 * planned_s
+    assert final.workers == 2 and final.lag_p99_ms < 50 and final.in_flight == 0
     assert run.probes and run.probes[0][:3] == (0, True, 0)  # the probe drained both workers
     assert all(r.error_class is None for r in run.records)
 

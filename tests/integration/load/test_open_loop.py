@@ -29,7 +29,7 @@ def test_poisson_arrivals_are_the_seeded_plan_the_server_saw_each_and_timings_fo
 
     planned = planned_times(run, seed=7)
     assert sorted(r.intended_t for r in run.records) == pytest.approx(planned, abs=1e-6)
-    assert mock_server.stats(model)["requests"] == len(planned) == run.counters["sends"]
+    assert mock_server.stats(model)["requests"] == len(planned) == run.counters.sends
     assert 60 <= len(planned) <= 140  # 10 req/s for ~10 s, ±4σ
     gaps = [b - a for a, b in zip(planned, planned[1:])]
     assert 0.6 < statistics.pstdev(gaps) / statistics.mean(gaps) < 1.5  # Poisson: CV ≈ 1
@@ -42,7 +42,7 @@ def test_poisson_arrivals_are_the_seeded_plan_the_server_saw_each_and_timings_fo
     assert 500 <= e2e <= 520
     assert 8 <= itl <= 12
     assert all(r.ttft_ms < r.e2e_ms and len(r.itl_ms) == 40 and r.output_tokens == 41 for r in run.records)
-    assert run.counters["lag_p99_ms"] < 50 and run.counters["late_sends_1s"] == 0
+    assert run.counters.lag_p99_ms < 50 and run.counters.late_sends_1s == 0
 
 
 @pytest.mark.timeout(60)
@@ -57,7 +57,7 @@ def test_a_server_stall_does_not_reduce_the_send_rate(mock_server):
     assert all(r.sent_t - r.intended_t < 0.1 for r in during_stall)
     assert all(r.finish_t >= stall_until for r in during_stall)  # E2E includes the stall
     stats = mock_server.stats(model)
-    assert stats["requests"] == run.counters["sends"] == len(run.records)
+    assert stats["requests"] == run.counters.sends == len(run.records)
     assert sum(1 for a in stats["arrivals"] if a < stall_until) >= len(during_stall)
     assert stats["max_active"] >= 40  # open loop: in flight piled up instead of the rate dropping
 
@@ -114,7 +114,7 @@ def test_idle_probe_stops_arrivals_drains_and_calls_the_hook(mock_server):
     assert run.probes[0][3] - start["t"] >= drained["drain_s"] + 0.5  # the hold came before the hook
     end_t = start["t"] + end["duration_s"]
     assert not [r for r in run.records if start["t"] <= r.intended_t < end_t]
-    assert run.counters["skipped"] > 0
+    assert run.counters.skipped > 0
 
 
 @pytest.mark.timeout(60)
@@ -146,8 +146,8 @@ def test_pause_skips_planned_arrivals_until_resume(mock_server):
     run = run_load(make_config(duration_s=3, rate_rps=30, seed=6), mock_server.url, model, during=outage)
     assert [k for k, _, _ in run.events if k.startswith("load_")] == ["load_paused", "load_resumed"]
     assert not [r for r in run.records if marks["paused"] + 0.01 <= r.intended_t < marks["resumed"]]
-    assert run.counters["skipped"] >= 10  # ~30 planned in the second of outage
-    assert mock_server.stats(model)["requests"] == run.counters["sends"]
+    assert run.counters.skipped >= 10  # ~30 planned in the second of outage
+    assert mock_server.stats(model)["requests"] == run.counters.sends
 
 
 @pytest.mark.timeout(60)
@@ -178,7 +178,7 @@ def test_hostile_responses_never_stop_the_dispatcher(mock_server):
     model = mock_server.model(mode="invalid_json", ttft_ms=5, itl_ms=2, tokens=6)
     run = run_load(make_config(duration_s=2, rate_rps=20, seed=12), mock_server.url, model)
     assert run.records and {r.error_class for r in run.records} == {"bad_stream"}
-    assert mock_server.stats(model)["requests"] == run.counters["sends"] == len(run.records)
+    assert mock_server.stats(model)["requests"] == run.counters.sends == len(run.records)
 
 
 @pytest.mark.timeout(30)

@@ -353,7 +353,7 @@ def test_a_local_worker_that_dies_is_lost_and_the_other_takes_the_whole_rate(moc
     [lost] = run.events_of("worker_lost")
     assert lost["why"] == "its process exited with code -9" and lost["local"] is True
     assert (lost["remaining"], lost["share"], lost["on_loss"]) == (1, 1.0, "redistributed")
-    assert run.counters["workers"] == 1
+    assert run.counters.workers == 1
     after = [r for r in run.records if r.intended_t > run.killed_at + 0.5]
     span_s = run.handle.phase_plan.end_t - (run.killed_at + 0.5)
     assert span_s > 3

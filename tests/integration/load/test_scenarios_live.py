@@ -153,6 +153,6 @@ def test_the_whole_mix_runs_under_locust_with_every_scenario_represented(mock_se
     assert errors <= {("structured", "invalid_output"), ("tools", "invalid_output")}
     # Every valid request sent reached the server (the mock does not count invalid ones), but for those still on
     # their way when the load stopped (in flight when the counters were read; stopping cancels them).
-    valid_sends = run.counters["sends"] - sum(1 for r in run.records if r.scenario == "bad_input")
+    valid_sends = run.counters.sends - sum(1 for r in run.records if r.scenario == "bad_input")
     received = mock_server.stats(model)["requests"]
-    assert valid_sends - run.counters["in_flight"] <= received <= valid_sends
+    assert valid_sends - run.counters.in_flight <= received <= valid_sends
