@@ -184,16 +184,16 @@ class CanaryLoop:
             self.recorder.event(EventKind.CANARY_MISMATCH, f"canary {index}: answer differs from the reference at "
                                 f"character {diff['offset']}", {**data, **diff, "text": answer.text[:MAX_TEXT_CHARS]})
 
-    def around_probe(self, reading: Callable[[int, bool], Any], hold_s: float, timeout_s: float
-                     ) -> Callable[[int, bool], Any]:
+    def around_probe(self, reading: Callable[[int, bool], None], hold_s: float, timeout_s: float
+                     ) -> Callable[[int, bool], None]:
         """The idle-probe hook, made to wait for a canary in flight and then hold again before `reading`."""
-        def hook(index: int, drained: bool) -> Any:
+        def hook(index: int, drained: bool) -> None:
             if self.in_flight:
                 self._idle.wait(timeout_s)
             settle_s = hold_s - (time.monotonic() - self._last_end)
             if settle_s > 0:
                 gevent.sleep(settle_s)
-            return reading(index, drained)
+            reading(index, drained)
         return hook
 
 

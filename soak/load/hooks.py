@@ -27,7 +27,7 @@ class LoadHooks:
 
     on_request: Callable[[RequestRecord], Any] | None = None
     on_event: Callable[..., Any] | None = None
-    on_idle_probe: Callable[[int, bool], Any] | None = None
+    on_idle_probe: Callable[[int, bool], None] | None = None
     drain_timeout_s: Callable[[], float] | None = None
 
 

@@ -13,6 +13,7 @@ import json
 import math
 import urllib.error
 import urllib.request
+from dataclasses import dataclass, field
 from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -122,27 +123,44 @@ def probe_health(base_url: str, timeout_s: float = SCRAPE_TIMEOUT_S) -> bool | N
         return False
 
 
-def scrape(metrics_url: str, headers: dict[str, str] | None = None, with_extra: bool = True,
-           dialect: Dialect | None = None, model: str | None = None) -> dict[str, Any]:
-    """One scrape: {"scrape_ok", "dialect", known fields…, "extra": [...], "gpus": [...]}; a failed scrape has
-    scrape_ok False. "gpus" holds one gpu_samples row per GPU of a dcgm-exporter page (`dcgm.read_gpus`), else [].
+@dataclass(frozen=True)
+class Scrape:
+    """One scrape of a /metrics page: whether it answered, the dialect its names showed (None when unknown or
+    given), the known server fields it carried, the other series (`extra`: name, labels, value) and, on a
+    dcgm-exporter page, one gpu_samples row per GPU (`dcgm.read_gpus`)."""
 
-    With no `dialect`, the page's own is detected and named in "dialect" (None when the page names none).
+    ok: bool
+    dialect: str | None = None
+    known: dict[str, float] = field(default_factory=dict)
+    extra: list[tuple[str, dict[str, str], float]] = field(default_factory=list)
+    gpus: list[dict[str, Any]] = field(default_factory=list)
+    error: str | None = None
+
+    def value(self, name: str) -> float | None:
+        """A known field (`kv_usage`, `process_rss_bytes`, …), None when the page did not carry it."""
+        return self.known.get(name)
+
+
+def scrape(metrics_url: str, headers: dict[str, str] | None = None, with_extra: bool = True,
+           dialect: Dialect | None = None, model: str | None = None) -> Scrape:
+    """One scrape of `metrics_url`; a failed one is `ok` False with the reason in `error`.
+
+    With no `dialect`, the page's own is detected and named in `dialect` (None when the page names none).
     """
     try:
         text = fetch_text(metrics_url, headers=headers)
         samples = parse_samples(text if with_extra else known_lines_only(text, dialect))
         gpus = read_gpus(text)  # a dcgm-exporter page's GPUs, read at every scrape
     except (OSError, ValueError) as exc:
-        return {"scrape_ok": False, "dialect": None, "error": str(exc)[:200], "extra": [], "gpus": []}
+        return Scrape(ok=False, error=str(exc)[:200])
     found, known, extra = read_page(samples, dialect, model)
-    return {"scrape_ok": True, "dialect": found.name if found else None, **known, "extra": extra, "gpus": gpus}
+    return Scrape(ok=True, dialect=found.name if found else None, known=known, extra=extra, gpus=gpus)
 
 
-def server_reading(scraped: dict[str, Any], source: str, health_ok: bool | None) -> ServerReading:
-    """The server sample of one scrape of `source` (what `scrape` returned), with what /health answered."""
-    known = {name: scraped[name] for name in SERVER_FIELDS if scraped.get(name) is not None}
-    return ServerReading(source=source, scrape_ok=scraped["scrape_ok"], health_ok=health_ok, **known)
+def server_reading(scraped: Scrape, source: str, health_ok: bool | None) -> ServerReading:
+    """The server sample of one scrape of `source`, with what /health answered."""
+    known = {name: scraped.known[name] for name in SERVER_FIELDS if scraped.known.get(name) is not None}
+    return ServerReading(source=source, scrape_ok=scraped.ok, health_ok=health_ok, **known)
 
 
 def models_dialect(base_url: str, headers: dict[str, str] | None = None) -> Dialect | None:

@@ -20,7 +20,7 @@ from soak.telemetry.dialects import DIALECTS, Dialect
 from soak.telemetry.gpu import GpuSampler
 from soak.telemetry.latency import LatencyWindows
 from soak.telemetry.process import ProcessTreeSampler, SelfSampler, off_loop
-from soak.telemetry.prometheus import models_dialect, probe_health, scrape, server_reading
+from soak.telemetry.prometheus import Scrape, models_dialect, probe_health, scrape, server_reading
 
 log = logging.getLogger(__name__)
 
@@ -105,17 +105,17 @@ class DialectWatch:
         else:
             self._record(None, "the server's /metrics never named a known server (see --server-kind)", missing)
 
-    def observe(self, reading: dict[str, Any]) -> None:
+    def observe(self, reading: Scrape) -> None:
         """Note what a scrape carried; take the dialect it named, or ask /v1/models once when it failed."""
-        if reading.get("scrape_ok"):
-            self.seen.update(key for key in GAUGE_TEXT if reading.get(key) is not None)
+        if reading.ok:
+            self.seen.update(key for key in GAUGE_TEXT if reading.value(key) is not None)
         if self.dialect is not None:
             return
-        named = DIALECTS.get(reading.get("dialect") or "")
+        named = DIALECTS.get(reading.dialect or "")
         if named is not None:
             self.dialect, self.source = named, "the first /metrics scrape"
             self._record(named, self.source, not_measured(named))
-        elif not reading.get("scrape_ok") and not self._asked_models and self.sources.health_url:
+        elif not reading.ok and not self._asked_models and self.sources.health_url:
             self._asked_models = True
             found = models_dialect(self.sources.health_url, self.sources.headers)
             if found is not None:
@@ -240,14 +240,14 @@ class Telemetry:
             if index == 0:  # the first source is the server's own /metrics
                 self.dialects.observe(reading)
                 self._sample_metrics_process(snapshot, reading, t_s)
-            self._record_dcgm(url, reading["gpus"], t_s)
+            self._record_dcgm(url, reading.gpus, t_s)
             server = server_reading(reading, url, health_ok)
             self.recorder.samples([server], t_s)
             if snapshot.server is None or (snapshot.server.running is None and server.running is not None):
                 snapshot.server = server  # the server's own /metrics, unless only another source has its gauges
             if keep_extra:
                 self.recorder.samples([MetricReading(name[:200], value, labels)
-                                       for name, labels, value in reading["extra"]], t_s)
+                                       for name, labels, value in reading.extra], t_s)
         if keep_extra:
             self._last_extra_s = t_s
 
@@ -273,9 +273,9 @@ class Telemetry:
             self.recorder.event(EventKind.GPU_XID, f"XID {xid['xid']} on GPU {xid['uuid']} (dcgm-exporter)", xid)
         self.recorder.samples([gpu_reading(row, url) for row in gpus], t_s)
 
-    def _sample_metrics_process(self, snapshot: Snapshot, reading: dict[str, Any], t_s: float) -> None:
+    def _sample_metrics_process(self, snapshot: Snapshot, reading: Scrape, t_s: float) -> None:
         """The server's memory and open files from its /metrics, when none of its processes can be seen here."""
-        rss, fds = reading.get("process_rss_bytes"), reading.get("process_fds")
+        rss, fds = reading.value("process_rss_bytes"), reading.value("process_fds")
         if snapshot.server_processes or (rss is None and fds is None):
             return
         stats = ProcessStats(pid=0, name=METRICS_PROCESS_NAME, rss_bytes=None if rss is None else int(rss),
@@ -293,7 +293,7 @@ class Telemetry:
         self.recorder.update_run(heartbeat_at=utc_now_iso())
 
     # -- idle probes -----------------------------------------------------------------------------
-    def probe_reading(self, index: int, drained: bool) -> dict[str, Any]:
+    def probe_reading(self, index: int, drained: bool) -> None:
         """Sample now, at the end of an idle probe's hold, and record the floor as a `probe_reading` event."""
         snapshot = self.sample()
         server = snapshot.server
@@ -306,4 +306,3 @@ class Telemetry:
         }
         self.recorder.event(EventKind.PROBE_READING, f"idle probe {index}: kv={data['kv_usage']} running={data['running']}",
                             data)
-        return data

@@ -44,10 +44,10 @@ def test_the_fake_exporter_is_read_at_every_scrape_even_when_other_series_are_sk
     with FakeDcgmExporter([FakeGpu(0, UUID_A, fb_used_mib=lambda t: 1000 + t)]) as exporter:
         full = scrape(exporter.url)
         lean = scrape(exporter.url, with_extra=False, dialect=DIALECTS["vllm"])
-    assert full["scrape_ok"] and lean["scrape_ok"] and exporter.scrapes == 2
-    assert [row["uuid"] for row in lean["gpus"]] == [UUID_A]
-    assert lean["gpus"][0]["mem_used_bytes"] >= 1000 * MIB
-    assert scrape("http://127.0.0.1:9/metrics")["gpus"] == []
+    assert full.ok and lean.ok and exporter.scrapes == 2
+    assert [row["uuid"] for row in lean.gpus] == [UUID_A]
+    assert lean.gpus[0]["mem_used_bytes"] >= 1000 * MIB
+    assert scrape("http://127.0.0.1:9/metrics").gpus == []
 
 
 # -- XIDs from the last-XID gauge --------------------------------------------------------------------------

@@ -75,7 +75,7 @@ def test_max_concurrency_queues_sends_and_records_the_wait(mock_server):
     assert all(r.lag_ms < 50 for r in finished)  # lag excludes the queue
     cancelled = [r for r in run.records if r.error_class == "cancelled"]
     assert cancelled and not any(r.is_error for r in cancelled)
-    assert len(run.records) == run.handle.counters()["sends"]
+    assert len(run.records) == run.handle.counters().sends
 
 
 @pytest.mark.timeout(60)
