@@ -116,13 +116,17 @@ class LatencyWindow:
     start_s: float
     end_s: float
     count: int
-    mean_ms: float | None
-    p50_ms: float | None
-    p90_ms: float | None
-    p95_ms: float | None
-    p99_ms: float | None
-    max_ms: float | None
-    hist: str | None
+    mean_ms: float | None = None
+    p50_ms: float | None = None
+    p90_ms: float | None = None
+    p95_ms: float | None = None
+    p99_ms: float | None = None
+    max_ms: float | None = None
+    hist: str | None = None
+
+    def stored_ms(self, pct: int) -> float | None:
+        """The window's P`pct` (50, 90, 95 or 99) in ms as stored beside its histogram."""
+        return {50: self.p50_ms, 90: self.p90_ms, 95: self.p95_ms, 99: self.p99_ms}[pct]
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +152,15 @@ class RequestWindow:
     prompt_tokens: int = 0
     late_sends_1s: int = 0
     slo_met: int | None = None
+
+    def errors_of(self, error_class: str) -> int:
+        """The window's failed requests of one error class (`connect`, `timeout`, `http_5xx`, …)."""
+        return getattr(self, f"err_{error_class}")
+
+    @property
+    def errors(self) -> int:
+        """The window's failed requests of every class."""
+        return sum(getattr(self, name) for name in self.__dataclass_fields__ if name.startswith("err_"))
 
 
 @dataclass(frozen=True, slots=True)

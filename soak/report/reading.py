@@ -4,9 +4,8 @@
 samples, which would take longer than the whole report may. Here a Core select is fetched as the DB-API's plain
 tuples and turned into one float array per numeric column (NULL as NaN) and one object array per text column.
 
-The window records (`LatencyWindow`, `RequestWindow`) live here rather than in `soak.store.records`: the store's
-typed rows are the models' own (`Store.read_rows`), and these are the report's lighter view of two tables, only
-the columns it draws, built straight from the fetched tuples at this reading edge.
+The window records (`LatencyWindow`, `RequestWindow`) are the ones the run wrote (`soak.samples`), each told here
+which table holds it and built straight from the fetched tuples at this reading edge, without ORM objects.
 """
 
 from __future__ import annotations
@@ -18,8 +17,8 @@ from typing import ClassVar, Self, TypeVar
 import numpy as np
 from sqlalchemy import ColumnElement, String, Text, case, select
 
+from soak import samples
 from soak.store.models import (
-    ERROR_CLASSES,
     Base,
     GpuProcessSample,
     GpuSample,
@@ -110,72 +109,27 @@ def group_indices(*keys: np.ndarray) -> list[tuple[tuple, np.ndarray]]:
 
 
 @dataclass(frozen=True, slots=True)
-class LatencyWindow:
-    """One `latency_windows` row as the report reads it: a metric's window of one scenario ("*" = all), with its
-    stored percentiles in ms and its HDR histogram (base64), either of which may be missing."""
+class LatencyWindow(samples.LatencyWindow):
+    """One `latency_windows` row as the report reads it (the run wrote it as `soak.samples.LatencyWindow`)."""
 
     MODEL: ClassVar[type[Base]] = LatencyWindowRow
 
-    window_index: int
-    scenario: str
-    metric: str
-    start_s: float
-    end_s: float
-    count: int
-    p50_ms: float | None = None
-    p95_ms: float | None = None
-    p99_ms: float | None = None
-    hist: str | None = None
-
     @classmethod
     def from_row(cls, row: Sequence[object]) -> Self:
         """The record of a fetched row holding this record's columns, in field order."""
         return cls(*row)  # type: ignore[arg-type]  # the select names exactly these columns
-
-    def stored_ms(self, pct: int) -> float | None:
-        """The window's P`pct` (50, 95 or 99) in ms as stored beside its histogram."""
-        return {50: self.p50_ms, 95: self.p95_ms, 99: self.p99_ms}[pct]
 
 
 @dataclass(frozen=True, slots=True)
-class RequestWindow:
-    """One `request_windows` row as the report reads it: a window's request counts of one scenario ("*" = all),
-    errors by class, tokens, and the requests that met every --slo target (None: the run set no SLO)."""
+class RequestWindow(samples.RequestWindow):
+    """One `request_windows` row as the report reads it (the run wrote it as `soak.samples.RequestWindow`)."""
 
     MODEL: ClassVar[type[Base]] = RequestWindowRow
-
-    window_index: int
-    scenario: str
-    start_s: float
-    end_s: float
-    requests: int = 0
-    ok: int = 0
-    cancelled: int = 0
-    expected_errors: int = 0
-    err_connect: int = 0
-    err_timeout: int = 0
-    err_http_4xx: int = 0
-    err_http_5xx: int = 0
-    err_bad_stream: int = 0
-    err_invalid_output: int = 0
-    output_tokens: int = 0
-    prompt_tokens: int = 0
-    late_sends_1s: int = 0
-    slo_met: int | None = None
 
     @classmethod
     def from_row(cls, row: Sequence[object]) -> Self:
         """The record of a fetched row holding this record's columns, in field order."""
         return cls(*row)  # type: ignore[arg-type]  # the select names exactly these columns
-
-    def errors_of(self, error_class: str) -> int:
-        """The window's failed requests of one of `ERROR_CLASSES`."""
-        return getattr(self, f"err_{error_class}")
-
-    @property
-    def errors(self) -> int:
-        """The window's failed requests of every class."""
-        return sum(self.errors_of(name) for name in ERROR_CLASSES)
 
 
 Window = TypeVar("Window", LatencyWindow, RequestWindow)

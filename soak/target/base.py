@@ -17,7 +17,7 @@ import psutil
 
 from soak.config import RunConfig
 from soak.errors import TargetError
-from soak.target.openai import choose_model, list_models, model_limits
+from soak.target.openai import choose_model, list_models
 from soak.target.process import ServerProcess, log_tail
 from soak.telemetry.process import is_local_host, listening_pids
 
@@ -38,7 +38,6 @@ class ServerInfo:
     pgid: int | None = None
     cmd: list[str] = field(default_factory=list)
     log_path: Path | None = None
-    limits: dict[str, Any] = field(default_factory=dict)
     processes_from: str = ""  # how root_pids were found: started by soak, --server-pid, the port, or "" (none)
     server_environment: dict[str, Any] = field(default_factory=dict)  # the server's vLLM/torch, placement
     notes: list[str] = field(default_factory=list)  # what the user should hear before the load starts
@@ -200,7 +199,7 @@ class Target:
         return ServerInfo(
             kind=self.kind, base_url=base_url, model=model, root_pids=pids + given,
             metrics_urls=metrics, pgid=process.pid if process else None, cmd=process.cmd if process else [],
-            log_path=process.log_path if process else None, limits=model_limits(models, model),
+            log_path=process.log_path if process else None,
             processes_from=processes_from or ("started by soak" if process else "--server-pid" if given else ""),
         )
 

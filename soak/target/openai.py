@@ -44,11 +44,3 @@ def choose_model(models: list[dict[str, Any]], wanted: str | None, base_url: str
     if not ids:
         raise TargetError(f"target {base_url} lists no model at /v1/models")
     raise ConfigError(f"target {base_url} serves several models ({', '.join(ids)}): pick one with --served-model")
-
-
-def model_limits(models: list[dict[str, Any]], model: str) -> dict[str, Any]:
-    """Facts the server states about a model (e.g. `max_model_len`), for scenarios that size prompts."""
-    for entry in models:
-        if entry.get("id") == model:
-            return {k: entry[k] for k in ("max_model_len", "root", "owned_by") if k in entry}
-    return {}
