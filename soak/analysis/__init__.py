@@ -17,20 +17,20 @@ from soak.analysis.inputs import (
     GpuProcessSeries,
     HostSeries,
     LatencyStats,
-    LatencyWindow,
     ProbeReading,
     ProcessReading,
     ProcessSeries,
-    RequestWindow,
     RunData,
     ServerSeries,
     WindowInfo,
+    WindowLatency,
+    WindowRequests,
 )
 from soak.analysis.verdict import overall_verdict
 
 __all__ = [
     "analyse", "overall_verdict", "compare_baseline", "Finding", "RunData", "Gates", "load_gates",
     "CHECK_NAMES", "CHECK_ORDER", "VERDICTS",
-    "ClientSeries", "Event", "GpuProcessSeries", "HostSeries", "LatencyStats", "LatencyWindow", "ProbeReading",
-    "ProcessReading", "ProcessSeries", "RequestWindow", "ServerSeries", "WindowInfo",
+    "ClientSeries", "Event", "GpuProcessSeries", "HostSeries", "LatencyStats", "WindowLatency", "ProbeReading",
+    "ProcessReading", "ProcessSeries", "WindowRequests", "ServerSeries", "WindowInfo",
 ]

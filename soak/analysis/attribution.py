@@ -23,7 +23,7 @@ import numpy as np
 from scipy.stats import t as student_t
 
 from soak.analysis.findings import ScenarioGrowth
-from soak.analysis.inputs import RequestWindow
+from soak.analysis.inputs import WindowRequests
 
 TIME = "time"
 MOST = 0.5
@@ -62,7 +62,7 @@ class Attribution:
         return [term.growth(unit) for term in self.terms]
 
 
-def attribute(t_s: np.ndarray, values: np.ndarray, scenario_windows: Mapping[str, tuple[RequestWindow, ...]],
+def attribute(t_s: np.ndarray, values: np.ndarray, scenario_windows: Mapping[str, tuple[WindowRequests, ...]],
               confidence: float = 0.95) -> Attribution | None:
     """Fit the growth of `values` (sampled at `t_s`) to each scenario's counts; None when there are
     no scenario counts or too few intervals for the number of terms."""
@@ -87,7 +87,7 @@ def _intervals(t_s: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndar
 
 
 def _regressors(starts: np.ndarray, ends: np.ndarray,
-                scenario_windows: Mapping[str, tuple[RequestWindow, ...]]) -> tuple[list[str], list[np.ndarray]]:
+                scenario_windows: Mapping[str, tuple[WindowRequests, ...]]) -> tuple[list[str], list[np.ndarray]]:
     """Each scenario's requests (and cancels, when any) per interval, then the interval length."""
     names, columns = [], []
     for scenario, rows in sorted(scenario_windows.items()):
@@ -101,8 +101,8 @@ def _regressors(starts: np.ndarray, ends: np.ndarray,
     return names + [TIME], columns + [ends - starts]
 
 
-def _counts(starts: np.ndarray, ends: np.ndarray, rows: tuple[RequestWindow, ...],
-            count: Callable[[RequestWindow], int]) -> np.ndarray:
+def _counts(starts: np.ndarray, ends: np.ndarray, rows: tuple[WindowRequests, ...],
+            count: Callable[[WindowRequests], int]) -> np.ndarray:
     """Per interval (start, end], the counts of the windows, each shared by the part of the window
     the interval covers (requests are taken as spread evenly over their window)."""
     w_start = np.array([w.start_s for w in rows])

@@ -21,7 +21,7 @@ from soak.analysis.evidence import detection_sentence, settle_step, trend_senten
 from soak.analysis.findings import FAIL, INCONCLUSIVE, PASS, SUSPECT, Finding, inconclusive, skipped
 from soak.analysis.fmt import duration_text, p_text, pct_text
 from soak.analysis.gates import Gates
-from soak.analysis.inputs import RequestWindow, RunData
+from soak.analysis.inputs import RunData, WindowRequests
 from soak.analysis.step_records import StepResult
 from soak.analysis.steps import find_step
 from soak.analysis.trend import assess_trend
@@ -29,12 +29,12 @@ from soak.analysis.trend import assess_trend
 NORMAL_MIN_ERRORS = 30
 
 
-def _judged_rows(run: RunData) -> list[RequestWindow]:
+def _judged_rows(run: RunData) -> list[WindowRequests]:
     judged = run.judged_indices()
     return [w for w in run.request_windows if w.index in judged and w.requests > 0]
 
 
-def _class_counts(rows: list[RequestWindow]) -> dict[str, int]:
+def _class_counts(rows: list[WindowRequests]) -> dict[str, int]:
     counts: dict[str, int] = {}
     for row in rows:
         for name, n in row.errors.items():
@@ -42,13 +42,13 @@ def _class_counts(rows: list[RequestWindow]) -> dict[str, int]:
     return {k: v for k, v in sorted(counts.items(), key=lambda kv: -kv[1]) if v}
 
 
-def _rates(rows: list[RequestWindow]) -> tuple[np.ndarray, np.ndarray]:
+def _rates(rows: list[WindowRequests]) -> tuple[np.ndarray, np.ndarray]:
     """(window mid times, window error rates)."""
     return (np.array([0.5 * (w.start_s + w.end_s) for w in rows]),
             np.array([w.error_count / w.requests for w in rows]))
 
 
-def rate_step(rows: list[RequestWindow], gates: Gates) -> StepResult | None:
+def rate_step(rows: list[WindowRequests], gates: Gates) -> StepResult | None:
     """The step gate on the window error rates: a lasting rise of at least rise_abs.
 
     find_step picks the split and judges persistence on the rates after a running median of 3 (an
@@ -83,7 +83,7 @@ def rate_step(rows: list[RequestWindow], gates: Gates) -> StepResult | None:
                           "significant": p_value < spec.p_value, "most_windows": bool(raised.mean() >= 2 / 3)})
 
 
-def _excess_p(rows: list[RequestWindow], index: int, gates: Gates) -> float:
+def _excess_p(rows: list[WindowRequests], index: int, gates: Gates) -> float:
     """One-sided p of the errors after `index` given the rate and negative-binomial overdispersion
     of the ordinary windows before it: the sum's tail from a negative binomial of the same mean and
     variance while a handful of errors is expected (a normal approximation is too bold there; from
@@ -191,7 +191,7 @@ def check_budget(run: RunData, gates: Gates) -> Finding:
                    threshold=100 * budget, evidence=evidence, details=details)
 
 
-def late_segment(rows: list[RequestWindow], gates: Gates) -> dict | None:
+def late_segment(rows: list[WindowRequests], gates: Gates) -> dict | None:
     """The end of the run judged on its own: the windows after a step found by the step gate,
     else the last quarter. `over_budget` when its Wilson lower bound exceeds the budget and most of
     its windows are over budget each (one burst window is not the run ending over budget)."""
@@ -220,7 +220,7 @@ def _late_text(late: dict, budget: float) -> str:
 
 
 def _budget_text(verdict: str, errors: int, requests: int, rate: float, high: float, budget: float,
-                 rows: list[RequestWindow]) -> str:
+                 rows: list[WindowRequests]) -> str:
     classes = ", ".join(f"{k} {v}" for k, v in _class_counts(rows).items())
     head = f"{errors} errors in {requests} requests ({pct_text(rate, 2)}"
     head += f": {classes})" if classes else ")"
@@ -240,7 +240,7 @@ class ErrorBaseline:
     rate: float
     alpha: float
 
-    def tail_p(self, window: RequestWindow) -> float:
+    def tail_p(self, window: WindowRequests) -> float:
         """P(at least this many errors in the window) under the baseline."""
         mean = window.requests * min(self.rate, 1.0)
         if self.alpha <= 0:
@@ -249,7 +249,7 @@ class ErrorBaseline:
         return float(nbinom.sf(window.error_count - 1, size, size / (size + mean)))
 
 
-def estimate_baseline(rows: list[RequestWindow]) -> ErrorBaseline:
+def estimate_baseline(rows: list[WindowRequests]) -> ErrorBaseline:
     """Pooled rate and method-of-moments overdispersion of the given windows."""
     n = np.array([w.requests for w in rows], dtype=float)
     errors = np.array([w.error_count for w in rows], dtype=float)
@@ -261,7 +261,7 @@ def estimate_baseline(rows: list[RequestWindow]) -> ErrorBaseline:
     return ErrorBaseline(rate, alpha)
 
 
-def find_bursts(rows: list[RequestWindow], gates: Gates) -> tuple[list[tuple[RequestWindow, float]], ErrorBaseline,
+def find_bursts(rows: list[WindowRequests], gates: Gates) -> tuple[list[tuple[WindowRequests, float]], ErrorBaseline,
                                                                   StepResult | None]:
     """Windows whose error count is far above the run's baseline: [(window, tail p)], baseline, step.
 
@@ -278,7 +278,7 @@ def find_bursts(rows: list[RequestWindow], gates: Gates) -> tuple[list[tuple[Req
     return bursts, ErrorBaseline(estimate_baseline(rows[:step.index]).rate, alpha), step
 
 
-def _bursts_in(rows: list[RequestWindow], gates: Gates) -> tuple[list[tuple[RequestWindow, float]], ErrorBaseline]:
+def _bursts_in(rows: list[WindowRequests], gates: Gates) -> tuple[list[tuple[WindowRequests, float]], ErrorBaseline]:
     """Bursts against one pooled baseline, re-estimated without the flagged windows (three
     passes), so a burst does not raise its own bar."""
     pooled = estimate_baseline(rows).rate
@@ -292,7 +292,7 @@ def _bursts_in(rows: list[RequestWindow], gates: Gates) -> tuple[list[tuple[Requ
     return [(w, baseline.tail_p(w)) for w in rows if w.index in flagged], baseline
 
 
-def _bursts_local(rows: list[RequestWindow], split: int, gates: Gates) -> tuple[list[tuple[RequestWindow, float]], float]:
+def _bursts_local(rows: list[WindowRequests], split: int, gates: Gates) -> tuple[list[tuple[WindowRequests, float]], float]:
     """Bursts where the rate moves (a step, a ramp): each window's expected rate is the median of
     its two neighbours on either side (not itself, so a burst does not raise its own bar; across
     the split, so a ramp's windows next to it are not judged against one side only), at least the
@@ -315,7 +315,7 @@ def _bursts_local(rows: list[RequestWindow], split: int, gates: Gates) -> tuple[
     return [(w, ErrorBaseline(rate, alpha).tail_p(w)) for w, rate in zip(rows, expected) if w.index in flagged], alpha
 
 
-def _neighbour_rates(rows: list[RequestWindow]) -> np.ndarray:
+def _neighbour_rates(rows: list[WindowRequests]) -> np.ndarray:
     """Median error rate of each window's two neighbours on either side, floored at half an error
     over those neighbours (as `estimate_baseline` floors a spotless baseline)."""
     rates = np.array([w.error_count / w.requests for w in rows])
@@ -326,7 +326,7 @@ def _neighbour_rates(rows: list[RequestWindow]) -> np.ndarray:
     return out
 
 
-def _local_alpha(rows: list[RequestWindow], rates: np.ndarray) -> float:
+def _local_alpha(rows: list[WindowRequests], rates: np.ndarray) -> float:
     """Method-of-moments overdispersion around per-window expected rates."""
     n = np.array([w.requests for w in rows], dtype=float)
     errors = np.array([w.error_count for w in rows], dtype=float)
@@ -335,7 +335,7 @@ def _local_alpha(rows: list[RequestWindow], rates: np.ndarray) -> float:
     return max(0.0, float(excess / (mean ** 2).sum())) if (mean ** 2).sum() > 0 else 0.0
 
 
-def _is_burst(window: RequestWindow, baseline: ErrorBaseline, gates: Gates) -> bool:
+def _is_burst(window: WindowRequests, baseline: ErrorBaseline, gates: Gates) -> bool:
     errors = window.error_count
     if errors < gates.errors.burst_min_errors:
         return False
@@ -370,7 +370,7 @@ def check_bursts(run: RunData, gates: Gates) -> Finding:
                    threshold=0, evidence=evidence, details=details)
 
 
-def _calm_text(rows: list[RequestWindow], step: StepResult | None) -> str:
+def _calm_text(rows: list[WindowRequests], step: StepResult | None) -> str:
     errors, requests = sum(w.error_count for w in rows), sum(w.requests for w in rows)
     if not errors:
         return f"No errors in {requests} requests."
@@ -388,7 +388,7 @@ def _bursts_text(bursts: list, baseline: float) -> str:
             f"{duration_text(worst.start_s)}, binomial tail {p_text(p)}.")
 
 
-def _burst_dict(window: RequestWindow, p: float) -> dict:
+def _burst_dict(window: WindowRequests, p: float) -> dict:
     return {"index": window.index, "start_s": window.start_s, "end_s": window.end_s,
             "errors": window.error_count, "requests": window.requests, "tail_p": p,
             "by_class": dict(window.errors)}
@@ -400,7 +400,7 @@ INVALID_OUTPUT = "invalid_output"
 VALIDATING_SCENARIOS = ("structured", "tools")
 
 
-def _invalid_count(rows: tuple[RequestWindow, ...] | list[RequestWindow]) -> int:
+def _invalid_count(rows: tuple[WindowRequests, ...] | list[WindowRequests]) -> int:
     return sum(int(w.errors.get(INVALID_OUTPUT, 0)) for w in rows)
 
 

@@ -29,7 +29,7 @@ from soak.analysis.evidence import detection_sentence, settle_step, trend_caveat
 from soak.analysis.findings import FAIL, INCONCLUSIVE, PASS, SUSPECT, Finding, Trend, inconclusive, skipped
 from soak.analysis.fmt import duration_text, p_text, pct_text
 from soak.analysis.gates import Gates
-from soak.analysis.inputs import RequestWindow, RunData
+from soak.analysis.inputs import RunData, WindowRequests
 from soak.analysis.load_model import LoadFit, LoadSeries, fit_with_load, offered_load
 from soak.analysis.step_records import StepResult
 from soak.analysis.steps import find_step
@@ -75,7 +75,7 @@ def goodput_windows(run: RunData) -> list[GoodputWindow] | None:
     return [_window(w) for w in run.request_windows if w.index in judged and w.requests > 0 and w.slo_met is not None]
 
 
-def _window(row: RequestWindow) -> GoodputWindow:
+def _window(row: WindowRequests) -> GoodputWindow:
     return GoodputWindow(row.index, row.start_s, row.end_s, row.requests, min(int(row.slo_met or 0), row.requests))
 
 

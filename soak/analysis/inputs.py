@@ -11,7 +11,7 @@ Conventions every field follows:
 * Array fields are 1-D numpy float arrays of equal length inside one object, sorted by `t_s`.
   A missing reading inside an array is `nan`; a quantity never measured is `None`.
 * Units are in the names: bytes, ms, seconds, fractions (0–1), counts.
-* A window's `index` is the same number in `WindowInfo`, `LatencyWindow` and `RequestWindow`.
+* A window's `index` is the same number in `WindowInfo`, `WindowLatency` and `WindowRequests`.
 """
 
 from __future__ import annotations
@@ -201,8 +201,9 @@ class LatencyStats:
 
 
 @dataclass(frozen=True)
-class LatencyWindow:
-    """Client-measured latency of the requests that finished in window `index`.
+class WindowLatency:
+    """Client-measured latency of the requests that finished in window `index`, every scenario together: the
+    checks' view of the stored rows (`soak.samples.LatencyWindow`, one per metric and scenario).
 
     TTFT = intended send → first content token; ITL = gap between content chunks; E2E = intended
     send → last byte (docs/load.md, "Measurements"). A metric with no samples in the window is None.
@@ -221,8 +222,9 @@ class LatencyWindow:
 
 
 @dataclass(frozen=True)
-class RequestWindow:
-    """Request counts of window `index`.
+class WindowRequests:
+    """Request counts of window `index`, as the checks read them (from `soak.samples.RequestWindow` rows, with
+    the window's offered load and schedule lag beside them).
 
     `requests` counts requests that finished in the window, successes and errors, not `cancelled`
     ones (a deliberate client cancel is not an error and not a completion). `errors` maps an error
@@ -301,7 +303,7 @@ class ClientSeries:
     process cannot use more than one core) and `rss_bytes` of the client, sampled at `t_s`.
     Run-level schedule lag: `sends` (all planned arrivals sent), `late_sends_1s` (sent > 1 s after their
     intended time), `lag_p99_ms` (P99 of sent − intended over the whole run).
-    Run-level values may be None; the check then falls back to summing `RequestWindow` counts.
+    Run-level values may be None; the check then falls back to summing `WindowRequests` counts.
     `loop_lag_p99_ms`, `loop_lag_max_ms`: how late the client's event loop woke while the load ran (P99 and
     max), the delay any reply it received could have been stamped with; None for runs stored without them.
     """
@@ -350,8 +352,8 @@ only changes wording — `crashes` needs a server event, a health series or proc
     processes: tuple[ProcessSeries, ...] = ()
     gpu_processes: tuple[GpuProcessSeries, ...] = ()
     probes: tuple[ProbeReading, ...] = ()
-    latency_windows: tuple[LatencyWindow, ...] = ()
-    request_windows: tuple[RequestWindow, ...] = ()
+    latency_windows: tuple[WindowLatency, ...] = ()
+    request_windows: tuple[WindowRequests, ...] = ()
     server: ServerSeries | None = None
     client: ClientSeries | None = None
     # Kinds the analysis reads: "server_start", "crash" (data may carry "exit_code" and "log_tail"), "restart",
@@ -359,7 +361,7 @@ only changes wording — `crashes` needs a server event, a health series or proc
     # "canary_mismatch", "canary_timeout" and "canary_error" (canary). Other kinds are ignored.
     events: tuple[Event, ...] = ()
     total_requests: int = 0
-    scenario_windows: Mapping[str, tuple[RequestWindow, ...]] = field(default_factory=dict)
+    scenario_windows: Mapping[str, tuple[WindowRequests, ...]] = field(default_factory=dict)
     host: HostSeries | None = None
     # Each GPU's own series (NVML and dcgm-exporter): gpu.xid, gpu.ecc, and leak.vram when NVML saw no process.
     gpus: tuple[GpuSeries, ...] = ()

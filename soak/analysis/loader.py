@@ -17,14 +17,14 @@ from soak.analysis.inputs import (
     GpuSeries,
     HostSeries,
     LatencyStats,
-    LatencyWindow,
     ProbeReading,
     ProcessReading,
     ProcessSeries,
-    RequestWindow,
     RunData,
     ServerSeries,
     WindowInfo,
+    WindowLatency,
+    WindowRequests,
 )
 from soak.contracts import EventKind
 from soak.slo import stored_slo_ms
@@ -180,7 +180,7 @@ def _stats(row: LatencyWindowRow | None) -> LatencyStats | None:
     return LatencyStats(count=row.count, p50_ms=row.p50_ms, p90_ms=row.p90_ms, p95_ms=row.p95_ms, p99_ms=row.p99_ms)
 
 
-def load_latency(store: Store, run_id: str) -> tuple[tuple[LatencyWindow, ...], dict[int, float]]:
+def load_latency(store: Store, run_id: str) -> tuple[tuple[WindowLatency, ...], dict[int, float]]:
     """Per-window latency of all scenarios, and each window's schedule-lag P99."""
     by_index: dict[int, dict[str, LatencyWindowRow]] = defaultdict(dict)
     for row in store.read_rows(LatencyWindowRow, run_id, scenario=ALL_SCENARIOS):
@@ -188,7 +188,7 @@ def load_latency(store: Store, run_id: str) -> tuple[tuple[LatencyWindow, ...], 
     windows, lag_p99 = [], {}
     for index, metrics in sorted(by_index.items()):
         any_row = next(iter(metrics.values()))
-        windows.append(LatencyWindow(index=index, start_s=any_row.start_s, end_s=any_row.end_s,
+        windows.append(WindowLatency(index=index, start_s=any_row.start_s, end_s=any_row.end_s,
                                      ttft=_stats(metrics.get("ttft")), itl=_stats(metrics.get("itl")),
                                      e2e=_stats(metrics.get("e2e"))))
         if (lag := metrics.get("lag")) and lag.count:
@@ -196,28 +196,28 @@ def load_latency(store: Store, run_id: str) -> tuple[tuple[LatencyWindow, ...], 
     return tuple(windows), lag_p99
 
 
-def _request_window(row: RequestWindowRow, lag_p99: dict[int, float]) -> RequestWindow:
+def _request_window(row: RequestWindowRow, lag_p99: dict[int, float]) -> WindowRequests:
     """One stored request_windows row (requests exclude cancelled ones; sends include them)."""
-    return RequestWindow(index=row.window_index, start_s=row.start_s, end_s=row.end_s,
+    return WindowRequests(index=row.window_index, start_s=row.start_s, end_s=row.end_s,
                          requests=row.requests - row.cancelled,
                          errors={name: getattr(row, "err_" + name) for name in ERROR_CLASSES}, cancelled=row.cancelled,
                          output_tokens=row.output_tokens, sends=row.requests, late_sends_1s=row.late_sends_1s,
                          lag_p99_ms=lag_p99.get(row.window_index), slo_met=row.slo_met)
 
 
-def load_request_windows(store: Store, run_id: str, lag_p99: dict[int, float]) -> tuple[RequestWindow, ...]:
+def load_request_windows(store: Store, run_id: str, lag_p99: dict[int, float]) -> tuple[WindowRequests, ...]:
     """Per-window counts of all scenarios."""
     return tuple(_request_window(row, lag_p99)
                  for row in store.read_rows(RequestWindowRow, run_id, scenario=ALL_SCENARIOS))
 
 
-def load_scenario_windows(store: Store, run_id: str) -> dict[str, tuple[RequestWindow, ...]]:
+def load_scenario_windows(store: Store, run_id: str) -> dict[str, tuple[WindowRequests, ...]]:
     """Per-window counts of each scenario on its own, with that scenario's schedule-lag P99."""
     lag_p99: dict[str, dict[int, float]] = defaultdict(dict)
     for row in store.read_rows(LatencyWindowRow, run_id, metric="lag"):
         if row.scenario != ALL_SCENARIOS and row.count:
             lag_p99[row.scenario][row.window_index] = row.p99_ms
-    by_scenario: dict[str, list[RequestWindow]] = defaultdict(list)
+    by_scenario: dict[str, list[WindowRequests]] = defaultdict(list)
     for row in store.read_rows(RequestWindowRow, run_id):  # in window order, so each list is too
         if row.scenario != ALL_SCENARIOS:
             by_scenario[row.scenario].append(_request_window(row, lag_p99[row.scenario]))

@@ -12,13 +12,13 @@ import numpy as np
 from soak.analysis.evidence import detection_sentence, settle_step, trend_sentence
 from soak.analysis.findings import FAIL, Finding, Trend, inconclusive, skipped
 from soak.analysis.gates import Gates
-from soak.analysis.inputs import RequestWindow, RunData
+from soak.analysis.inputs import RunData, WindowRequests
 from soak.analysis.trend import assess_trend
 
 CHECK = "throughput.decay"
 
 
-def throughput_series(rows: list[RequestWindow]) -> tuple[np.ndarray, np.ndarray, str]:
+def throughput_series(rows: list[WindowRequests]) -> tuple[np.ndarray, np.ndarray, str]:
     """(window mid times, per-window throughput, what it measures)."""
     t_s = np.array([0.5 * (w.start_s + w.end_s) for w in rows])
     if all(w.sends for w in rows):

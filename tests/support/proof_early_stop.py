@@ -16,7 +16,7 @@ import numpy as np
 
 from soak.analysis.early_stop import SequentialStop, StopDecision, StopRule, judge_look, planned_window_count
 from soak.analysis.gates import Gates
-from soak.analysis.inputs import LatencyWindow, ProcessSeries, RunData
+from soak.analysis.inputs import ProcessSeries, RunData, WindowLatency
 from soak.config import STOP_ON_FAIL_WINDOWS_PER_RUN
 
 from .proof import SCENARIOS, Scenario, bare_scenario_run
@@ -56,7 +56,7 @@ def run_creep(rng: np.random.Generator, scenario: Scenario, multiple: float, gat
     run = bare_scenario_run(scenario)
     model = LatencyModel(median_ms=150.0, creep_frac=multiple * gates.creep.ttft_p99.rise_frac)
     stats = latency_series(rng, model, run.windows, scenario.rate_per_s, run.warmup_s)
-    rows = tuple(LatencyWindow(w.index, w.start_s, w.end_s, ttft=s) for w, s in zip(run.windows, stats))
+    rows = tuple(WindowLatency(w.index, w.start_s, w.end_s, ttft=s) for w, s in zip(run.windows, stats))
     return replace(run, latency_windows=rows)
 
 

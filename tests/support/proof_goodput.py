@@ -15,7 +15,7 @@ from scipy.special import expit, logit
 from soak.analysis import goodput
 from soak.analysis.findings import Finding
 from soak.analysis.gates import Gates
-from soak.analysis.inputs import RequestWindow, RunData
+from soak.analysis.inputs import RunData, WindowRequests
 
 from .proof import Case, Scenario, Trial, bare_scenario_run
 from .proof_traffic import diurnal_shape, wave_shape
@@ -65,7 +65,7 @@ def goodput_run(rng: np.random.Generator, scenario: Scenario, fall: np.ndarray |
     for window, share, relative in zip(run.windows, np.clip(shares, 0.0, 1.0), load):
         requests = int(rng.poisson(scenario.rate_per_s * relative * (window.end_s - window.start_s)))
         good = int(rng.binomial(requests, share))
-        rows.append(RequestWindow(window.index, window.start_s, window.end_s, requests=requests, sends=requests,
+        rows.append(WindowRequests(window.index, window.start_s, window.end_s, requests=requests, sends=requests,
                                   slo_met=good))
     return replace(run, request_windows=tuple(rows), slo=SLO_MS)
 

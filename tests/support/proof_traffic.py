@@ -10,7 +10,7 @@ import numpy as np
 from soak.analysis import error_checks, latency, throughput
 from soak.analysis.findings import Finding
 from soak.analysis.gates import Gates
-from soak.analysis.inputs import LatencyWindow, RequestWindow, WindowInfo
+from soak.analysis.inputs import WindowInfo, WindowLatency, WindowRequests
 
 from .proof import Case, Scenario, Trial, bare_scenario_run
 from .synthetic import (
@@ -31,12 +31,12 @@ def trial_creep(rng: np.random.Generator, scenario: Scenario, multiple: float, g
     run = bare_scenario_run(scenario)
     model = LatencyModel(median_ms=150.0, creep_frac=multiple * gates.creep.ttft_p99.rise_frac)
     stats = latency_series(rng, model, run.windows, scenario.rate_per_s, run.warmup_s)
-    rows = tuple(LatencyWindow(w.index, w.start_s, w.end_s, ttft=s) for w, s in zip(run.windows, stats))
+    rows = tuple(WindowLatency(w.index, w.start_s, w.end_s, ttft=s) for w, s in zip(run.windows, stats))
     return latency.check_ttft(replace(run, latency_windows=rows), gates)
 
 
-def _request_rows(windows: tuple[WindowInfo, ...], counts: list[tuple[int, int]]) -> tuple[RequestWindow, ...]:
-    return tuple(RequestWindow(w.index, w.start_s, w.end_s, requests=n, errors={"http_5xx": e}, sends=n)
+def _request_rows(windows: tuple[WindowInfo, ...], counts: list[tuple[int, int]]) -> tuple[WindowRequests, ...]:
+    return tuple(WindowRequests(w.index, w.start_s, w.end_s, requests=n, errors={"http_5xx": e}, sends=n)
                  for w, (n, e) in zip(windows, counts))
 
 
@@ -72,7 +72,7 @@ def trial_throughput(rng: np.random.Generator, scenario: Scenario, multiple: flo
         share = max(w.mid_s - run.warmup_s, 0.0) / (run.windows[-1].end_s - run.warmup_s)
         per_request = 200 * np.exp(level) * (1 - multiple * gates.throughput.decay_frac * share)
         tokens = rng.lognormal(np.log(per_request) - 0.5, 1.0, n).sum()  # cv ≈ 1.3 per request
-        rows.append(RequestWindow(w.index, w.start_s, w.end_s, requests=n, output_tokens=int(tokens), sends=n))
+        rows.append(WindowRequests(w.index, w.start_s, w.end_s, requests=n, output_tokens=int(tokens), sends=n))
     return throughput.check_decay(replace(run, request_windows=tuple(rows)), gates)
 
 
@@ -103,8 +103,8 @@ def wave_shape(rng: np.random.Generator, x: np.ndarray) -> np.ndarray:
 
 
 def _latency_run(run, windows, stats) -> Finding:
-    rows = tuple(LatencyWindow(w.index, w.start_s, w.end_s, ttft=s) for w, s in zip(windows, stats))
-    sends = tuple(RequestWindow(w.index, w.start_s, w.end_s, requests=s.count if s else 0, sends=s.count if s else 0)
+    rows = tuple(WindowLatency(w.index, w.start_s, w.end_s, ttft=s) for w, s in zip(windows, stats))
+    sends = tuple(WindowRequests(w.index, w.start_s, w.end_s, requests=s.count if s else 0, sends=s.count if s else 0)
                   for w, s in zip(windows, stats))
     return replace(run, latency_windows=rows, request_windows=sends)
 

@@ -21,14 +21,14 @@ from soak.analysis.inputs import (
     Event,
     GpuProcessSeries,
     LatencyStats,
-    LatencyWindow,
     ProbeReading,
     ProcessReading,
     ProcessSeries,
-    RequestWindow,
     RunData,
     ServerSeries,
     WindowInfo,
+    WindowLatency,
+    WindowRequests,
 )
 from soak.analysis.windows import default_warmup_s, default_window_s
 
@@ -328,24 +328,24 @@ def _probes(model: RunModel, spans: tuple, processes: tuple[ProcessSeries, ...])
 
 
 def _latency_windows(rng: np.random.Generator, model: RunModel, windows: tuple[WindowInfo, ...],
-                     warmup_s: float) -> tuple[LatencyWindow, ...]:
+                     warmup_s: float) -> tuple[WindowLatency, ...]:
     metrics = {"ttft": LatencyModel(median_ms=150, creep_frac=model.creep_frac),
                "itl": LatencyModel(median_ms=25, sigma=0.3, creep_frac=model.creep_frac),
                "e2e": LatencyModel(median_ms=4000, sigma=0.6, creep_frac=model.creep_frac)}
     # ITL has one sample per chunk gap: ~50 per request.
     rates = {"ttft": model.rate_per_s, "itl": 50 * model.rate_per_s, "e2e": model.rate_per_s}
     series = {m: latency_series(rng, lm, windows, rates[m], warmup_s) for m, lm in metrics.items()}
-    return tuple(LatencyWindow(w.index, w.start_s, w.end_s, *(series[m][i] for m in metrics))
+    return tuple(WindowLatency(w.index, w.start_s, w.end_s, *(series[m][i] for m in metrics))
                  for i, w in enumerate(windows))
 
 
 def _request_windows(rng: np.random.Generator, model: RunModel, windows: tuple[WindowInfo, ...],
-                     warmup_s: float) -> tuple[RequestWindow, ...]:
+                     warmup_s: float) -> tuple[WindowRequests, ...]:
     counts = error_counts(rng, ErrorModel(rise_abs=model.error_rise_abs), windows, model.rate_per_s, warmup_s)
     out = []
     for window, (n, errors) in zip(windows, counts):
         tokens = int(rng.normal(200, 10) * (n - errors)) if n > errors else 0
-        out.append(RequestWindow(window.index, window.start_s, window.end_s, requests=n,
+        out.append(WindowRequests(window.index, window.start_s, window.end_s, requests=n,
                                  errors={"http_5xx": errors}, output_tokens=max(tokens, 0), sends=n,
                                  late_sends_1s=int(round(model.late_frac * n)),
                                  lag_p99_ms=model.lag_p99_ms))

@@ -5,7 +5,7 @@ import pytest
 
 from soak.analysis.attribution import attribute, attribution_text, hc1_ols
 from soak.analysis.fmt import bytes_range_text, bytes_text
-from soak.analysis.inputs import RequestWindow
+from soak.analysis.inputs import WindowRequests
 
 MIB = 2**20
 WINDOW_S = 1800.0
@@ -16,7 +16,7 @@ def windows(rng, rate_low, rate_high, n=48, cancel=False):
     rows = []
     for i in range(n):
         count = int(rng.poisson(rng.uniform(rate_low, rate_high) * WINDOW_S))
-        rows.append(RequestWindow(i, i * WINDOW_S, (i + 1) * WINDOW_S, requests=0 if cancel else count,
+        rows.append(WindowRequests(i, i * WINDOW_S, (i + 1) * WINDOW_S, requests=0 if cancel else count,
                                   cancelled=count if cancel else 0))
     return tuple(rows)
 

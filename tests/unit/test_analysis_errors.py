@@ -6,7 +6,7 @@ import pytest
 from soak.analysis.error_checks import check_budget, check_bursts, check_rise, wilson_interval
 from soak.analysis.findings import FAIL, INCONCLUSIVE, PASS, SKIPPED, SUSPECT
 from soak.analysis.gates import Gates
-from soak.analysis.inputs import Event, RequestWindow
+from soak.analysis.inputs import Event, WindowRequests
 from support.synthetic import bare_run
 
 RUN_S = 24 * 3600.0
@@ -14,7 +14,7 @@ RUN_S = 24 * 3600.0
 
 def run_with(errors_of, requests=3000, run_s=RUN_S, events=()):
     plan = bare_run(run_s)
-    rows = tuple(RequestWindow(w.index, w.start_s, w.end_s, requests=requests,
+    rows = tuple(WindowRequests(w.index, w.start_s, w.end_s, requests=requests,
                                errors={"http_5xx": errors_of(w), "timeout": 0}, sends=requests)
                  for w in plan.windows)
     return bare_run(run_s, request_windows=rows, events=tuple(events))
@@ -56,7 +56,7 @@ def test_rise_detects_a_climbing_error_rate():
 def test_rise_flat_passes_and_short_is_inconclusive():
     assert check_rise(run_with(binomial(1, lambda w: 0.002)), Gates()).verdict == PASS
     short = bare_run(RUN_S, window_s=RUN_S / 10)
-    rows = tuple(RequestWindow(w.index, w.start_s, w.end_s, requests=100) for w in short.windows)
+    rows = tuple(WindowRequests(w.index, w.start_s, w.end_s, requests=100) for w in short.windows)
     finding = check_rise(bare_run(RUN_S, window_s=RUN_S / 10, request_windows=rows), Gates())
     assert finding.verdict == INCONCLUSIVE
     assert check_rise(bare_run(RUN_S), Gates()).verdict == SKIPPED

@@ -18,7 +18,7 @@ from soak.analysis.findings import (
     Trend,
 )
 from soak.analysis.gates import Gates
-from soak.analysis.inputs import HostSeries, ProcessSeries, RequestWindow
+from soak.analysis.inputs import HostSeries, ProcessSeries, WindowRequests
 from soak.analysis.memory import check_rss
 from soak.analysis.step_records import Stair, Staircase, StepResult
 from soak.analysis.warmup import WarmupCut
@@ -129,9 +129,9 @@ def _staircase_leak() -> Finding:
 def _cancel_leak() -> Finding:
     rng, run_s = np.random.default_rng(11), 6 * 3600.0
     windows = bare_run(run_s).windows
-    chat = tuple(RequestWindow(w.index, w.start_s, w.end_s, requests=int(rng.poisson(3 * (w.end_s - w.start_s))))
+    chat = tuple(WindowRequests(w.index, w.start_s, w.end_s, requests=int(rng.poisson(3 * (w.end_s - w.start_s))))
                  for w in windows)
-    cancel = tuple(RequestWindow(w.index, w.start_s, w.end_s, requests=0,
+    cancel = tuple(WindowRequests(w.index, w.start_s, w.end_s, requests=0,
                                  cancelled=int(rng.poisson(rng.uniform(0.1, 1.0) * (w.end_s - w.start_s))))
                    for w in windows)
     ends = np.array([w.end_s for w in windows])

@@ -11,7 +11,7 @@ from soak.analysis import analyse
 from soak.analysis.findings import CHECK_ORDER, FAIL, INCONCLUSIVE, PASS, SKIPPED, SUSPECT, Finding
 from soak.analysis.gates import Gates, gates_from_dict
 from soak.analysis.goodput import check_decay, check_floor, clopper_pearson
-from soak.analysis.inputs import RequestWindow, RunData
+from soak.analysis.inputs import RunData, WindowRequests
 from soak.analysis.verdict import required_checks
 from support.proof import SCENARIOS, bare_scenario_run, cases
 from support.proof_goodput import SLO_MS, goodput_run
@@ -31,7 +31,7 @@ def run_with_shares(shares: list[float] | np.ndarray, requests: int = 1000, nois
     def good(share: float) -> int:
         return int(rng.binomial(requests, share)) if noisy else round(requests * share)
 
-    rows = tuple(RequestWindow(w.index, w.start_s, w.end_s, requests=requests, sends=requests,
+    rows = tuple(WindowRequests(w.index, w.start_s, w.end_s, requests=requests, sends=requests,
                                slo_met=good(by_index.get(w.index, 1.0))) for w in run.windows)
     return replace(run, request_windows=rows, slo=SLO_MS)
 
@@ -42,7 +42,7 @@ def judged_count() -> int:
 
 def test_both_checks_are_skipped_without_an_slo_and_then_not_required():
     run = bare_scenario_run(SCENARIOS["1h"])
-    rows = tuple(RequestWindow(w.index, w.start_s, w.end_s, requests=100, sends=100) for w in run.windows)
+    rows = tuple(WindowRequests(w.index, w.start_s, w.end_s, requests=100, sends=100) for w in run.windows)
     run = replace(run, request_windows=rows)
     findings = [check_decay(run, Gates()), check_floor(run, Gates())]
     assert [f.verdict for f in findings] == [SKIPPED, SKIPPED]

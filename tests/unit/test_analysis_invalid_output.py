@@ -5,16 +5,16 @@ from __future__ import annotations
 from soak.analysis.error_checks import check_invalid_output
 from soak.analysis.findings import FAIL, PASS, SKIPPED
 from soak.analysis.gates import Gates
-from soak.analysis.inputs import Event, RequestWindow
+from soak.analysis.inputs import Event, WindowRequests
 from support.synthetic import bare_run
 
 RUN_S = 3600.0
 BAD = "invalid JSON (Expecting value at char 41); answer: '{\"name\":\"\",\"age\":0,'"
 
 
-def _windows(invalid_from_s: float | None, requests: int = 100) -> tuple[RequestWindow, ...]:
+def _windows(invalid_from_s: float | None, requests: int = 100) -> tuple[WindowRequests, ...]:
     plan = bare_run(RUN_S)
-    return tuple(RequestWindow(w.index, w.start_s, w.end_s, requests=requests, sends=requests,
+    return tuple(WindowRequests(w.index, w.start_s, w.end_s, requests=requests, sends=requests,
                                errors={"invalid_output": 7 if invalid_from_s is not None and w.start_s >= invalid_from_s
                                        else 0}) for w in plan.windows)
 
@@ -46,7 +46,7 @@ def test_answers_broken_after_hours_fail_quoting_the_first():
 
 def test_one_invalid_answer_in_a_users_scenario_fails_too():
     rows = _windows(None)
-    rows = (*rows[:-1], RequestWindow(rows[-1].index, rows[-1].start_s, rows[-1].end_s, requests=100, sends=100,
+    rows = (*rows[:-1], WindowRequests(rows[-1].index, rows[-1].start_s, rows[-1].end_s, requests=100, sends=100,
                                       errors={"invalid_output": 1}))
     finding = check_invalid_output(bare_run(RUN_S, request_windows=rows, scenario_windows={"mine": rows}), Gates())
     assert finding.verdict == FAIL and finding.value == 1 and "mine 1" in finding.evidence

@@ -7,7 +7,7 @@ import pytest
 
 from soak.analysis.findings import FAIL, INCONCLUSIVE, PASS, SKIPPED
 from soak.analysis.gates import Gates
-from soak.analysis.inputs import LatencyStats, LatencyWindow
+from soak.analysis.inputs import LatencyStats, WindowLatency
 from soak.analysis.latency import check_creep, check_e2e, check_ttft, choose_level
 from support.records import summary_finding
 from support.synthetic import bare_run
@@ -21,7 +21,7 @@ def windows_with(count, p99_of, run_s=RUN_S):
     for w in run.windows:
         p99 = p99_of(w)
         stats = LatencyStats(count=count, p50_ms=p99 / 4, p90_ms=p99 / 2, p95_ms=p99 / 1.5, p99_ms=p99)
-        rows.append(LatencyWindow(w.index, w.start_s, w.end_s, ttft=stats, e2e=stats))
+        rows.append(WindowLatency(w.index, w.start_s, w.end_s, ttft=stats, e2e=stats))
     return bare_run(run_s, latency_windows=tuple(rows))
 
 
@@ -91,9 +91,9 @@ def diurnal_rate(w, phase=math.pi):
 def loaded_run(p99_of, rate_of, sends=True, run_s=RUN_S, count=5000):
     """Latency windows whose P99 is `p99_of(w)`, with the offered load `rate_of(w)` as sends
     (or, without sends, as the server's in-flight gauge)."""
-    from soak.analysis.inputs import RequestWindow, ServerSeries
+    from soak.analysis.inputs import ServerSeries, WindowRequests
     run = windows_with(count, p99_of, run_s)
-    rows = tuple(RequestWindow(w.index, w.start_s, w.end_s, requests=1,
+    rows = tuple(WindowRequests(w.index, w.start_s, w.end_s, requests=1,
                                sends=round(rate_of(w) * (w.end_s - w.start_s)) if sends else None)
                  for w in run.windows)
     t_s = np.arange(0.0, run_s, 60.0)
@@ -263,7 +263,7 @@ def test_a_warm_up_that_leaves_too_few_windows_is_inconclusive_and_says_so():
         x = max(w.mid_s - 20.0, 0.0) / 115.0
         p99 = 6.0 * math.exp(2.0 * min(x, 0.45) / 0.45 + 0.3 * max(x - 0.45, 0.0) + rng.normal(0, 0.03))
         stats = LatencyStats(count=5000, p50_ms=p99 / 4, p90_ms=p99 / 2, p95_ms=p99 / 1.5, p99_ms=p99)
-        rows.append(LatencyWindow(w.index, w.start_s, w.end_s, ttft=stats, e2e=stats))
+        rows.append(WindowLatency(w.index, w.start_s, w.end_s, ttft=stats, e2e=stats))
     finding = check_ttft(bare_run(135.0, warmup_s=20.0, window_s=5.0, latency_windows=tuple(rows)), Gates())
     assert finding.details["warmup"]["P99 TTFT"]["method"] == "mser-5", finding.details["warmup"]
     assert finding.verdict == INCONCLUSIVE, finding.evidence

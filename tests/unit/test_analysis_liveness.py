@@ -147,10 +147,10 @@ def _sglang_event(tokens_at_finish=True):
 
 
 def _slow_windows(p99_ms):
-    from soak.analysis.inputs import LatencyStats, LatencyWindow
+    from soak.analysis.inputs import LatencyStats, WindowLatency
 
     e2e = LatencyStats(count=50, p50_ms=p99_ms / 2, p90_ms=p99_ms * 0.9, p95_ms=p99_ms * 0.95, p99_ms=p99_ms)
-    return tuple(LatencyWindow(index=i, start_s=i * 150.0, end_s=(i + 1) * 150.0, e2e=e2e) for i in range(40))
+    return tuple(WindowLatency(index=i, start_s=i * 150.0, end_s=(i + 1) * 150.0, e2e=e2e) for i in range(40))
 
 
 def test_a_counter_that_moves_at_finish_may_stay_still_for_as_long_as_a_request_streams():

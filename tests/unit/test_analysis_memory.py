@@ -11,7 +11,7 @@ from soak.analysis.inputs import (
     ProbeReading,
     ProcessReading,
     ProcessSeries,
-    RequestWindow,
+    WindowRequests,
 )
 from soak.analysis.memory import Series, check_fds, check_rss, check_vram, tree_total
 from support.synthetic import MIB, MemoryModel, bare_run, memory_series, scaled_memory_model
@@ -30,7 +30,7 @@ def flat_process(pid, name, floor, slope_bytes_per_h=0.0, run_s=RUN_S, seed=0, f
 
 
 def request_windows(run, rate_per_s=5.0):
-    return tuple(RequestWindow(w.index, w.start_s, w.end_s, requests=int(rate_per_s * (w.end_s - w.start_s)))
+    return tuple(WindowRequests(w.index, w.start_s, w.end_s, requests=int(rate_per_s * (w.end_s - w.start_s)))
                  for w in run.windows)
 
 
@@ -230,8 +230,8 @@ def test_leak_finding_attributes_growth_to_the_leaking_scenario():
     chat, cancel = [], []
     for w in base.windows:
         span = w.end_s - w.start_s
-        chat.append(RequestWindow(w.index, w.start_s, w.end_s, requests=int(rng.poisson(rng.uniform(1, 6) * span))))
-        cancel.append(RequestWindow(w.index, w.start_s, w.end_s, requests=0,
+        chat.append(WindowRequests(w.index, w.start_s, w.end_s, requests=int(rng.poisson(rng.uniform(1, 6) * span))))
+        cancel.append(WindowRequests(w.index, w.start_s, w.end_s, requests=0,
                                     cancelled=int(rng.poisson(rng.uniform(0.1, 1.0) * span))))
     ends = np.array([w.end_s for w in base.windows])
     cancels = np.concatenate([[0], np.cumsum([w.cancelled for w in cancel])])

@@ -4,7 +4,7 @@ import numpy as np
 
 from soak.analysis.findings import INVALID, PASS, SKIPPED, SUSPECT
 from soak.analysis.gates import Gates
-from soak.analysis.inputs import ClientSeries, RequestWindow
+from soak.analysis.inputs import ClientSeries, WindowRequests
 from soak.analysis.saturation import check_saturation
 from support.synthetic import bare_run
 
@@ -51,7 +51,7 @@ def test_no_measurements_is_skipped():
 
 def test_falls_back_to_window_counts():
     plan = bare_run(RUN_S)
-    rows = tuple(RequestWindow(w.index, w.start_s, w.end_s, requests=100, sends=100, late_sends_1s=5,
+    rows = tuple(WindowRequests(w.index, w.start_s, w.end_s, requests=100, sends=100, late_sends_1s=5,
                                lag_p99_ms=3.0) for w in plan.windows)
     finding = check_saturation(bare_run(RUN_S, request_windows=rows), Gates())
     assert finding.verdict == INVALID and finding.details["late_frac"] == 0.05

@@ -5,7 +5,7 @@ import pytest
 
 from soak.analysis.findings import FAIL, INCONCLUSIVE, PASS, SKIPPED
 from soak.analysis.gates import Gates
-from soak.analysis.inputs import RequestWindow
+from soak.analysis.inputs import WindowRequests
 from soak.analysis.throughput import check_decay
 from support.synthetic import bare_run
 
@@ -15,7 +15,7 @@ RUN_S = 24 * 3600.0
 def run_with(tokens_per_request_of, sends=True, run_s=RUN_S, window_s=None):
     rng = np.random.default_rng(0)
     plan = bare_run(run_s, window_s=window_s)
-    rows = tuple(RequestWindow(w.index, w.start_s, w.end_s, requests=1000,
+    rows = tuple(WindowRequests(w.index, w.start_s, w.end_s, requests=1000,
                                output_tokens=int(1000 * tokens_per_request_of(w) * rng.normal(1, 0.02)),
                                sends=1000 if sends else None) for w in plan.windows)
     return bare_run(run_s, window_s=window_s, request_windows=rows)
