@@ -19,7 +19,7 @@ from typing import Any
 from soak.config import RunConfig
 from soak.contracts import EventKind, Progress, Stage, Summary, measured_rate_rps, stage_at
 from soak.errors import EXIT_FORCED, SoakError, StorageError
-from soak.load import LoadHooks, NoLoad, check_load, gather_workers, start_load
+from soak.load import LoadHooks, NoLoad, RequestRecord, check_load, gather_workers, start_load
 from soak.load.canary import ProbeGate, start_canary
 from soak.load.lora import load_at_start, record_reply, reload_adapters, start_churn
 from soak.run.capabilities import check_mix
@@ -341,7 +341,7 @@ class Conductor:
                                               server=self.state.info.server_environment)
             self.state.recorder.update_run(environment_json=dumps(environment))
 
-    def _on_request(self, record: Any) -> None:
+    def _on_request(self, record: RequestRecord) -> None:
         state = self.state
         state.windows.add(record)
         state.ledger.add(record)

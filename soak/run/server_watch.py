@@ -14,7 +14,9 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from soak.config import RunConfig
 from soak.contracts import EventKind
+from soak.load import RequestRecord
 from soak.store.recorder import Recorder
 from soak.target import ServerInfo
 
@@ -45,7 +47,7 @@ def _pids(pids: list[int]) -> str:
     return ", ".join(str(pid) for pid in pids)
 
 
-def chunk_times(record: Any) -> list[float]:
+def chunk_times(record: RequestRecord) -> list[float]:
     """Wall times at which a finished request's content chunks arrived (first token, then each gap)."""
     if record.first_token_t is None:
         return []
@@ -77,7 +79,7 @@ class DrainWatch:
             start_t = self._starts[index]
             self._pending[index] = (start_t, start_t + float(data.get("drain_s") or 0.0))
 
-    def add(self, record: Any) -> None:
+    def add(self, record: RequestRecord) -> None:
         """Match one finished request against the timed-out drains still open."""
         if not self._pending:
             return
@@ -96,7 +98,7 @@ class DrainWatch:
                     {"index": index, "chunks": inside, "drain_s": end_t - start_t})
 
 
-def drain_timeout_hook(config: Any, e2e_p99_ms: Callable[[], float | None]) -> Callable[[], float]:
+def drain_timeout_hook(config: RunConfig, e2e_p99_ms: Callable[[], float | None]) -> Callable[[], float]:
     """The idle-probe drain timeout from the E2E P99 observed so far (`RunConfig.drain_timeout_for`), logged."""
     def timeout_s() -> float:
         p99_ms = e2e_p99_ms()
