@@ -181,11 +181,11 @@ def run_now(name: str, locations: Locations) -> None:
 
     out_dir = locations.out_dir
     request = request_run_now(Store.open(locations), name, out_dir)
-    if request["daemon_pid"] is None:
+    if request.daemon_pid is None:
         click.echo(f"queued run of {name}; no soak daemon is running for {out_dir}: it starts when one does "
                    "(within the misfire grace time)", err=True)
     else:
-        click.echo(f"queued run of {name} for the daemon (pid {request['daemon_pid']})", err=True)
+        click.echo(f"queued run of {name} for the daemon (pid {request.daemon_pid})", err=True)
 
 
 @schedule.command()

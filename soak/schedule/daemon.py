@@ -24,7 +24,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from soak.errors import SoakError, StorageError
 from soak.run.locking import hold_daemon_lock, run_lock_holder, run_lock_path
 from soak.schedule.clock import iso, utc_now
-from soak.schedule.events import TRIGGER_CRON, TRIGGER_RUN_NOW, record_event, take_requests
+from soak.schedule.events import TRIGGER_CRON, TRIGGER_RUN_NOW, RunNowRequest, record_event, take_requests
 from soak.schedule.jobs import DEFAULT_MISFIRE_GRACE_S, ScheduleSpec, make_scheduler, spec_of
 from soak.schedule.outcome import FireOutcome, read_outcome
 from soak.store.schedule_models import (
@@ -215,14 +215,14 @@ class Daemon:
 
     def _start_requested_runs(self) -> None:
         for request in take_requests(self.store):
-            name = request["schedule_name"]
+            name = request.schedule_name
             job = self.scheduler.get_job(name)
             if job is None:
                 record_event(self.store, name, EVENT_SKIPPED, "run-now for a schedule that no longer exists",
                              trigger=TRIGGER_RUN_NOW)
                 continue
             if self._request_too_old(request, job):
-                record_event(self.store, name, EVENT_MISSED, f"run-now requested at {request['requested_at']} "
+                record_event(self.store, name, EVENT_MISSED, f"run-now requested at {request.requested_at} "
                              "is older than the misfire grace time", trigger=TRIGGER_RUN_NOW)
                 continue
             thread = threading.Thread(target=self.fire, args=(spec_of(job), TRIGGER_RUN_NOW),
@@ -231,8 +231,8 @@ class Daemon:
             thread.start()
 
     @staticmethod
-    def _request_too_old(request: dict[str, Any], job: Any) -> bool:
-        age_s = (utc_now() - datetime.fromisoformat(request["requested_at"])).total_seconds()
+    def _request_too_old(request: RunNowRequest, job: Any) -> bool:
+        age_s = (utc_now() - datetime.fromisoformat(request.requested_at)).total_seconds()
         grace_s = job.misfire_grace_time if job.misfire_grace_time is not None else DEFAULT_MISFIRE_GRACE_S
         return age_s > grace_s
 

@@ -7,6 +7,7 @@ leaves a request that the daemon claims on its next poll.
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import select, update
@@ -53,7 +54,16 @@ def cancel_requests(store: Store, name: str) -> None:
                         .values(handled_at=iso(utc_now())))
 
 
-def take_requests(store: Store) -> list[dict[str, Any]]:
+@dataclass(frozen=True)
+class RunNowRequest:
+    """A pending `soak schedule run-now`, as the daemon claims it (`requested_at`: ISO 8601 UTC)."""
+
+    id: int
+    schedule_name: str
+    requested_at: str
+
+
+def take_requests(store: Store) -> list[RunNowRequest]:
     """Claim every pending run-now request (marking it handled) and return them, oldest first."""
     now = iso(utc_now())
     with store.writing() as session:
@@ -61,4 +71,4 @@ def take_requests(store: Store) -> list[dict[str, Any]]:
                                        .order_by(ScheduleRequest.id)))
         for request in pending:
             request.handled_at = now
-        return [{"id": r.id, "schedule_name": r.schedule_name, "requested_at": r.requested_at} for r in pending]
+        return [RunNowRequest(r.id, r.schedule_name, r.requested_at) for r in pending]

@@ -246,11 +246,20 @@ def resume_schedule(store: Store, name: str) -> Schedule:
     return describe_job(table.set_next_run_time(job, job.trigger.get_next_fire_time(None, utc_now())))
 
 
-def request_run_now(store: Store, name: str, out_dir: Path) -> dict[str, Any]:
+@dataclass(frozen=True)
+class QueuedRun:
+    """A run-now request just queued, and the PID of the daemon that will take it (None: none is running)."""
+
+    request_id: int
+    schedule: str
+    daemon_pid: int | None
+
+
+def request_run_now(store: Store, name: str, out_dir: Path) -> QueuedRun:
     """Queue a fire for the daemon (paused schedules too); says which daemon, if any, will take it."""
     get_schedule(store, name)
     request_id = add_request(store, name)
-    return {"request_id": request_id, "schedule": name, "daemon_pid": lock_holder(daemon_lock_path(out_dir))}
+    return QueuedRun(request_id, name, lock_holder(daemon_lock_path(out_dir)))
 
 
 def list_schedules(store: Store) -> list[ScheduleListing]:

@@ -221,7 +221,7 @@ def test_run_now_requests_reach_the_daemon_and_the_run_shows_in_list(store, out,
     running = RunningDaemon(store, daemon_settings)
     try:
         request = request_run_now(store, "nightly", out)
-        assert request["daemon_pid"] is not None
+        assert request.daemon_pid is not None
         wait_until(events_with(store, "failed"), 20, "the requested run to end")
     finally:
         running.stop()

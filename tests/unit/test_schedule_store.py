@@ -139,9 +139,9 @@ def test_run_now_queues_one_request_the_daemon_takes_once(store, tmp_path):
     add(store, spec())
     pause_schedule(store, "weekend")  # run-now works for paused schedules too
     request = request_run_now(store, "weekend", tmp_path)
-    assert request["daemon_pid"] is None
+    assert request.daemon_pid is None
     taken = take_requests(store)
-    assert [r["schedule_name"] for r in taken] == ["weekend"]
+    assert [r.schedule_name for r in taken] == ["weekend"]
     assert take_requests(store) == []
 
 
