@@ -20,6 +20,7 @@ import gevent
 from locust import LoadTestShape
 
 from soak.config import PhaseSpec, RunConfig
+from soak.contracts import EventKind
 from soak.errors import ConfigError
 from soak.load.hooks import HookCaller
 from soak.load.plan import Segment
@@ -236,7 +237,7 @@ class LoadController:
         self._pause = [time.time(), None]
         self.closed.append(self._pause)
         self.publish()
-        self.hooks.event("load_paused", "arrivals paused", {"t": self._pause[0]})
+        self.hooks.event(EventKind.LOAD_PAUSED, "arrivals paused", {"t": self._pause[0]})
 
     def resume(self) -> None:
         if self._pause is None:
@@ -245,7 +246,7 @@ class LoadController:
         paused_s = self._pause[1] - self._pause[0]
         self._pause = None
         self.publish()
-        self.hooks.event("load_resumed", f"arrivals resumed after {paused_s:.1f}s", {"paused_s": paused_s})
+        self.hooks.event(EventKind.LOAD_RESUMED, f"arrivals resumed after {paused_s:.1f}s", {"paused_s": paused_s})
 
     # -- phases -----------------------------------------------------------------------------------------
     def _announce_phases(self) -> None:
@@ -254,9 +255,9 @@ class LoadController:
         for at_t, kind, phase in sorted(marks, key=lambda m: (m[0], m[1] != "warmup_end")):
             _sleep_until(at_t)
             if kind == "warmup_end":
-                self.hooks.event("warmup_end", "warm-up over", {"t": warmup_end_t})
+                self.hooks.event(EventKind.WARMUP_END, "warm-up over", {"t": warmup_end_t})
             else:
-                self.hooks.event("phase", f"phase {phase.name} at {phase.rate_rps:g} req/s", phase.describe())
+                self.hooks.event(EventKind.PHASE, f"phase {phase.name} at {phase.rate_rps:g} req/s", phase.describe())
 
     # -- idle probes ------------------------------------------------------------------------------------
     def _run_probes(self) -> None:
@@ -278,13 +279,13 @@ class LoadController:
         self.closed.append(window)
         self.publish()
         _sleep_until(start_t)
-        self.hooks.event("probe_start", f"idle probe {index}: arrivals stopped", {"index": index, "t": start_t})
+        self.hooks.event(EventKind.PROBE_START, f"idle probe {index}: arrivals stopped", {"index": index, "t": start_t})
         drained, drain_s, in_flight = self._wait_drained(start_t)
         if drained:
-            self.hooks.event("probe_drained", f"idle probe {index}: drained in {drain_s:.2f}s",
+            self.hooks.event(EventKind.PROBE_DRAINED, f"idle probe {index}: drained in {drain_s:.2f}s",
                              {"index": index, "drain_s": drain_s})
         else:
-            self.hooks.event("probe_drain_timeout", f"idle probe {index}: {in_flight} still in flight after "
+            self.hooks.event(EventKind.PROBE_DRAIN_TIMEOUT, f"idle probe {index}: {in_flight} still in flight after "
                              f"{drain_s:.1f}s", {"index": index, "drain_s": drain_s, "in_flight": in_flight})
         gevent.sleep(hold_s)
         self._in_hook = True
@@ -295,7 +296,7 @@ class LoadController:
         window[1] = time.time()
         self.publish()
         self.probes_done += 1
-        self.hooks.event("probe_end", f"idle probe {index}: arrivals resumed",
+        self.hooks.event(EventKind.PROBE_END, f"idle probe {index}: arrivals resumed",
                          {"index": index, "drained": drained, "hold_s": hold_s, "duration_s": window[1] - start_t})
         return window[1]
 
