@@ -31,6 +31,6 @@ from soak.analysis.verdict import overall_verdict
 __all__ = [
     "analyse", "overall_verdict", "compare_baseline", "Finding", "RunData", "Gates", "load_gates",
     "CHECK_NAMES", "CHECK_ORDER", "VERDICTS",
-    "ClientSeries", "Event", "GpuProcessSeries", "HostSeries", "LatencyStats", "WindowLatency", "ProbeReading",
-    "ProcessReading", "ProcessSeries", "WindowRequests", "ServerSeries", "WindowInfo",
+    "ClientSeries", "Event", "GpuProcessSeries", "HostSeries", "LatencyStats", "ProbeReading", "ProcessReading",
+    "ProcessSeries", "ServerSeries", "WindowInfo", "WindowLatency", "WindowRequests",
 ]

@@ -16,7 +16,7 @@ from typing import Any
 
 from soak.config import RunConfig
 from soak.contracts import EventKind
-from soak.load import RequestRecord
+from soak.load.records import RequestRecord
 from soak.store.recorder import Recorder
 from soak.target import ServerInfo
 
