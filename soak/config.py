@@ -503,6 +503,29 @@ class TelemetrySettings(_Model):
     _durations = field_validator("sample_every_s", "flush_every_s", mode="before")(_duration_field)
 
 
+FORENSICS_MODES = ("auto", "off", "always")
+FORENSICS_FOR_DEFAULT_S = 600.0
+
+
+class ForensicsSettings(_Model):
+    """Leak forensics (docs/forensics.md): when a tracker is attached to a growing server process, for how
+    long, and to which processes."""
+
+    mode: Literal["auto", "off", "always"] = "auto"  # auto: when leak.rss is SUSPECT or FAIL; always: every run
+    for_s: float = Field(default=FORENSICS_FOR_DEFAULT_S, gt=0)
+    process: str = "engine"  # engine | api | all | a PID
+
+    _durations = field_validator("for_s", mode="before")(_duration_field)
+
+    @field_validator("process")
+    @classmethod
+    def _check_process(cls, value: str) -> str:
+        value = str(value).strip().lower()
+        if value in ("engine", "api", "all") or (value.isdigit() and int(value) > 0):
+            return value
+        raise ValueError("must be engine, api, all or a PID")
+
+
 class RunConfig(_Model):
     """Everything one run needs, in internal units; built by `resolve_config`."""
 
@@ -528,6 +551,7 @@ class RunConfig(_Model):
     target: TargetSettings = TargetSettings()
     load: LoadSettings = LoadSettings()
     telemetry: TelemetrySettings = TelemetrySettings()
+    forensics: ForensicsSettings = ForensicsSettings()
 
     _durations = field_validator("horizon_s", mode="before")(_duration_field)
 
@@ -603,7 +627,7 @@ def _stop_on_fail(layers: Layers) -> bool:
 
 def _nest(flat: dict[str, Any]) -> dict[str, Any]:
     """Flat keys onto the nested fields the table names."""
-    nested: dict[str, Any] = {"target": {}, "load": {}, "telemetry": {}}
+    nested: dict[str, Any] = {"target": {}, "load": {}, "telemetry": {}, "forensics": {}}
     for key, value in flat.items():
         setting = SETTINGS_BY_KEY[key]
         if setting.multiple and isinstance(value, (str, int, dict)):

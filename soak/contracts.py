@@ -63,6 +63,10 @@ class EventKind(StrEnum):
     SERVER_LOG_SCANNED = "server_log_scanned"
     SERVER_DIALECT = "server_dialect"  # whose /metrics names were read: forced, detected, or none found
     SERVER_PROCESSES = "server_processes"  # which server processes are sampled, and how they were found
+    # leak forensics (soak/run/forensics.py): a tracker's window, and what it found in each process it watched
+    FORENSICS_START = "forensics_start"
+    FORENSICS_END = "forensics_end"
+    FORENSICS = "forensics"
     # the golden-output canary
     CANARY = "canary"
     CANARY_MISMATCH = "canary_mismatch"
@@ -380,6 +384,37 @@ class SummaryCapabilities(BaseModel):
     dropped: list[DroppedScenario] = Field(default_factory=list)
 
 
+class SummaryHeldStack(BaseModel):
+    """One line of the server's own code that allocated memory still held at a forensics window's end."""
+
+    function: str
+    file: str = Field(description="from its package on when installed (`vllm/v1/…`), else as the process saw it")
+    line: int
+    caller: str | None = Field(description="the frame that called it, `function (file:line)`")
+    bytes: int = Field(description="allocated in the window and still held at its end")
+    allocations: int
+    share: Number = Field(description="of all the window still held")
+
+
+class SummaryForensics(BaseModel):
+    """One server process a forensics window watched (docs/forensics.md)."""
+
+    pid: int | None = Field(description="null for a window that found no process to watch")
+    process: str = Field(description="the process's name")
+    role: str = Field(description="`engine`, `api`, `worker` or `process`")
+    method: str = Field(description="`memray` (held stacks and mappings) or `smaps` (mappings only)")
+    started_s: Number | None = Field(description="seconds into the run")
+    ended_s: Number | None
+    held_bytes: int | None = Field(description="allocated in the window and still held at its end (memray)")
+    named: bool = Field(description="one line holds more than noise (it leads `stacks`)")
+    stacks: list[SummaryHeldStack] = Field(description="the lines holding most, largest first")
+    growth_by_mapping: str | None = Field(description="where the process grew, by kind of mapping (smaps)")
+    sentence: str = Field(description="the sentence the report and the leak.rss finding give")
+    flamegraph: str | None = Field(description="memray's flame graph of what was held, relative to the run folder")
+    capture: str | None = Field(description="the memray capture, relative to the run folder")
+    refusals: list[str] = Field(description="each reason part of the window could not be recorded")
+
+
 @dataclass(frozen=True)
 class SentCounts:
     """What a run's request windows (all scenarios, `*`) say was sent and answered, summed over the run."""
@@ -495,6 +530,8 @@ class Summary(BaseModel):
     trace: SummaryTrace | None = Field(None, description="with `--trace`: the trace replayed, and what was sent")
     capabilities: SummaryCapabilities | None = Field(None, description="what the server accepted when asked before "
                                                      "the load, and the scenarios dropped for it")
+    forensics: list[SummaryForensics] | None = Field(None, description="leak forensics: each server process a "
+                                                     "tracker watched, and where its memory went")
     report_html: str | None
     stop_reason: str | None = Field(None, description="why the run ended: `completed`, `stopped by SIGINT`, "
                                     "`server exited with code N`, `stopped early: …` (--stop-on-fail)")
@@ -519,6 +556,8 @@ class Summary(BaseModel):
             data.pop("trace", None)
         if data.get("capabilities") is None:  # and `capabilities`, for a run recorded before soak asked
             data.pop("capabilities", None)
+        if not data.get("forensics"):  # and `forensics`, for a run no tracker watched
+            data.pop("forensics", None)
         return data
 
     def finding(self, check: str) -> SummaryFinding | None:

@@ -21,9 +21,9 @@ CONFIG_ENV = "SOAK_CONFIG"
 SERVER_KINDS = ("vllm", "vllm-v0", "sglang", "tgi", "llamacpp", "trtllm")
 Kind = Literal["text", "int", "float", "duration", "file", "folder", "choice", "flag"]
 
-LENGTH, TARGET, REFERENCE, LOAD, PROBES, OUTPUT, LOCATIONS = (
+LENGTH, TARGET, REFERENCE, LOAD, PROBES, FORENSICS, OUTPUT, LOCATIONS = (
     "Run length and analysis", "Server under test", "Reference server", "Load", "Idle probes and telemetry",
-    "Verdict and output", "Where runs are stored")
+    "Leak forensics", "Verdict and output", "Where runs are stored")
 
 
 @dataclass(frozen=True)
@@ -181,6 +181,15 @@ SETTINGS: tuple[Setting, ...] = (
     _s("no_idle_probes", "load.no_idle_probes", PROBES, "Never pause arrivals for idle probes.", kind="flag"),
     _s("sample_every", "telemetry.sample_every_s", PROBES, "Telemetry sampling interval (default 5s).",
        kind="duration", metavar="D"),
+    _s("forensics", "forensics.mode", FORENSICS, "Attach an allocation tracker (memray; /proc/PID/smaps for a "
+       "process that is not Python) to a growing server process: auto when leak.rss is SUSPECT or FAIL at an "
+       "early-stop look or before the run's last --forensics-for, always, or off (docs/forensics.md).",
+       kind="choice", choices=("auto", "off", "always"), metavar="MODE"),
+    _s("forensics_for", "forensics.for_s", FORENSICS, "How long the tracker watches (default 10m); the windows it "
+       "overlaps are left out of every check.", kind="duration", metavar="D"),
+    _s("forensics_process", "forensics.process", FORENSICS, "Which server processes it watches: engine (the "
+       "EngineCore, or the process that grew most; default), api (the API server), all, or a PID.",
+       metavar="engine|api|all|PID"),
     _s("gates", "gates_file", OUTPUT, "Gates file (TOML).", kind="file", metavar="FILE"),
     _s("slo", "slo", OUTPUT, "Per-request targets, e.g. ttft=500ms,itl=50ms,e2e=20s (any of ttft, itl, tpot, e2e): "
        "each window's share of requests meeting all of them is judged (goodput.*; docs/gates.md, Goodput).",

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from soak.analysis import (
     canary,
     error_checks,
+    forensics,
     goodput,
     gpu_health,
     kv,
@@ -64,11 +65,13 @@ OBSERVED_ONLY = ("This replica was only observed: its load went through the rout
 
 def analyse(run: RunData, gates: Gates | None = None) -> list[Finding]:
     """One finding per check, in CHECK_ORDER. A check that raises becomes INCONCLUSIVE (and is
-    logged) so that one malformed series cannot cost the run its report. On a run whose client was
+    logged) so that one malformed series cannot cost the run its report. A leak.rss SUSPECT or FAIL says where
+    the memory went when a forensics window watched the server (`forensics.add_forensics`). On a run whose client was
     INVALID, the checks its lateness can distort read INVALID (`saturation.scope_to_client`)."""
     gates = gates or Gates()
     findings = [_run_check(name, check, run, gates) for name, check in CHECKS.items()]
-    return saturation.scope_to_client(add_next_steps(findings, run, gates))
+    findings = forensics.add_forensics(add_next_steps(findings, run, gates), run.events)
+    return saturation.scope_to_client(findings)
 
 
 def _run_check(name: str, check: Check, run: RunData, gates: Gates) -> Finding:

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from soak.analysis.checks import CHECKS
-from soak.analysis.findings import FAIL, INVALID
+from soak.analysis.findings import FAIL, INVALID, SUSPECT, Finding
 from soak.analysis.fmt import duration_text
 from soak.analysis.gates import Gates
 from soak.analysis.inputs import RunData
@@ -77,6 +77,8 @@ class Look:
     t_s: float
     failed: dict[str, str] = field(default_factory=dict)
     client_late: str | None = None  # how late the client was, when client.saturation was INVALID at this look
+    leak_verdict: str | None = None  # leak.rss at this look, whatever it was (forensics opens on SUSPECT or FAIL)
+    leak_suspects: tuple[int, ...] = ()  # the server PIDs leak.rss found growing at this look
 
 
 @dataclass(frozen=True)
@@ -137,16 +139,30 @@ def judge_look(run: RunData, gates: Gates, windows: int) -> Look:
     its lateness can explain stops nothing: `saturation.voided_by_late_client`)."""
     cut = cut_run(run, windows)
     late = client_lateness(cut, gates)
-    failed = {}
+    failed, leak = {}, None
     for name in STOP_CHECKS:
         try:
             finding = CHECKS[name](cut, gates)
         except Exception:  # a check that cannot judge the run so far stops nothing; the final analysis says why
             log.exception("early stop: check %s failed at a look", name)
             continue
+        leak = finding if name == "leak.rss" else leak
         if finding.verdict == FAIL and not (late and voided_by_late_client(finding)):
             failed[name] = " ".join(finding.evidence.split())
-    return Look(windows=windows, t_s=cut.actual_duration_s, failed=failed, client_late=late)
+    return Look(windows=windows, t_s=cut.actual_duration_s, failed=failed, client_late=late,
+                leak_verdict=None if leak is None else str(leak.verdict), leak_suspects=growing_pids(leak))
+
+
+def growing_pids(finding: Finding | None) -> tuple[int, ...]:
+    """The server PIDs a SUSPECT or FAIL leak finding found growing: those whose own verdict is SUSPECT or FAIL,
+    else the one that grew fastest (a leak seen only in the tree total); () for any other verdict."""
+    if finding is None or finding.verdict not in (FAIL, SUSPECT) or not finding.per_process:
+        return ()
+    processes = [p for p in finding.per_process if p.pid > 0]
+    growing = [p.pid for p in processes if p.verdict in (FAIL, SUSPECT)]
+    if growing or not processes:
+        return tuple(growing)
+    return (max(processes, key=lambda p: p.value if p.value is not None else -math.inf).pid,)
 
 
 def client_lateness(run: RunData, gates: Gates) -> str | None:

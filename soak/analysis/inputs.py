@@ -24,7 +24,7 @@ import numpy as np
 
 from soak.contracts import Event  # the run events, as the store reads them back
 
-EXCLUDED_REASONS = ("warmup", "probe", "outage", "worker_lost")
+EXCLUDED_REASONS = ("warmup", "probe", "outage", "forensics", "worker_lost")
 LATENCY_METRICS = ("ttft", "itl", "e2e")
 ERROR_CLASSES = ("connect", "timeout", "http_4xx", "http_5xx", "bad_stream", "invalid_output")
 
@@ -43,7 +43,8 @@ class WindowInfo:
 
     `excluded` is None for a window that trends judge, else why it is left out: "warmup" (it
     overlaps the warm-up), "probe" (an idle probe ran in it, so load was not steady), "outage"
-    (the server was down or restarting for part of it) or "worker_lost" (a load worker went silent in it, so
+    (the server was down or restarting for part of it), "forensics" (an allocation tracker watched a server
+    process, slowing it and holding memory of its own) or "worker_lost" (a load worker went silent in it, so
     part of the load was not sent and some records never came back).
     """
 

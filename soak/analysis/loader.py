@@ -46,7 +46,8 @@ from soak.store.models import (
 from soak.store.records import StoredRun
 from soak.store.store import Store
 
-INTERVAL_KINDS = {"probe": ("probe_start", "probe_end"), "outage": ("outage_start", "outage_end")}
+INTERVAL_KINDS = {"probe": ("probe_start", "probe_end"), "outage": ("outage_start", "outage_end"),
+                  "forensics": ("forensics_start", "forensics_end")}
 
 
 def _intervals(events: list[Event], start_kind: str, end_kind: str, end_s: float) -> list[tuple[float, float]]:
@@ -71,7 +72,8 @@ def worker_loss_spans(events: list[Event]) -> list[tuple[float, float]]:
 
 
 def build_windows(run: StoredRun, actual_s: float, events: list[Event]) -> tuple[WindowInfo, ...]:
-    """Complete windows after warm-up, each marked when a probe, an outage or a lost load worker overlaps it."""
+    """Complete windows after warm-up, each marked when a probe, an outage, a forensics window or a lost load worker
+    overlaps it."""
     warmup_s, window_s = run.warmup_s, run.window_s
     count = max(int(math.floor((actual_s - warmup_s) / window_s + 1e-9)), 0)
     spans = {reason: _intervals(events, *kinds, actual_s) for reason, kinds in INTERVAL_KINDS.items()}

@@ -46,6 +46,7 @@ def main() -> None:
 # -- commands ---------------------------------------------------------------------------------------
 from soak.cli.archive import export, prune  # noqa: E402 - registered after the group exists
 from soak.cli.doctor import doctor  # noqa: E402 - registered after the group exists
+from soak.cli.forensics import forensics  # noqa: E402 - registered after the group exists
 from soak.cli.history import history  # noqa: E402 - registered after the group exists
 from soak.cli.model import model  # noqa: E402 - registered after the group exists
 from soak.cli.runs import close, compare, report, runs, status  # noqa: E402 - registered after the group exists
@@ -70,6 +71,7 @@ main.add_command(export)
 main.add_command(prune)
 main.add_command(web)
 main.add_command(model)
+main.add_command(forensics)
 
 
 @main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True,

@@ -178,6 +178,7 @@ def build_context(store: Store, run_id: str, summary: Summary | None,
     return {
         "header": sections.header(run, summary, duration_s),
         "gates": sections.gates(findings),
+        "forensics": sections.forensics(summary),
         "what_next": sections.what_next(sections.gates(findings)),
         "run_facts": sections.run_facts(run, events, data.request_windows, duration_s),
         "outcomes": outcomes(summary),

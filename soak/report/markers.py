@@ -20,6 +20,7 @@ STYLES: dict[str, dict[str, str]] = {
     "probe": {"color": "#059669", "dash": "solid", "label": "idle probe"},
     "probe_timeout": {"color": "#b91c1c", "dash": "dashdot", "label": "probe drain timeout"},
     "outage": {"color": "#dc2626", "dash": "solid", "label": "server outage"},
+    "forensics": {"color": "#9333ea", "dash": "dash", "label": "forensics window (left out of the checks)"},
     "server_start": {"color": "#16a34a", "dash": "dot", "label": "server start"},
     "crash": {"color": "#dc2626", "dash": "solid", "label": "crash"},
     "restart": {"color": "#ea580c", "dash": "solid", "label": "restart"},
@@ -33,7 +34,7 @@ PROBE_FILL_OPACITY = 0.10
 # Beyond this many markers a chart is a wall of lines (and slow): the least telling classes go first.
 MAX_MARKERS = 300
 DROP_ORDER = ("burst", "lora", "server_start", "probe", "probe_timeout", "phase", "worker_lost", "restart", "outage",
-              "crash", "lora_error", "xid", "warmup")
+              "crash", "lora_error", "xid", "forensics", "warmup")
 
 
 def event_class(kind: str) -> str:
@@ -43,6 +44,8 @@ def event_class(kind: str) -> str:
         return "worker_lost"
     if kind == "gpu_xid":
         return "xid"
+    if kind.startswith("forensics"):
+        return "forensics"
     if kind in ("lora_load", "lora_error"):
         return "lora" if kind == "lora_load" else "lora_error"
     if kind == "probe_drain_timeout":
@@ -87,11 +90,12 @@ def _event_label(event: Event) -> str:
 
 
 SPAN_KINDS = {"probe": ("probe_start", "probe_end", "idle probe"),
-              "outage": ("outage_start", "outage_end", "server outage")}
+              "outage": ("outage_start", "outage_end", "server outage"),
+              "forensics": ("forensics_start", "forensics_end", "forensics window")}
 
 
 def spans(events: list[Event], span_class: str, end_s: float) -> list[Marker]:
-    """Probes or outages as (start, end) spans: each start paired with the next end (or the run's end)."""
+    """Probes, outages or forensics windows as (start, end) spans: each start paired with the next end (or the run's end)."""
     start_kind, end_kind, label = SPAN_KINDS[span_class]
     found, opened = [], None
     for event in events:
@@ -110,10 +114,10 @@ def build_markers(events: list[Event], warmup_s: float | None, end_s: float) -> 
     markers = [_line(float(warmup_s), "warmup", "warm-up end")] if warmup_s else []
     for event in events:
         kind = event_class(event.kind)
-        if kind in ("probe", "outage", "other") or (kind == "warmup" and warmup_s):
-            continue  # probes and outages are spans (below); warmup_end duplicates the line above
+        if kind in (*SPAN_KINDS, "other") or (kind == "warmup" and warmup_s):
+            continue  # probes, outages and forensics windows are spans (below); warmup_end duplicates the line above
         markers.append(_line(event.t_s, kind, _event_label(event)))
-    markers.extend(spans(events, "probe", end_s) + spans(events, "outage", end_s))
+    markers.extend(marker for span_class in SPAN_KINDS for marker in spans(events, span_class, end_s))
     return sorted(cap_markers(markers), key=lambda marker: marker.t_s)
 
 
@@ -127,7 +131,8 @@ def cap_markers(markers: list[Marker], limit: int = MAX_MARKERS) -> list[Marker]
 
 
 def marker_shapes(markers: list[Marker], time_unit_s: float) -> list[dict[str, Any]]:
-    """Plotly shapes: a full-height vertical line per marker, a shaded band per idle probe or outage."""
+    """Plotly shapes: a full-height vertical line per marker, a shaded band per idle probe, outage or forensics
+    window."""
     shapes = []
     for marker in markers:
         style = STYLES[marker.marker_class]

@@ -437,3 +437,25 @@ def baseline_table(baseline: BaselineComparison | None) -> dict[str, Any] | None
     if baseline is None:
         return None
     return {"run_id": baseline.run_id, "note": baseline.note, "rows": [baseline_row(row) for row in baseline.rows]}
+
+
+def forensics(summary: Summary | None) -> list[dict[str, Any]]:
+    """"Where the memory went": one entry per process a forensics window watched (docs/forensics.md)."""
+    records = (summary.forensics or []) if summary else []
+    return [_forensics_entry(record) for record in records]
+
+
+def _forensics_entry(record: Any) -> dict[str, Any]:
+    """A process's window: its heading, the sentence, the lines holding most, the mapping growth, the links."""
+    who = f"{record.process or record.role} (pid {record.pid})" if record.pid is not None else "the server"
+    span = (f", {format_span(record.ended_s - record.started_s)} from {format_span(record.started_s)} into the run"
+            if record.started_s is not None and record.ended_s is not None else "")
+    return {
+        "title": f"{who}: {record.role}, {record.method}{span}", "sentence": record.sentence,
+        "named": record.named, "held": format_bytes(record.held_bytes) if record.held_bytes is not None else None,
+        "rows": [{"where": f"{stack.file}:{stack.line}" if stack.file else "", "function": stack.function,
+                  "caller": stack.caller or "", "bytes": format_bytes(stack.bytes), "allocations": stack.allocations,
+                  "share": format_percent(stack.share)} for stack in record.stacks],
+        "mappings": record.growth_by_mapping, "flamegraph": record.flamegraph, "capture": record.capture,
+        "refusals": record.refusals,
+    }

@@ -26,6 +26,7 @@ from soak.run.capabilities import check_mix
 from soak.run.early_stop import watch_for_failure
 from soak.run.environment import capture_environment, dumps
 from soak.run.finalise import finalise_run
+from soak.run.forensics import ForensicsWatch
 from soak.run.ledger import OutcomeLedger
 from soak.run.locking import hold_run_lock
 from soak.run.notify import failed_run_payload, notify_from_env
@@ -46,6 +47,7 @@ log = logging.getLogger(__name__)
 STOP_DRAIN_S = 10.0  # in-flight requests get this long at the end; the whole stop must fit in 30 s
 TICK_S = 0.5
 HEALTH_EVERY_S, DOWN_CHECKS = 2.0, 3
+FORENSICS_READ_S = 600.0  # how long the end of a run waits for a forensics capture to be read
 STORAGE_RETRY_S = 15.0  # how long the end of a run waits for a failing database to take its last rows
 SCHEDULE_NAME_ENV = "SOAK_SCHEDULE_NAME"  # set by `soak daemon` for the runs it starts
 
@@ -115,6 +117,8 @@ class RunState:
     churn: Any = None  # soak.load.lora.LoraChurn, with --lora-churn-every
     drains: DrainWatch | None = None  # requests that kept streaming through a timed-out probe drain
     early_stop: Any = None  # soak.run.early_stop.EarlyStopWatch, with --stop-on-fail
+    forensics: ForensicsWatch | None = None  # leak forensics: opens a tracker's window when one is due
+    pending_stop: Any = None  # an early-stop decision waiting for a forensics window to close
     ledger: OutcomeLedger | None = None
     web: Any = None  # soak.run.live_view.WebProcess, with --web
     web_socket: Any = None  # (listening socket, base URL) of --web, bound before anything starts
@@ -263,6 +267,10 @@ class Conductor:
             state.churn = start_churn(config, lambda: state.info.base_url, auth_headers(config), state.recorder)
         state.early_stop = watch_for_failure(state.run_id, config)
         self._say(state.early_stop and state.early_stop.describe())
+        state.forensics = ForensicsWatch(config, state.run_id, state.run_dir, state.recorder, state.t0,
+                                         processes=lambda: list(state.telemetry.latest.server_processes),
+                                         roots=state.target.root_pids, early_stop=state.early_stop)
+        self._say(state.forensics.describe())
 
     def _start_or_close(self) -> None:
         """Start telemetry and load. When the load cannot start once the run is open (a load worker cannot
@@ -358,7 +366,7 @@ class Conductor:
         state = self.state
         while True:
             elapsed_s = time.time() - state.t0
-            if elapsed_s >= self.config.duration_s:
+            if elapsed_s >= self.config.duration_s and not state.forensics.tracking:  # a window closes first
                 state.end_reason = "completed"
                 return
             if self.stop.requested:
@@ -372,6 +380,7 @@ class Conductor:
                 return
             self._scan_log()
             self._follow_target()
+            state.forensics.poll(elapsed_s)
             if self._server_lost() or self._failed_beyond_doubt(elapsed_s):
                 return
             self._report(self._progress(elapsed_s))
@@ -405,10 +414,14 @@ class Conductor:
         state.recorder.samples([MetricReading(name, value) for name, value in readings.items() if value is not None])
 
     def _failed_beyond_doubt(self, elapsed_s: float) -> bool:
-        """With --stop-on-fail: True once the early-stop rule ends the run (docs/gates.md, "Early stop")."""
+        """With --stop-on-fail: True once the early-stop rule ends the run (docs/gates.md, "Early stop"); a stop on
+        a leak waits for a forensics window first, so the tracker sees the server before it is stopped."""
         state = self.state
-        decision = state.early_stop.poll(elapsed_s) if state.early_stop is not None else None
+        decision = state.pending_stop or (state.early_stop.poll(elapsed_s) if state.early_stop is not None else None)
         if decision is None:
+            return False
+        if state.forensics.hold_for_stop(decision.check):
+            state.pending_stop = decision
             return False
         state.end_reason = decision.reason()
         state.recorder.event(EventKind.EARLY_STOP, state.end_reason,
@@ -492,6 +505,8 @@ class Conductor:
         self._report(Progress(stage=Stage.FINALISING, run_id=state.run_id))
         self._stop_canary()
         self._stop_churn()
+        if state.forensics is not None:  # a window still tracking is stopped; a capture being read is waited for
+            state.forensics.finish(self._say, FORENSICS_READ_S)
         if state.load is not None:  # None when the load never started (`_start_or_close`)
             state.load.stop(drain_timeout_s=STOP_DRAIN_S)
             self._record_loop_lag(time.time() - state.t0, final=True)

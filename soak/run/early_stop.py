@@ -44,6 +44,8 @@ class EarlyStopWatch:
         # A window is judged once its last samples and latency flush are committed.
         self.settle_s = config.telemetry.flush_every_s + config.telemetry.sample_every_s + 1.0
         self._child: subprocess.Popen | None = None
+        self.last_look: Look | None = None  # forensics reads leak.rss's suspects from it
+        self.looks_seen = 0
 
     def describe(self) -> str:
         """What the user is told at start: when the looks come, or that the run is too short for any."""
@@ -71,6 +73,7 @@ class EarlyStopWatch:
         if look is None:  # a look that could not judge the run stops nothing; the run goes on
             return None
         log.info("early stop: look at %d windows, FAIL: %s", look.windows, ", ".join(look.failed) or "none")
+        self.last_look, self.looks_seen = look, self.looks_seen + 1
         return self.sequence.record(look)
 
     def close(self) -> None:
@@ -101,6 +104,7 @@ def read_look(child: subprocess.Popen) -> Look | None:
     if "error" in answer:
         log.warning("early stop: a look failed: %s", answer["error"])
         return None
+    answer["leak_suspects"] = tuple(answer.get("leak_suspects") or ())
     return Look(**answer)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from soak.analysis.forensics import ProcessForensicsResult, read_forensics, short_path
 from soak.analysis.server_kind import not_measured
 from soak.contracts import (
     ErrorMessage,
@@ -19,7 +20,9 @@ from soak.contracts import (
     SummaryCapabilities,
     SummaryContext,
     SummaryFinding,
+    SummaryForensics,
     SummaryGoodput,
+    SummaryHeldStack,
     SummaryTarget,
     SummaryTrace,
     SummaryWorkers,
@@ -35,6 +38,7 @@ from soak.store.records import StoredRun
 from soak.store.store import Store
 
 SUMMARY_METRICS = tuple(LatencyMs.model_fields)  # ttft, itl, e2e
+FORENSICS_STACKS = 10  # the lines summary.json lists per process (the flame graph has them all)
 
 
 def request_totals(store: Store, run_id: str) -> Totals:
@@ -148,6 +152,24 @@ def stop_reason(events: list[Event]) -> str | None:
     return (ends[-1].message or None) if ends else None
 
 
+def forensics_of(events: list[Event], findings: list[SummaryFinding]) -> list[SummaryForensics] | None:
+    """Each process a forensics window watched, judged against leak.rss's threshold (None when none did)."""
+    leak = next((finding for finding in findings if finding.check == "leak.rss"), None)
+    results = read_forensics(events, leak.threshold if leak is not None else None)
+    return [forensics_record(result) for result in results] or None
+
+
+def forensics_record(result: ProcessForensicsResult) -> SummaryForensics:
+    stacks = [SummaryHeldStack(function=site.function, file=short_path(site.file), line=site.line,
+                               caller=site.caller, bytes=site.bytes, allocations=site.allocations,
+                               share=round(site.share, 4)) for site in result.sites[:FORENSICS_STACKS]]
+    return SummaryForensics(
+        pid=result.pid, process=result.name, role=result.role, method=result.method, started_s=result.started_s,
+        ended_s=result.ended_s, held_bytes=result.held_bytes, named=result.named is not None, stacks=stacks,
+        growth_by_mapping=result.mapping_sentence, sentence=result.sentence(), flamegraph=result.flamegraph,
+        capture=result.capture, refusals=list(result.refusals))
+
+
 def build_summary(run: StoredRun, store: Store, findings: list[SummaryFinding], verdict: Verdict,
                   reason: str, report_html: str | None) -> Summary:
     """The summary of a stored run (docs/summary.md)."""
@@ -160,7 +182,7 @@ def build_summary(run: StoredRun, store: Store, findings: list[SummaryFinding], 
         totals=request_totals(store, run.id), latency_ms=latency_summary(store, run.id),
         context=context_of(events), error_messages=error_messages(events), validation_gaps=validation_gaps(events),
         workers=workers_of(events), goodput=goodput_of(store, run), trace=trace_of(store, run, events),
-        capabilities=capabilities_of(events),
+        capabilities=capabilities_of(events), forensics=forensics_of(events, findings),
         report_html=report_html,
         stop_reason=stop_reason(events),
     )
