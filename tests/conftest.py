@@ -84,3 +84,16 @@ def postgres_url():
     with admin.connect() as connection:
         connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
     admin.dispose()
+
+
+@pytest.fixture
+def debugger() -> str:
+    """gdb (or lldb), which memray attaches through; a skip without it (a failure under SOAK_REQUIRE_ALL=1)."""
+    import shutil
+
+    found = shutil.which("gdb") or shutil.which("lldb")
+    if not found:
+        if require_all():
+            pytest.fail("neither gdb nor lldb is installed but SOAK_REQUIRE_ALL=1")
+        pytest.skip("memray attaches through gdb or lldb: apt-get install gdb")
+    return found

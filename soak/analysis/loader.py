@@ -317,6 +317,12 @@ def load_probes(events: list[Event]) -> tuple[ProbeReading, ...]:
     return tuple(readings)
 
 
+def outside(probes: tuple[ProbeReading, ...], spans: list[tuple[float, float]]) -> tuple[ProbeReading, ...]:
+    """The probe readings taken outside every span: one taken while a forensics tracker held memory of its own in
+    the server is not the server's floor."""
+    return tuple(p for p in probes if not any(start <= p.t_s <= end for start, end in spans))
+
+
 def load_run_data(store: Store, run: StoredRun, stopped_early: bool) -> RunData:
     """Everything the checks need about one stored run."""
     run_id = run.id
@@ -324,8 +330,8 @@ def load_run_data(store: Store, run: StoredRun, stopped_early: bool) -> RunData:
     actual_s = run.duration_s or (events[-1].t_s if events else 0.0)
     latency, lag_p99 = load_latency(store, run_id)
     request_windows = load_request_windows(store, run_id, lag_p99)
-    probes = load_probes(events)
     windows = build_windows(run, actual_s, events)
+    probes = outside(load_probes(events), _intervals(events, *INTERVAL_KINDS["forensics"], actual_s))
     outage_indices = {w.index for w in windows if w.excluded == "outage"}
     gpus = load_gpus(store, run_id)
     # a GPU NVML saw, or one whose framebuffer a dcgm-exporter page gave (leak.vram can judge it)

@@ -420,7 +420,7 @@ class Conductor:
         decision = state.pending_stop or (state.early_stop.poll(elapsed_s) if state.early_stop is not None else None)
         if decision is None:
             return False
-        if state.forensics.hold_for_stop(decision.check):
+        if state.forensics.hold_for_stop(decision.check, elapsed_s):
             state.pending_stop = decision
             return False
         state.end_reason = decision.reason()

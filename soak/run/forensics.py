@@ -17,7 +17,7 @@ import logging
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,7 @@ from soak.contracts import EventKind
 from soak.samples import ProcessStats
 from soak.store.recorder import Recorder
 from soak.telemetry.forensics import ProcessWindow, WatchedProcess
+from soak.units import format_duration
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +35,8 @@ FOLDER = "forensics"
 LOOK_LEAD_S = 45.0  # the end look starts this long before the end window: it reads and judges the run so far
 END_MARGIN_S = 5.0  # the end window closes this long before the planned end, for the last samples to land
 MOST_PROCESSES = 4  # a tracker per process slows each: at most this many at once
-MIN_RUN_SHARE = 4  # the end window is kept only when the judged run is this many times as long
+MIN_RUN_SHARE = 4  # a window never takes more than this share of the judged run (1/4): the verdict needs the rest
+MIN_WINDOW_S = 10.0  # a window shorter than this would show a tracker's start-up, not a leak
 
 
 @dataclass(frozen=True)
@@ -137,7 +139,7 @@ class ForensicsWindow:
 
 
 def _minutes(seconds: float) -> str:
-    return f"{seconds / 60:g} min" if seconds >= 60 else f"{seconds:g} s"
+    return format_duration(round(seconds))
 
 
 # -- the run's watch -------------------------------------------------------------------------------------------------
@@ -153,6 +155,7 @@ class ForensicsWatch:
         self.window: ForensicsWindow | None = None
         self.auto_done = False  # the one automatic window of a run has been opened
         self._look = None  # the end look's child process
+        self._end_request: WindowRequest | None = None  # what the end look asked for, opened at the end window
         self._looked = False
         self._seen_looks = 0
         self.end_window_s = self._end_window_s()
@@ -189,11 +192,15 @@ class ForensicsWatch:
             if self.window.poll():
                 self.window = None
             return
-        request = self._requested() or self._due(elapsed_s)
-        if request is not None:
-            self.open(request)
+        asked = self._requested()
+        if asked is not None:
+            self.open(asked)
+            return
+        due = self._due(elapsed_s)
+        if due is not None:
+            self.open(due, elapsed_s)
 
-    def hold_for_stop(self, check: str) -> bool:
+    def hold_for_stop(self, check: str, elapsed_s: float) -> bool:
         """An early stop on `check` is due: True while the run must wait for a window first (opened here when
         auto forensics has not run yet and the stop is a memory leak)."""
         if self.tracking:
@@ -202,12 +209,18 @@ class ForensicsWatch:
             return False
         suspects = self._look_suspects(self.early_stop.last_look if self.early_stop else None)
         self.open(WindowRequest(self.settings.for_s, self.settings.process,
-                                "an early stop on leak.rss waits for it", suspects))
+                                "an early stop on leak.rss waits for it", suspects), elapsed_s)
         return self.tracking
 
-    def open(self, request: WindowRequest) -> None:
-        """Open a window now over the processes it names; a refusal when there are none."""
-        self.auto_done = self.auto_done or not request.why.startswith("asked")
+    def open(self, request: WindowRequest, elapsed_s: float | None = None) -> None:
+        """Open a window now over the processes it names; a refusal when there are none. An automatic window
+        opened mid-run is cut to a quarter of the run judged so far and to the planned end."""
+        automatic = not request.why.startswith("asked")
+        self.auto_done = self.auto_done or automatic
+        if automatic and elapsed_s is not None:
+            request = self._fitted(request, elapsed_s)
+            if request is None:
+                return
         chosen = choose_processes(request, self.processes(), self.roots())
         if not chosen:
             self.recorder.event(EventKind.FORENSICS, "forensics: no server process on this host to watch",
@@ -215,6 +228,15 @@ class ForensicsWatch:
             return
         self.window = ForensicsWindow(request, chosen, self.run_dir, self.t0, self.recorder)
         self.window.start()
+
+    def _fitted(self, request: WindowRequest, elapsed_s: float) -> WindowRequest | None:
+        config = self.config
+        room_s = min((elapsed_s - config.warmup_s) / MIN_RUN_SHARE, config.duration_s - elapsed_s - END_MARGIN_S)
+        for_s = min(request.for_s, room_s)
+        if for_s < MIN_WINDOW_S:
+            log.info("forensics: no room for a window %.0f s into the run (%.0f s left for it)", elapsed_s, for_s)
+            return None
+        return replace(request, for_s=for_s)
 
     def finish(self, say: Callable[[str], None], budget_s: float) -> None:
         """At the run's end: let an open window's capture be read (within `budget_s`), else stop it."""
@@ -266,21 +288,26 @@ class ForensicsWatch:
                              suspects)
 
     def _from_end_look(self, elapsed_s: float) -> WindowRequest | None:
-        """Start the end look in time, and open the window when it finds leak.rss SUSPECT or FAIL."""
+        """Start the end look in time; at the end window, open it when the look found leak.rss SUSPECT or FAIL."""
         if self._look is None and not self._looked and elapsed_s >= self.end_window_s - LOOK_LEAD_S:
             self._start_end_look(elapsed_s)
+        if self._look is not None and self._look.poll() is not None:
+            self._read_end_look()
+        if self._end_request is None or elapsed_s < self.end_window_s:
             return None
-        if self._look is None or self._look.poll() is None:
-            return None
+        return self._end_request
+
+    def _read_end_look(self) -> None:
         from soak.run.early_stop import read_look
 
         look, self._look = read_look(self._look), None
         suspects = self._look_suspects(look)
         if not suspects:
             log.info("forensics: leak.rss %s before the end window; no tracker", getattr(look, "leak_verdict", None))
-            return None
-        return WindowRequest(self.settings.for_s, self.settings.process,
-                             f"leak.rss was {look.leak_verdict} over the first {look.windows} windows", suspects)
+            return
+        self._end_request = WindowRequest(self.settings.for_s, self.settings.process,
+                                          f"leak.rss was {look.leak_verdict} over the first {look.windows} windows",
+                                          suspects)
 
     def _start_end_look(self, elapsed_s: float) -> None:
         from soak.run.early_stop import start_look

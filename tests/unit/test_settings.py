@@ -99,6 +99,7 @@ EXAMPLES: dict[str, Example] = {
     "web": ex("0.0.0.0:8090", "0.0.0.0:8090"),
     "baseline": ex("RUN-1", "RUN-1"), "keep_requests": FLAG, "notify_env": ex("HOOK", "HOOK"), "json": FLAG,
     "stop_on_fail": FLAG,
+    "forensics": ex("always", "always"), "forensics_for": ex("2m", 120.0), "forensics_process": ex("4242", "4242"),
     "slo": ex("ttft=500ms,e2e=20s", SloTargets(ttft_ms=500.0, e2e_ms=20000.0)),
     "out": ex("/tmp/soak-settings-test", Path("/tmp/soak-settings-test")),
     "db": ex("sqlite:////tmp/soak-settings-test.db", "sqlite:////tmp/soak-settings-test.db"),
