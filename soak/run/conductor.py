@@ -269,7 +269,7 @@ class Conductor:
         self._say(state.early_stop and state.early_stop.describe())
         state.forensics = ForensicsWatch(config, state.run_id, state.run_dir, state.recorder, state.t0,
                                          processes=lambda: list(state.telemetry.latest.server_processes),
-                                         roots=state.target.root_pids, early_stop=state.early_stop)
+                                         roots=state.target.root_pids, early_stop=state.early_stop, say=self._say)
         self._say(state.forensics.describe())
 
     def _start_or_close(self) -> None:
@@ -506,7 +506,7 @@ class Conductor:
         self._stop_canary()
         self._stop_churn()
         if state.forensics is not None:  # a window still tracking is stopped; a capture being read is waited for
-            state.forensics.finish(self._say, FORENSICS_READ_S)
+            state.forensics.finish(FORENSICS_READ_S)
         if state.load is not None:  # None when the load never started (`_start_or_close`)
             state.load.stop(drain_timeout_s=STOP_DRAIN_S)
             self._record_loop_lag(time.time() - state.t0, final=True)
@@ -555,6 +555,8 @@ class Conductor:
             self._stop_churn()
             if state.early_stop is not None:
                 state.early_stop.close()
+            if state.forensics is not None:  # a run that failed mid-window: the tracker detached, the look ended
+                state.forensics.finish(0.0)
             if state.load is not None and not getattr(state.load, "stopped", False):
                 state.load.stop(drain_timeout_s=0)
             elif state.load is None and state.workers is not None:

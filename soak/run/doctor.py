@@ -144,6 +144,16 @@ def check_chromium() -> Check:
                  "skip (reports are still written)", {"path": None})
 
 
+def check_forensics() -> Check:
+    """Whether leak forensics can attach memray here (docs/forensics.md): a debugger, and ptrace allowed."""
+    from soak.telemetry.forensics import debugger_refusal, ptrace_scope_refusal
+
+    refusal = debugger_refusal() or ptrace_scope_refusal()
+    if refusal:
+        return Check("forensics", WARN, f"leak forensics will record growth by mapping only: {refusal}", {})
+    return Check("forensics", OK, "leak forensics can attach memray to a server process of this user", {})
+
+
 def check_database(locations: Locations) -> Check:
     """Whether the database `soak start` would use opens here, or could be made; it neither creates nor migrates."""
     url, origin = _shown_url(locations.db_url), locations.db_origin
@@ -335,7 +345,8 @@ def run_checks(locations: Locations | None = None, vllm_bin: str | None = None,
 
     locations = locations or resolve_locations()
     gpu, vllm, torch = check_gpu(), check_vllm(vllm_bin), check_torch()
-    checks = [gpu, vllm, torch, check_chromium(), check_database(locations), check_disk(locations.out_dir),
+    checks = [gpu, vllm, torch, check_chromium(), check_forensics(), check_database(locations),
+              check_disk(locations.out_dir),
               check_plan(gpu, vllm, torch)]
     for target in targets:
         checks += check_target(target, served_model, headers)

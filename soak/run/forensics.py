@@ -87,17 +87,18 @@ class ForensicsWindow:
     """One window over one or more processes, recording its events."""
 
     def __init__(self, request: WindowRequest, processes: list[WatchedProcess], run_dir: Path, t0: float,
-                 recorder: Recorder):
-        self.request, self.recorder = request, recorder
+                 recorder: Recorder, say: Callable[[str], None]):
+        self.request, self.recorder, self.say = request, recorder, say
         folder = run_dir / FOLDER
         self.windows = [ProcessWindow(p, request.for_s, folder, run_dir, t0) for p in processes]
         self.ended = False
 
     def start(self) -> None:
         names = ", ".join(f"{w.process.role} (pid {w.process.pid})" for w in self.windows)
-        self.recorder.event(EventKind.FORENSICS_START, f"forensics for {_minutes(self.request.for_s)} on {names}: "
-                            f"{self.request.why}", {"pids": [w.process.pid for w in self.windows],
-                                                    "for_s": self.request.for_s, "why": self.request.why})
+        message = f"forensics for {_minutes(self.request.for_s)} on {names}: {self.request.why}"
+        self.recorder.event(EventKind.FORENSICS_START, message, {"pids": [w.process.pid for w in self.windows],
+                                                                 "for_s": self.request.for_s, "why": self.request.why})
+        self.say(f"{message} (those windows are left out of the checks)")
         for window in self.windows:
             window.start()
 
@@ -135,6 +136,7 @@ class ForensicsWindow:
             refused = "; ".join(found.refusals)
             message = f"{found.process.role} (pid {found.process.pid}): {found.method}" + (f"; {refused}" if refused else "")
             self.recorder.event(EventKind.FORENSICS, message, found.as_dict())
+            self.say(f"forensics recorded, {message}")
         self.windows = []
 
 
@@ -148,9 +150,9 @@ class ForensicsWatch:
 
     def __init__(self, config: RunConfig, run_id: str, run_dir: Path, recorder: Recorder, t0: float,
                  processes: Callable[[], list[ProcessStats]], roots: Callable[[], list[int]],
-                 early_stop: Any = None):
+                 early_stop: Any = None, say: Callable[[str], None] = lambda _line: None):
         self.config, self.run_id, self.run_dir, self.recorder, self.t0 = config, run_id, run_dir, recorder, t0
-        self.processes, self.roots, self.early_stop = processes, roots, early_stop
+        self.processes, self.roots, self.early_stop, self.say = processes, roots, early_stop, say
         self.settings = config.forensics
         self.window: ForensicsWindow | None = None
         self.auto_done = False  # the one automatic window of a run has been opened
@@ -225,8 +227,9 @@ class ForensicsWatch:
         if not chosen:
             self.recorder.event(EventKind.FORENSICS, "forensics: no server process on this host to watch",
                                 {"pid": None, "refusals": [NO_PROCESS]})
+            self.say(f"forensics: {NO_PROCESS}")
             return
-        self.window = ForensicsWindow(request, chosen, self.run_dir, self.t0, self.recorder)
+        self.window = ForensicsWindow(request, chosen, self.run_dir, self.t0, self.recorder, self.say)
         self.window.start()
 
     def _fitted(self, request: WindowRequest, elapsed_s: float) -> WindowRequest | None:
@@ -238,7 +241,7 @@ class ForensicsWatch:
             return None
         return replace(request, for_s=for_s)
 
-    def finish(self, say: Callable[[str], None], budget_s: float) -> None:
+    def finish(self, budget_s: float) -> None:
         """At the run's end: let an open window's capture be read (within `budget_s`), else stop it."""
         self._close_look()
         if self.window is None:
@@ -246,7 +249,7 @@ class ForensicsWatch:
         if self.window.tracking:
             self.window.stop()
         else:
-            say("forensics: reading the tracker's capture")
+            self.say("forensics: reading the tracker's capture")
             deadline = time.monotonic() + budget_s
             while not self.window.poll():
                 if time.monotonic() > deadline:

@@ -115,12 +115,17 @@ def ptrace_refusal(pid: int) -> str | None:
     if owner != os.geteuid():
         return (f"process {pid} belongs to another user (uid {owner}) and soak lacks CAP_SYS_PTRACE: run soak as "
                 "that user, or grant the capability (containers: --cap-add SYS_PTRACE)")
+    return ptrace_scope_refusal()
+
+
+def ptrace_scope_refusal() -> str | None:
+    """Why the kernel's Yama policy stops this process from tracing one it did not start (None: it does not)."""
     scope = _ptrace_scope()
-    if scope is not None and scope >= 1:
-        return (f"kernel.yama.ptrace_scope is {scope}, which lets only a parent (or CAP_SYS_PTRACE) trace a process: "
-                "sysctl kernel.yama.ptrace_scope=0 on the host, or grant CAP_SYS_PTRACE "
-                "(containers: --cap-add SYS_PTRACE; Kubernetes: securityContext.capabilities.add: [SYS_PTRACE])")
-    return None
+    if scope is None or scope < 1 or _has_ptrace_capability():
+        return None
+    return (f"kernel.yama.ptrace_scope is {scope}, which lets only a parent (or CAP_SYS_PTRACE) trace a process: "
+            "sysctl kernel.yama.ptrace_scope=0 on the host, or grant CAP_SYS_PTRACE "
+            "(containers: --cap-add SYS_PTRACE; Kubernetes: securityContext.capabilities.add: [SYS_PTRACE])")
 
 
 def _ptrace_scope() -> int | None:

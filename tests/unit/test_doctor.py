@@ -201,7 +201,8 @@ def test_command_prints_checks_and_exits_0_when_usable(tmp_path, monkeypatch):
     assert result.exit_code == 0, result.output
     body = json.loads(result.output)
     assert body["usable"] is True
-    assert [c["name"] for c in body["checks"]] == ["gpu", "vllm", "torch", "chromium", "database", "disk", "plan"]
+    assert [c["name"] for c in body["checks"]] == ["gpu", "vllm", "torch", "chromium", "forensics", "database", "disk",
+                                                  "plan"]
 
 
 def test_command_exits_2_when_nothing_can_run(monkeypatch):
@@ -209,3 +210,9 @@ def test_command_exits_2_when_nothing_can_run(monkeypatch):
     result = CliRunner().invoke(doctor_command, [])
     assert result.exit_code == 2
     assert "FAIL  plan  nothing soak can start here" in result.output and "NOT usable" in result.output
+
+
+def test_forensics_readiness_names_the_debugger_to_install(monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))  # no gdb, no lldb
+    check = doctor.check_forensics()
+    assert check.status == WARN and "install gdb" in check.detail

@@ -38,8 +38,10 @@ pytestmark = [pytest.mark.slow, pytest.mark.e2e, pytest.mark.timeout(1500),
 REPO = Path(__file__).resolve().parents[3]
 ENGINE = "VLLM::EngineCore"
 START_WAIT_S = 600  # vLLM's first start on a busy 2-core machine compiles for minutes
+# A forensics window over both processes for the last minute: it must name nothing and change no verdict.
 HEALTHY = ["--model", "tiny", "--duration", "10m", "--warmup", "60s", "--rate", "1", "--scenario", "chat_short",
-           "--idle-probe-every", "3m", "--json"]
+           "--idle-probe-every", "3m", "--forensics", "always", "--forensics-for", "60s", "--forensics-process", "all",
+           "--json"]
 CRASHED = ["--model", "tiny", "--duration", "150s", "--warmup", "10s", "--rate", "1", "--scenario", "chat_short",
            "--restart", "on-crash", "--sample-every", "1s", "--json"]
 
@@ -142,6 +144,19 @@ def test_a_healthy_run_is_neither_fail_nor_invalid(healthy):
     # VALID: the client kept its schedule. The whole vLLM tree runs on the engine's core and soak alone on the
     # other (soak/target/placement.py), so its loop is not late (event-loop lag P99 about 4 ms against 10 ms).
     assert saturation["verdict"] == "PASS", saturation
+
+
+def test_forensics_on_a_healthy_server_names_no_line_and_is_left_out_of_the_checks(healthy):
+    records = healthy.summary["forensics"]
+    assert {record["role"] for record in records} >= {"engine", "api"}, records
+    for record in records:
+        assert record["method"] == "memray" and not record["refusals"], record
+        assert not record["named"], record["sentence"]
+    start_s = min(record["started_s"] for record in records)
+    rss = healthy.finding("leak.rss")
+    assert rss["verdict"] not in ("FAIL", "SUSPECT"), rss["evidence"]
+    warmup_s, window_s = healthy.query("select warmup_s, window_s from runs")[0]
+    assert rss["details"]["points"] <= (start_s - warmup_s) / window_s  # no window after the tracker's start judged
 
 
 def test_vllm_is_recognised_and_both_processes_are_sampled(healthy):

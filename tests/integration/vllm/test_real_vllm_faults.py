@@ -35,7 +35,8 @@ COMMON = ["--sample-every", "1s", "--rate", "2", "--scenario", "chat_short:2", "
           "--idle-probe-for", "2s", "--json"]
 LEAKY = ["--duration", "150s", "--warmup", "15s", "--window", "4s", "--idle-probe-every", "40s",
          "--canary-every", "10s", "--vllm-fault", "rss-leak=1MiB", "--vllm-fault", "kv-leak-on-abort=1",
-         "--vllm-fault", "garble-after=60s"]
+         "--vllm-fault", "garble-after=60s", "--forensics", "always", "--forensics-for", "25s",
+         "--forensics-process", "all"]
 HANG_AFTER_S = 55.0
 HANG = ["--duration", "100s", "--warmup", "10s", "--window", "5s", "--idle-probe-every", "20s",
         "--request-timeout", "15s", "--canary-every", "0", "--vllm-fault", f"hang-after={HANG_AFTER_S:g}s"]
@@ -99,6 +100,19 @@ def test_a_leak_in_the_engine_fails_leak_rss_on_the_engine_core(leaky):
     # 1 MiB per finished request: the engine's growth per request is of that order (not the API server's churn).
     per_request = rss["per_request"]["value"]
     assert 0.3 * 2**20 < per_request < 3 * 2**20, rss["per_request"]
+
+
+def test_forensics_names_the_plugins_allocation_inside_the_engine_core_not_the_api_server(leaky):
+    # the window (from 120 s to about 145 s) watched both processes; only the engine's names a line, the plugin's
+    records = {record["role"]: record for record in leaky.summary["forensics"]}
+    engine, api = records["engine"], records["api"]
+    assert engine["process"] == ENGINE and engine["method"] == "memray" and engine["named"], engine["sentence"]
+    top = engine["stacks"][0]
+    assert top["file"].endswith("soak/vllm_plugin/engine_faults.py") and top["function"] == "written_bytes", top
+    assert top["caller"].startswith("_free_request ("), top
+    assert not any(stack["file"].endswith("engine_faults.py") for stack in api["stacks"]), api["stacks"]
+    rss = leaky.finding("leak.rss")
+    assert "Forensics: " in rss["evidence"] and "in written_bytes, from _free_request" in rss["evidence"]
 
 
 def test_blocks_kept_after_aborted_streams_fail_leak_kv(leaky):
