@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
@@ -12,7 +13,9 @@ from soak.errors import ConfigError
 from soak.units import format_duration, parse_duration
 
 if TYPE_CHECKING:
+    from soak.contracts import Event
     from soak.locations import Locations
+    from soak.store import Store
 
 POLL_S = 2.0
 PICKUP_S = 30.0  # a running run reads the request within a tick; past this it is not listening
@@ -51,10 +54,10 @@ def forensics(run_id: str, locations: Locations, for_s: float | None, process: s
     path = ask_for_window(store, run_id, for_s, process)
     click.echo(f"asked run {run_id} for a forensics window ({path})", err=True)
     if not no_wait:
-        _follow(store, run_id, asked_s, for_s)
+        _follow(store, run_id, asked_s)
 
 
-def _follow(store, run_id: str, asked_s: float, for_s: float | None) -> None:
+def _follow(store: Store, run_id: str, asked_s: float) -> None:
     """Print the window's progress until every process's result is recorded (Ctrl-C leaves the window running)."""
     from soak.contracts import EventKind
     from soak.run.forensics import REQUEST_FILE, forensics_events_since
@@ -68,25 +71,23 @@ def _follow(store, run_id: str, asked_s: float, for_s: float | None) -> None:
                 seen.add(key)
                 click.echo(f"{format_duration(event.t_s)} {event.kind}: {event.message}", err=True)
         started = started or next((e for e in events if e.kind == EventKind.FORENSICS_START), None)
+        refused = next((e for e in events if e.kind == EventKind.FORENSICS and e.data.get("pid") is None), None)
+        if started is None and refused is not None:
+            raise ConfigError(f"run {run_id} could not open a forensics window: {'; '.join(refused.data['refusals'])}")
         if started is not None and _all_recorded(events, started):
             _print_results(events)
             return
         run = store.get_run(run_id)
         if run.status != "running":
             raise ConfigError(f"run {run_id} ended ({run.status}) before the window's results were recorded")
-        if started is None and time.monotonic() - wait_since > PICKUP_S and (store_folder(run) / REQUEST_FILE).exists():
+        if started is None and time.monotonic() - wait_since > PICKUP_S and (Path(run.out_dir) / REQUEST_FILE).exists():
             raise ConfigError(f"run {run_id} did not take the request within {PICKUP_S:.0f} s; is its soak process "
                               "still running?")
         time.sleep(POLL_S)
 
 
-def store_folder(run):
-    from pathlib import Path
-
-    return Path(run.out_dir)
-
-
-def _all_recorded(events, started) -> bool:
+def _all_recorded(events: list[Event], started: Event) -> bool:
+    """Every process the window watches has its result recorded."""
     from soak.contracts import EventKind
 
     pids = set(started.data.get("pids") or ())
@@ -94,7 +95,8 @@ def _all_recorded(events, started) -> bool:
     return pids <= found
 
 
-def _print_results(events) -> None:
+def _print_results(events: list[Event]) -> None:
+    """The sentence of each process's window, on stdout."""
     from soak.analysis.forensics import read_forensics
 
     for result in read_forensics(events):

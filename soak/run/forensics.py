@@ -47,6 +47,7 @@ class WindowRequest:
     process: str
     why: str
     suspects: tuple[int, ...] = ()  # the PIDs leak.rss found growing, when a look said so
+    asked: bool = False  # by `soak forensics`: not the run's one automatic window, and not cut to fit the run
 
 
 # -- which processes ----------------------------------------------------------------------------------------------
@@ -217,12 +218,11 @@ class ForensicsWatch:
     def open(self, request: WindowRequest, elapsed_s: float | None = None) -> None:
         """Open a window now over the processes it names; a refusal when there are none. An automatic window
         opened mid-run is cut to a quarter of the run judged so far and to the planned end."""
-        automatic = not request.why.startswith("asked")
-        self.auto_done = self.auto_done or automatic
-        if automatic and elapsed_s is not None:
+        if not request.asked and elapsed_s is not None:
             request = self._fitted(request, elapsed_s)
             if request is None:
                 return
+        self.auto_done = self.auto_done or not request.asked
         chosen = choose_processes(request, self.processes(), self.roots())
         if not chosen:
             self.recorder.event(EventKind.FORENSICS, "forensics: no server process on this host to watch",
@@ -337,7 +337,8 @@ class ForensicsWatch:
             data = json.loads(path.read_text())
             path.unlink()
             return WindowRequest(float(data.get("for_s") or self.settings.for_s),
-                                 str(data.get("process") or self.settings.process), "asked for by `soak forensics`")
+                                 str(data.get("process") or self.settings.process), "asked for by `soak forensics`",
+                                 asked=True)
         except (OSError, ValueError) as exc:
             log.warning("forensics: unreadable request %s: %s", path, exc)
             path.unlink(missing_ok=True)
