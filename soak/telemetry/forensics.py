@@ -16,6 +16,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -176,7 +177,7 @@ class ProcessWindow:
         self.found = ProcessForensics(process, started_s=time.time() - t0)
         self.phase = "attaching"
         self._child: subprocess.Popen | None = None
-        self._since = time.monotonic()
+        self._opened = self._since = time.monotonic()
         self._before: tuple = ()
         self._last_size = -1
         stamp = f"{process.role}-{process.pid}-{int(self.found.started_s)}s"
@@ -196,7 +197,9 @@ class ProcessWindow:
             return
         command = [sys.executable, "-m", "memray", "attach", "--aggregate", "-f", "-o", str(self.capture_path),
                    "--duration", str(max(int(round(self.for_s)), 1)), str(pid)]
-        self._child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        # its own session, so a timeout ends memray and the gdb under it together (see `_end_attach`)
+        self._child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                       start_new_session=True)
 
     def poll(self) -> bool:
         """Advance the window; True once done."""
@@ -215,7 +218,9 @@ class ProcessWindow:
         """End the window now (the run is ending): detach the tracker, close the mappings, skip the summary."""
         if self.phase == "done":
             return
-        if self._child is not None and self._child.poll() is None:
+        if self.phase == "attaching" and self._child is not None:
+            self._end_attach()
+        elif self._child is not None and self._child.poll() is None:
             self._child.kill()
             self._child.wait()
         if self.phase == "attaching" or (self.found.method == "memray" and self.phase == "tracking"):
@@ -231,8 +236,9 @@ class ProcessWindow:
         child = self._child
         if child.poll() is None:
             if time.monotonic() - self._since > ATTACH_TIMEOUT_S:
-                child.kill()
-                self._refuse(f"memray attach did not finish within {ATTACH_TIMEOUT_S:.0f} s", phase="tracking")
+                self._end_attach()
+                self._refuse(f"memray attach did not finish within {ATTACH_TIMEOUT_S:.0f} s (the process may be "
+                             "blocked in a system call, where gdb cannot run the tracker's start)", phase="tracking")
             return
         output = child.stdout.read() if child.stdout else ""
         self._child = None
@@ -240,7 +246,7 @@ class ProcessWindow:
             self._refuse(attach_refusal(output, child.returncode), phase="tracking")
             return
         self.found.method = "memray"
-        self.phase, self._since = "tracking", time.monotonic()
+        self.phase, self._since = "tracking", time.monotonic()  # memray's --duration runs from here
 
     def _tracking(self) -> None:
         if not alive(self.process.pid):
@@ -305,6 +311,20 @@ class ProcessWindow:
             self.found.flamegraph = self._relative(self.flamegraph_path)
 
     # -- helpers --
+    def _end_attach(self) -> None:
+        """End a hung attach: memray and its gdb (one session), then wake the process in case the debugger left
+        it stopped when it went."""
+        try:
+            os.killpg(self._child.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self._child.wait()
+        self._child = None
+        try:
+            os.kill(self.process.pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+
     def _mappings(self) -> tuple:
         try:
             return off_loop(lambda: read_mappings(self.process.pid))
@@ -322,9 +342,11 @@ class ProcessWindow:
         self.found.memory_after = memory_bytes(self.process.pid)
 
     def _refuse(self, reason: str, phase: str | None = None) -> None:
+        """Record why something could not be recorded; to `phase` (a mappings-only window keeps the time it opened
+        at, so a slow refusal never lengthens it)."""
         self.found.refusals.append(reason)
         if phase is not None:
-            self.phase, self._since = phase, time.monotonic()
+            self.phase, self._since = phase, self._opened
 
     def _relative(self, path: Path) -> str:
         try:

@@ -36,7 +36,7 @@ def start_process(tmp_path):
     started: list[subprocess.Popen] = []
 
     def start(*command: str) -> subprocess.Popen:
-        child = subprocess.Popen(list(command), stdout=subprocess.PIPE, text=True)
+        child = subprocess.Popen(list(command), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         started.append(child)
         if any(part.endswith("leaker.py") for part in command):
             assert child.stdout.readline().strip() == "ready"
@@ -103,3 +103,16 @@ def test_no_debugger_names_the_package_to_install(tmp_path, start_process, monke
     found = watch(leaker.pid, tmp_path, for_s=1).found
     assert found.method == "smaps"
     assert found.refusals[0].startswith("memray attaches through gdb or lldb and neither is on this host: install gdb")
+
+
+def test_a_hung_attach_is_given_up_and_leaves_the_process_running(tmp_path, start_process, debugger, monkeypatch):
+    # a process blocked in a system call never reaches the point where gdb can start the tracker
+    import soak.telemetry.forensics as forensics
+
+    monkeypatch.setattr(forensics, "ATTACH_TIMEOUT_S", 5.0)
+    blocked = start_process(sys.executable, "-c", "import sys, time; time.sleep(0.2); sys.stdin.read()")
+    time.sleep(1.0)
+    found = watch(blocked.pid, tmp_path, for_s=1).found
+    assert found.refusals[0].startswith("memray attach did not finish within 5 s"), found.refusals
+    state = Path(f"/proc/{blocked.pid}/status").read_text().split("State:")[1].split()[0]
+    assert state not in ("t", "T"), state  # neither traced nor stopped: the debugger went and the process runs
