@@ -27,7 +27,7 @@ from typing import Any
 from soak.telemetry.process import off_loop, swap_bytes
 from soak.telemetry.smaps import SmapsGrowth, classify_growth, read_mappings
 
-ATTACH_TIMEOUT_S = 120.0  # gdb may take a while to stop a busy process; past this the attach is given up
+ATTACH_TIMEOUT_S = 60.0  # gdb takes seconds to stop a busy process (15 s seen on a loaded machine); then given up
 FLUSH_WAIT_S = 300.0  # after the window: how long the tracker may take to write its capture
 SUMMARY_TIMEOUT_S = 900.0
 CAP_SYS_PTRACE = 19
