@@ -359,8 +359,9 @@ NO_PROCESS = ("no server process is on this host for soak to watch (a remote --t
 # -- `soak forensics RUN`: ask a running run for a window ------------------------------------------------------------
 def ask_for_window(store: Any, run_id: str, for_s: float | None, process: str | None) -> Path:
     """Leave a request in a running run's folder (its conductor opens the window within a tick); ConfigError
-    when the run is not running on this host."""
+    when the run is not running on this host (a running run whose soak process is gone reads aborted)."""
     import os
+    import socket
 
     from soak.errors import ConfigError
 
@@ -368,9 +369,9 @@ def ask_for_window(store: Any, run_id: str, for_s: float | None, process: str | 
     if run.status != "running":
         raise ConfigError(f"run {run_id} is {run.status}: forensics watches a running server; start a run, or "
                           f"use `soak start --forensics always`")
-    if not run.soak_pid or not _pid_alive(run.soak_pid) or not Path(run.out_dir).is_dir():
-        raise ConfigError(f"run {run_id} is not running on this host (its soak process {run.soak_pid} is not here): "
-                          "run `soak forensics` where `soak start` runs")
+    if run.environment.get("host") != socket.gethostname() or not Path(run.out_dir).is_dir():
+        raise ConfigError(f"run {run_id} runs on {run.environment.get('host') or 'another host'}, not here: run "
+                          "`soak forensics` where `soak start` runs")
     path = Path(run.out_dir) / REQUEST_FILE
     if path.exists():
         raise ConfigError(f"run {run_id} has a forensics request waiting already ({path})")
@@ -379,18 +380,6 @@ def ask_for_window(store: Any, run_id: str, for_s: float | None, process: str | 
     temporary.write_text(json.dumps(body))
     temporary.replace(path)  # the run never reads half a request
     return path
-
-
-def _pid_alive(pid: int) -> bool:
-    import os
-
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def forensics_events_since(store: Any, run_id: str, since_s: float) -> list[Any]:
