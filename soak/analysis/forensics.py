@@ -2,9 +2,9 @@
 
 Each event holds what one process's window found: memray's held stacks (grouped by the server's own line and its
 caller) and the growth by mapping from /proc/PID/smaps. A line is named only above noise — it holds at least
-`NAMED_SHARE` of what the window held, and at least what a leak at `leak.rss`'s threshold would build over the
-window (`NOISE_FLOOR_BYTES` at the least): a healthy server also holds, at any moment, what its requests in
-flight and its caches allocated a moment ago. `add_forensics` puts one sentence in the `leak.rss` finding.
+`NAMED_SHARE` of what the window held, at least what a leak at `leak.rss`'s threshold would build over the
+window (`NOISE_FLOOR_BYTES` at the least), in at least `MIN_ALLOCATIONS` allocations: a healthy server also holds,
+at any moment, what its requests in flight and its caches allocated a moment ago. `add_forensics` puts one sentence in the `leak.rss` finding.
 """
 
 from __future__ import annotations
@@ -20,6 +20,9 @@ from soak.contracts import Event, EventKind
 
 NAMED_SHARE = 0.25
 NOISE_FLOOR_BYTES = 2**20
+# One allocation still held is an event, not a growth: a healthy vLLM's API server keeps a 1 MiB chat-template cache
+# it filled once in the window. A leak that matters over minutes repeats.
+MIN_ALLOCATIONS = 5
 HOUR_S = 3600.0
 _SITE_PACKAGES = re.compile(r".*/(site|dist)-packages/")
 
@@ -100,7 +103,7 @@ class ProcessForensicsResult:
         top = self.sites[0] if self.sites else None
         if top is None or top.share < NAMED_SHARE or top.bytes < self.noise_floor_bytes:
             return None
-        return top
+        return top if top.allocations >= MIN_ALLOCATIONS else None
 
     def sentence(self) -> str:
         """One line: where the memory still held from the window was allocated, or why that is not known."""
@@ -122,6 +125,10 @@ class ProcessForensicsResult:
             return "no stack holds anything"
         if top.share < NAMED_SHARE:
             return f"the growth is spread over {self.stacks} stacks, none above {top.share * 100:.0f} %"
+        if top.bytes >= self.noise_floor_bytes:
+            return (f"no stack holds more than noise (the largest, {bytes_text(top.bytes)} at {top.where}, is only "
+                    f"{top.allocations} allocation{'s' if top.allocations != 1 else ''}, too few for a growth: a cache "
+                    "filled once)")
         return (f"no stack holds more than noise (the largest, {bytes_text(top.bytes)} at {top.where}, is under "
                 f"the {bytes_text(self.noise_floor_bytes)} a leak at the threshold would build in the window)")
 
