@@ -505,11 +505,11 @@ class Conductor:
         self._report(Progress(stage=Stage.FINALISING, run_id=state.run_id))
         self._stop_canary()
         self._stop_churn()
-        if state.forensics is not None:  # a window still tracking is stopped; a capture being read is waited for
-            state.forensics.finish(FORENSICS_READ_S)
         if state.load is not None:  # None when the load never started (`_start_or_close`)
             state.load.stop(drain_timeout_s=STOP_DRAIN_S)
             self._record_loop_lag(time.time() - state.t0, final=True)
+        if state.forensics is not None:  # a window still tracking is stopped; a capture being read is waited for
+            state.forensics.finish(FORENSICS_READ_S)
         state.telemetry.stop()
         if state.log_scanner is not None:
             state.log_scanner.close()
