@@ -93,10 +93,17 @@ def _kind(path: str, perms: str, size_bytes: int) -> str:
     if path.startswith("[anon:"):
         return "anon-named"
     if not path:
-        return "anon-small" if size_bytes < SMALL_ANON_BYTES else "anon-medium" if size_bytes < LARGE_ANON_BYTES else "anon-large"
+        return _anon_kind(size_bytes)
     if path.startswith("/"):
         return "file"
     return "other"  # [vdso], [vvar], [vsyscall], [uprobes], anon_inode:… of a driver
+
+
+def _anon_kind(size_bytes: int) -> str:
+    """An anonymous mapping's size class: a malloc'd block or piece of arena, a buffer, or a whole arena and up."""
+    if size_bytes < SMALL_ANON_BYTES:
+        return "anon-small"
+    return "anon-medium" if size_bytes < LARGE_ANON_BYTES else "anon-large"
 
 
 def _is_shm(path: str, perms: str) -> bool:
@@ -208,20 +215,32 @@ class SmapsGrowth:
         return self.after_bytes - self.before_bytes
 
     def as_dict(self) -> dict[str, Any]:
-        """JSON-ready fields, as an event's data stores them."""
+        """JSON-ready fields, as an event's data stores them; each row carries its growth too, for readers that
+        do not rebuild the rows."""
         return {"pid": self.pid, "before_bytes": self.before_bytes, "after_bytes": self.after_bytes,
-                "by_kind": [asdict(row) for row in self.by_kind], "by_name": [asdict(row) for row in self.by_name]}
+                "growth_bytes": self.growth_bytes, "by_kind": [_row_dict(row) for row in self.by_kind],
+                "by_name": [_row_dict(row) for row in self.by_name]}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> SmapsGrowth:
-        """The growth `as_dict` wrote."""
+        """The growth `as_dict` wrote (the derived growths are recomputed, not read)."""
         return cls(pid=int(data["pid"]), before_bytes=int(data["before_bytes"]), after_bytes=int(data["after_bytes"]),
-                   by_kind=tuple(MappingGrowth(**row) for row in data["by_kind"]),
-                   by_name=tuple(MappingGrowth(**row) for row in data["by_name"]))
+                   by_kind=tuple(_row_from_dict(row) for row in data["by_kind"]),
+                   by_name=tuple(_row_from_dict(row) for row in data["by_name"]))
 
     def sentence(self) -> str:
         """One line on where the growth went, for a finding's evidence."""
         return growth_sentence(self.by_kind)
+
+
+def _row_dict(row: MappingGrowth) -> dict[str, Any]:
+    """A row's fields and its growth."""
+    return asdict(row) | {"growth_bytes": row.growth_bytes}
+
+
+def _row_from_dict(data: Mapping[str, Any]) -> MappingGrowth:
+    """A row from its stored fields, derived ones left out."""
+    return MappingGrowth(**{name: data[name] for name in MappingGrowth.__dataclass_fields__})
 
 
 def classify_growth(before: Iterable[MappingRegion], after: Iterable[MappingRegion], pid: int,
