@@ -6,6 +6,7 @@ Skipped only when no llama-server can be had (tests/support/llama_cpp.py says ho
 
 from __future__ import annotations
 
+import json
 import subprocess
 import time
 from collections.abc import Iterator
@@ -126,3 +127,17 @@ def test_llama_server_growth_is_accounted_for_by_mapping(llama_server):
     sentence = growth.sentence()  # names the kind that grew most, unless the growth is spread over many
     assert growth.by_kind[0].name in sentence or "spread over" in sentence, sentence
     assert growth.by_kind[0].kind in KINDS
+
+
+def test_a_soak_run_watching_llama_server_classifies_its_growth_by_mapping(llama_server, tmp_path, soak_cli):
+    # soak finds the process listening on the target's port; it is not Python, so the window reads its mappings
+    process, url = llama_server
+    result = soak_cli("start", "--target", url, "--server-kind", "llamacpp", "--duration", "110s", "--warmup", "10s",
+                      "--window", "5s", "--rate", "1", "--scenario", "chat_short", "--no-idle-probes",
+                      "--canary-every", "0", "--skip-unsupported", "--forensics", "always", "--forensics-for", "20s",
+                      "--json", "--out", str(tmp_path), timeout_s=420)
+    assert result.returncode in (0, 1, 3), result.stderr[-3000:]
+    (record,) = json.loads(result.stdout)["forensics"]
+    assert record["pid"] == process.pid and record["method"] == "smaps" and record["held_bytes"] is None, record
+    assert record["refusals"] == ["not a Python process: its growth is classified by mapping only"]
+    assert record["growth_by_mapping"] and record["sentence"].startswith(f"forensics of llama-server (pid {process.pid})")
