@@ -92,8 +92,11 @@ class TrendResult:
         # upper end that has to come under the threshold.
         return self.span_s * (high - centre) / room
 
-    def line(self, space: str = "linear", series: str | None = None) -> Trend:
-        """The fitted line for a chart."""
+    def line(self, space: str = "linear", series: str | None = None) -> Trend | None:
+        """The fitted line for a chart; None when too few points were fitted (no line to draw: a finding that
+        carried one with no start would not be a valid summary)."""
+        if not math.isfinite(self.t0_s):
+            return None
         return Trend(self.slope_per_s, self.intercept, self.t0_s, space, series)
 
     def failed_gates(self) -> list[str]:

@@ -136,3 +136,9 @@ def test_a_run_that_could_not_rule_out_the_threshold_needs_longer_than_itself(se
     needed = result.span_needed_s()
     if result.verdict == INCONCLUSIVE and needed is not None:
         assert needed > result.span_s
+
+
+def test_too_few_points_draw_no_line():
+    # a still-settling series judged on too few windows once left a line with no start, which summary.json refused
+    result = assess_trend(np.arange(3.0), np.arange(3.0), TrendSpec(min_slope_per_s=1.0, min_points=20))
+    assert result.line("linear") is None
