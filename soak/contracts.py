@@ -51,6 +51,9 @@ class EventKind(StrEnum):
     RESTART_FAILED = "restart_failed"
     OUTAGE_START = "outage_start"
     OUTAGE_END = "outage_end"
+    # /health failed and the route to the server was lost, not the server (soak/target/reachability.py)
+    NETWORK_OUTAGE_START = "network_outage_start"
+    NETWORK_OUTAGE_END = "network_outage_end"
     RUN_END = "run_end"
     EARLY_STOP = "early_stop"
     VRAM_NOT_RELEASED = "vram_not_released"

@@ -5,6 +5,7 @@ Reads the events of soak.load.canary: `canary` (the reference answer, then each 
 server left a short greedy request unanswered for a whole canary period); SUSPECT on a lone timeout; PASS once at
 least `MIN_MATCHES` answers matched the reference; INCONCLUSIVE with fewer; SKIPPED when no canary answered.
 Errors (an HTTP error, a refused connection) are counted but judge nothing: the error checks judge the server's errors.
+A timeout during a network outage (the route to the server lost) judges nothing either: the server was out of reach.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from soak.analysis.findings import FAIL, PASS, SUSPECT, Finding, inconclusive, s
 from soak.analysis.fmt import duration_text
 from soak.analysis.gates import Gates
 from soak.analysis.inputs import Event, RunData
+from soak.analysis.liveness import in_network_outage
 
 CHECK = "canary"
 CANARY_KINDS = ("canary", "canary_mismatch", "canary_timeout", "canary_error")
@@ -24,7 +26,7 @@ TIMEOUTS_IN_A_ROW_FAIL = 2
 
 def check_canary(run: RunData, gates: Gates) -> Finding:
     """FAIL on a changed answer or timeouts in a row, SUSPECT on a lone timeout, PASS on ≥ 2 matches."""
-    answers = [e for e in run.events if e.kind in CANARY_KINDS]
+    answers = [e for e in run.events if e.kind in CANARY_KINDS and not _out_of_reach(run, e)]
     if not answers:
         return skipped(CHECK, "No canary was sent (--canary-every 0, or the run ended before the first answer).")
     details = _details(answers)
@@ -61,6 +63,12 @@ def _mismatch(mismatches: list[Event], details: dict[str, Any]) -> Finding:
                 f"{first.get('expected')!r}, got {first.get('got')!r}.")
     return Finding(check=CHECK, verdict=FAIL, value=len(mismatches), unit="mismatches", evidence=evidence,
                    details={**details, "first_mismatch": {"t_s": mismatches[0].t_s, **first}})
+
+
+def _out_of_reach(run: RunData, event: Event) -> bool:
+    """A canary that timed out while a network outage overlapped it."""
+    sent_s = event.t_s - float(event.data.get("elapsed_s") or 0.0)
+    return event.kind == "canary_timeout" and in_network_outage(run, sent_s, event.t_s)
 
 
 def _details(answers: list[Event]) -> dict[str, Any]:

@@ -167,8 +167,10 @@ def check_budget(run: RunData, gates: Gates) -> Finding:
     """Over the whole run after warm-up: FAIL when the observed rate exceeds the budget, PASS
     when the Wilson upper bound is within it, INCONCLUSIVE when too few requests to tell. The late
     segment (see `late_segment`) is judged on its own too: a run that ends over budget FAILs even
-    when its average is within it."""
-    rows = [w for w in run.request_windows if w.start_s >= run.warmup_s - 1e-9]
+    when its average is within it. Windows a network outage overlaps are left out: what failed in them failed on
+    the lost route, not at the server (a server outage's windows count: those errors are the server's)."""
+    network = {w.index for w in run.windows if w.excluded == "network"}
+    rows = [w for w in run.request_windows if w.start_s >= run.warmup_s - 1e-9 and w.index not in network]
     requests = sum(w.requests for w in rows)
     errors = sum(w.error_count for w in rows)
     if requests == 0:
@@ -187,8 +189,10 @@ def check_budget(run: RunData, gates: Gates) -> Finding:
         details["late_segment"] = {k: v for k, v in late.items() if k != "step"}
         if late["over_budget"] and verdict != FAIL:
             verdict, evidence = FAIL, evidence.rstrip(".") + "; but " + _late_text(late, budget)
+    if network:
+        details["network_windows"] = sorted(network)
     return Finding(check="errors.budget", verdict=verdict, value=100 * rate, unit="%", ci=(100 * low, 100 * high),
-                   threshold=100 * budget, evidence=evidence, details=details)
+                   threshold=100 * budget, evidence=evidence + _network_text(network), details=details)
 
 
 def late_segment(rows: list[WindowRequests], gates: Gates) -> dict | None:
@@ -217,6 +221,13 @@ def _late_text(late: dict, budget: float) -> str:
             f"{late['errors']} errors in {late['requests']} requests ({pct_text(late['rate'], 2)}): "
             f"its {100 * late['confidence']:g} % lower bound {pct_text(late['wilson_low'], 2)} "
             f"exceeds the {pct_text(budget, 2)} budget.")
+
+
+def _network_text(network: set[int]) -> str:
+    if not network:
+        return ""
+    return (f" {len(network)} window(s) over a network outage left out: the server was out of reach, and what failed "
+            "then is not the server's.")
 
 
 def _budget_text(verdict: str, errors: int, requests: int, rate: float, high: float, budget: float,

@@ -24,7 +24,7 @@ import numpy as np
 
 from soak.contracts import Event  # the run events, as the store reads them back
 
-EXCLUDED_REASONS = ("warmup", "probe", "outage", "forensics", "worker_lost")
+EXCLUDED_REASONS = ("warmup", "network", "probe", "outage", "forensics", "worker_lost")
 LATENCY_METRICS = ("ttft", "itl", "e2e")
 ERROR_CLASSES = ("connect", "timeout", "http_4xx", "http_5xx", "bad_stream", "invalid_output")
 
@@ -42,7 +42,8 @@ class WindowInfo:
     """One analysis window `[start_s, end_s)`.
 
     `excluded` is None for a window that trends judge, else why it is left out: "warmup" (it
-    overlaps the warm-up), "probe" (an idle probe ran in it, so load was not steady), "outage"
+    overlaps the warm-up), "network" (the route to the server was lost for part of it: the server was out of reach,
+    not down, and its errors are not the server's), "probe" (an idle probe ran in it, so load was not steady), "outage"
     (the server was down or restarting for part of it), "forensics" (an allocation tracker watched a server
     process, slowing it and holding memory of its own) or "worker_lost" (a load worker went silent in it, so
     part of the load was not sent and some records never came back).
@@ -370,6 +371,8 @@ only changes wording — `crashes` needs a server event, a health series or proc
     slo: Mapping[str, float] | None = None
     # A replica behind a --router: sent no load of its own, so only the server's own evidence is judged.
     observe_only: bool = False
+    # (start, end) of each network outage: the route to the server lost, not the server (network_outage_* events)
+    network_outages: tuple[tuple[float, float], ...] = ()
 
     def judged_windows(self) -> list[WindowInfo]:
         """Windows that trends use: not excluded and starting after the warm-up."""
@@ -377,6 +380,16 @@ only changes wording — `crashes` needs a server event, a health series or proc
 
     def judged_indices(self) -> set[int]:
         return {w.index for w in self.judged_windows()}
+
+    def load_clock(self, t_s: np.ndarray) -> np.ndarray:
+        """Times with the network outages after the warm-up taken out: arrivals paused then, so memory that grows
+        with the requests reads one straight line across an outage on this clock (the leak trends fit on it)."""
+        t_s = np.asarray(t_s, dtype=float)
+        paused = np.zeros_like(t_s)
+        for start_s, end_s in self.network_outages:
+            start_s = max(start_s, self.warmup_s)
+            paused += np.clip(t_s - start_s, 0.0, max(end_s - start_s, 0.0))
+        return t_s - paused
 
     @property
     def swap_seen(self) -> bool:

@@ -1,8 +1,11 @@
 """Liveness: `hang` (silent stall) and `crashes` (engine death).
 
-A hang is a span with requests running and no new token. An idle probe whose drain timed out is a hang signal
-only while nothing moved: when tokens kept flowing during the drain — the server's generation-token counter
-rose, or the client received chunks (`probe_drain_streaming`) — the requests were slow, not stuck.
+A hang is a span with requests running and no new token, or a server outage during which the server accepted
+connections and answered nothing (a frozen server: its kernel still accepts, its process does not run). An idle
+probe whose drain timed out is a hang signal only while nothing moved: when tokens kept flowing during the drain — the
+server's generation-token counter rose, or the client received chunks (`probe_drain_streaming`) — the requests were
+slow, not stuck. A network outage (the route to the server lost, its process alive) is neither: what could not be
+seen or drained then was out of reach, not stuck or dead.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ HANG_EVENTS = (EventKind.PROBE_DRAIN_TIMEOUT,)
 STREAMING_EVENTS = (EventKind.PROBE_DRAIN_STREAMING,)
 PROBE_START_EVENTS = (EventKind.PROBE_START,)
 SERVER_EVENTS = (EventKind.SERVER_START, EventKind.CRASH, EventKind.RESTART)
+OUTAGE_KINDS = (EventKind.OUTAGE_START, EventKind.OUTAGE_END)
 
 
 @dataclass(frozen=True)
@@ -75,6 +79,37 @@ def streaming_timeouts(run: RunData, timeouts: list[Event]) -> list[Event]:
             or _tokens_rose(run.server, starts.get(e.data.get("index")), e.t_s)]
 
 
+def unreachable_timeouts(run: RunData, timeouts: list[Event]) -> list[Event]:
+    """The drain timeouts whose drain a network outage overlapped: the requests waited on were out of reach."""
+    starts = {e.data.get("index"): e.t_s for e in run.events if e.kind in PROBE_START_EVENTS}
+    return [e for e in timeouts if in_network_outage(run, starts.get(e.data.get("index"), e.t_s), e.t_s)]
+
+
+def in_network_outage(run: RunData, start_s: float, end_s: float) -> bool:
+    """Whether `[start_s, end_s]` overlaps a network outage of the run."""
+    return any(a <= end_s and b >= start_s for a, b in run.network_outages)
+
+
+def frozen_outages(run: RunData, min_length_s: float) -> list[Span]:
+    """Server outages longer than `min_length_s` that began with the server accepting connections and answering
+    nothing while its process lived (the conductor's probes, in the outage_start event's data)."""
+    spans, opened = [], None
+    for event in (e for e in run.events if e.kind in OUTAGE_KINDS):
+        if event.kind == EventKind.OUTAGE_START and opened is None:
+            opened = event
+        elif event.kind == EventKind.OUTAGE_END and opened is not None:
+            spans.append((opened, Span(opened.t_s, event.t_s)))
+            opened = None
+    if opened is not None:
+        spans.append((opened, Span(opened.t_s, run.actual_duration_s)))
+    return [span for start, span in spans if span.length_s > min_length_s and _frozen(start)]
+
+
+def _frozen(start: Event) -> bool:
+    data = start.data
+    return data.get("connect") == "ok" and data.get("answered") is False and data.get("process_alive") is not False
+
+
 def _unexcused_probes(run: RunData, timeouts: list[Event], excused: list[Event]) -> list:
     """Undrained probe readings whose drain timeout (the last one before the reading) was not excused."""
     undrained = []
@@ -100,24 +135,31 @@ def stall_limit_s(run: RunData, limit_s: float) -> float:
 def check_hang(run: RunData, gates: Gates) -> Finding:
     limit_s = stall_limit_s(run, gates.hang.effective_after_s(run.planned_duration_s))
     stalls, longest_s = find_stalls(run.server, limit_s) if run.server else ([], 0.0)
+    frozen = frozen_outages(run, gates.hang.effective_after_s(run.planned_duration_s))
     all_timeouts = [e for e in run.events if e.kind in HANG_EVENTS]
     streaming = streaming_timeouts(run, all_timeouts)
-    timeouts = [e for e in all_timeouts if e not in streaming]
-    undrained = _unexcused_probes(run, all_timeouts, streaming)
+    unreachable = [e for e in unreachable_timeouts(run, all_timeouts) if e not in streaming]
+    timeouts = [e for e in all_timeouts if e not in streaming and e not in unreachable]
+    undrained = _unexcused_probes(run, all_timeouts, streaming + unreachable)
     has_gauges = run.server is not None and run.server.running is not None \
         and run.server.generation_tokens_total is not None
-    if not (has_gauges or run.probes or all_timeouts):
+    if not (has_gauges or run.probes or all_timeouts or frozen):
         return skipped("hang", "No server gauges (running, generated tokens) or idle probes to judge a hang by.")
     details = {"limit_s": limit_s, "longest_stall_s": longest_s,
                "stalls": [{"start_s": s.start_s, "end_s": s.end_s} for s in stalls],
                "timeouts": [{"t_s": e.t_s, "kind": e.kind, "message": e.message} for e in timeouts],
                "undrained_probes": [p.t_s for p in undrained],
-               "streaming_drains": [{"t_s": e.t_s, "index": e.data.get("index")} for e in streaming]}
-    if stalls or timeouts or undrained:
-        return Finding(check="hang", verdict=FAIL, value=longest_s, unit="s", threshold=limit_s,
-                       evidence=_hang_text(stalls, timeouts, undrained, limit_s), details=details)
+               "streaming_drains": [{"t_s": e.t_s, "index": e.data.get("index")} for e in streaming],
+               "unreachable_drains": [{"t_s": e.t_s, "index": e.data.get("index")} for e in unreachable],
+               "frozen": [{"start_s": s.start_s, "end_s": s.end_s} for s in frozen]}
+    if stalls or timeouts or undrained or frozen:
+        evidence = _hang_text(stalls, timeouts, undrained, limit_s) if stalls or timeouts or undrained else ""
+        return Finding(check="hang", verdict=FAIL, value=max([longest_s, *(s.length_s for s in frozen)]), unit="s",
+                       threshold=limit_s, evidence=(evidence + " " + _frozen_text(frozen)).strip(), details=details)
+    out_of_reach = f" {len(unreachable)} drain(s) timed out in a network outage: out of reach, not stuck." \
+        if unreachable else ""
     return Finding(check="hang", verdict=PASS, value=longest_s, unit="s", threshold=limit_s,
-                   evidence=_no_hang_text(has_gauges, longest_s, limit_s, len(run.probes), len(streaming)),
+                   evidence=_no_hang_text(has_gauges, longest_s, limit_s, len(run.probes), len(streaming)) + out_of_reach,
                    details=details)
 
 
@@ -134,6 +176,14 @@ def _hang_text(stalls: list[Span], timeouts: list[Event], undrained: list, limit
         parts.append(f"{len(undrained)} idle probe(s) did not drain, first at {duration_text(undrained[0].t_s)}")
     text = "; ".join(parts)
     return text[0].upper() + text[1:] + "."
+
+
+def _frozen_text(frozen: list[Span]) -> str:
+    if not frozen:
+        return ""
+    worst = max(frozen, key=lambda s: s.length_s)
+    return (f"The server accepted connections but answered nothing for {worst.length_s:.0f} s from "
+            f"{duration_text(worst.start_s)}, its process alive: frozen ({len(frozen)} such outage(s)).")
 
 
 def _no_hang_text(has_gauges: bool, longest_s: float, limit_s: float, probes: int, streaming: int = 0) -> str:
@@ -188,7 +238,9 @@ def check_crashes(run: RunData, gates: Gates) -> Finding:
     if count:
         return Finding(check="crashes", verdict=FAIL, value=count, unit="crashes", threshold=0,
                        evidence=_crash_text(deaths or restarts, len(restarts)), details=details)
-    gaps = health_gaps(run.server, gates.hang.effective_after_s(run.planned_duration_s))
+    # /health failing while the route to the server was lost says nothing of the server.
+    gaps = [g for g in health_gaps(run.server, gates.hang.effective_after_s(run.planned_duration_s))
+            if not in_network_outage(run, g.start_s, g.end_s)]
     if gaps:
         worst = max(gaps, key=lambda s: s.length_s)
         details["health_gaps"] = [{"start_s": g.start_s, "end_s": g.end_s} for g in gaps]
@@ -196,9 +248,22 @@ def check_crashes(run: RunData, gates: Gates) -> Finding:
                        evidence=(f"No exit seen, but /health failed for {worst.length_s:.0f} s from "
                                  f"{duration_text(worst.start_s)} ({len(gaps)} such gap(s))."),
                        details=details)
+    if run.network_outages:
+        details["network_outages"] = [{"start_s": a, "end_s": b} for a, b in run.network_outages]
     return Finding(check="crashes", verdict=PASS, value=0, unit="crashes", threshold=0,
-                   evidence=f"No crash, exit or restart in {duration_text(run.actual_duration_s)}.",
-                   details=details)
+                   evidence=f"No crash, exit or restart in {duration_text(run.actual_duration_s)}."
+                   + network_outage_text(run), details=details)
+
+
+def network_outage_text(run: RunData) -> str:
+    """A sentence on the run's network outages: the server out of reach, not down (empty without one)."""
+    if not run.network_outages:
+        return ""
+    longest = max(b - a for a, b in run.network_outages)
+    first = run.network_outages[0][0]
+    return (f" The route to the server was lost {len(run.network_outages)} time(s) (network outage, longest "
+            f"{longest:.0f} s, first from {duration_text(first)}): the server was out of reach, which is not counted as "
+            "down, and those windows are left out.")
 
 
 def _crash_text(deaths: list[Event], restarts: int) -> str:

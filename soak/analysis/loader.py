@@ -46,16 +46,20 @@ from soak.store.models import (
 from soak.store.records import StoredRun
 from soak.store.store import Store
 
-INTERVAL_KINDS = {"probe": ("probe_start", "probe_end"), "outage": ("outage_start", "outage_end"),
+# "network" first: a window a network outage overlaps is labelled so even when a probe ran in it too, so the error
+# budget can leave out what the lost route, not the server, failed.
+INTERVAL_KINDS = {"network": ("network_outage_start", "network_outage_end"),
+                  "probe": ("probe_start", "probe_end"), "outage": ("outage_start", "outage_end"),
                   "forensics": ("forensics_start", "forensics_end")}
 
 
 def _intervals(events: list[Event], start_kind: str, end_kind: str, end_s: float) -> list[tuple[float, float]]:
-    """(start, end) spans between paired events; an unclosed span runs to `end_s`."""
+    """(start, end) spans between paired events; an unclosed span runs to `end_s`. A start event may say its span
+    began earlier (data `since_s`: a network outage is known only after /health failed three times)."""
     spans, opened = [], None
     for event in events:
         if event.kind == start_kind and opened is None:
-            opened = event.t_s
+            opened = min(event.t_s, float(event.data.get("since_s", event.t_s)))
         elif event.kind == end_kind and opened is not None:
             spans.append((opened, event.t_s))
             opened = None
@@ -332,7 +336,7 @@ def load_run_data(store: Store, run: StoredRun, stopped_early: bool) -> RunData:
     request_windows = load_request_windows(store, run_id, lag_p99)
     windows = build_windows(run, actual_s, events)
     probes = outside(load_probes(events), _intervals(events, *INTERVAL_KINDS["forensics"], actual_s))
-    outage_indices = {w.index for w in windows if w.excluded == "outage"}
+    outage_indices = {w.index for w in windows if w.excluded in ("outage", "network")}
     gpus = load_gpus(store, run_id)
     # a GPU NVML saw, or one whose framebuffer a dcgm-exporter page gave (leak.vram can judge it)
     gpu_seen = any(g.source is None or g.mem_used_bytes is not None for g in gpus)
@@ -348,4 +352,5 @@ def load_run_data(store: Store, run: StoredRun, stopped_early: bool) -> RunData:
         scenario_windows=load_scenario_windows(store, run_id), host=load_host(store, run_id),
         gpus=gpus, **stored_horizon(run),
         **stored_slo(run), observe_only=bool(run.config.get("observe_only")),
+        network_outages=tuple(_intervals(events, *INTERVAL_KINDS["network"], actual_s)),
     )

@@ -28,6 +28,7 @@ deciding series, named in `details["judged_by"]`, with the tree total's figures 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -254,10 +255,11 @@ def check_leak(run: RunData, gates: Gates, kind: LeakKind, gate: MemoryLeakGate 
         return _too_few(run, gates, kind, source, usable)
     threshold_per_s, headroom = leak_threshold_per_s(run, kind, gate)
     floor_s = run.warmup_s if kind.is_bytes else math.inf  # fds do not warm up: no data-driven cut
-    judged_total = judge(total, gates, _limits(gate, total, threshold_per_s, headroom), gates.p_value, floor_s)
+    judged_total = judge(total, gates, _limits(gate, total, threshold_per_s, headroom), gates.p_value, floor_s,
+                         run.load_clock)
     # Bonferroni over the k processes, so per-process escalation keeps the check's false-alarm rate.
     per_process = ([judge(row, gates, _limits(gate, row, threshold_per_s, headroom), gates.p_value / len(rows),
-                          floor_s) for row in rows]
+                          floor_s, run.load_clock) for row in rows]
                    if len(rows) > 1 else [judged_total])  # one process: the total is that process
     chosen, verdict = deciding(judged_total, per_process)
     outcome = Outcome(kind, source, judged_total, per_process, chosen, verdict, headroom, tuple(subjects))
@@ -354,17 +356,20 @@ def _limits(gate: MemoryLeakGate | FdLeakGate, series: Series, threshold_per_s: 
     return Limits(threshold_per_s, gate.min_change(level), gate.net_growth_threshold(headroom))
 
 
-def judge(series: Series, gates: Gates, limits: Limits, p_value: float, floor_s: float = math.inf) -> Judged:
+def judge(series: Series, gates: Gates, limits: Limits, p_value: float, floor_s: float = math.inf,
+          clock: Callable[[np.ndarray], np.ndarray] | None = None) -> Judged:
     """The warm-up cut, then the trend test and the step gate sharing the given p half and half, and
     the net growth in lasting steps. Points before the cut are left out (nan, so series stay aligned);
-    `floor_s` inf keeps every point (no data-driven cut)."""
+    `floor_s` inf keeps every point (no data-driven cut). The trend is fitted on `clock` (`RunData.load_clock`:
+    a network outage's pause taken out) when given; steps and the cut keep the run's own times."""
     spec = replace(gates.trend_spec(limits.threshold_per_s, persistence=True), p_value=p_value / 2)
     cut = None
     if math.isfinite(floor_s):
         cut = settle_index(series.t_s, series.values, floor_s, min_kept=spec.min_points)
         values = np.where(np.arange(series.values.size) < cut.index, np.nan, series.values)
         series = replace(series, values=values)
-    trend = material_trend(assess_trend(series.t_s, series.values, spec), observed_rise(series.values),
+    t_s = clock(series.t_s) if clock is not None else series.t_s
+    trend = material_trend(assess_trend(t_s, series.values, spec), observed_rise(series.values),
                            limits.min_change)
     step, staircase = None, None
     if trend.n >= spec.min_points:

@@ -1,4 +1,5 @@
-"""Run events as chart markers: warm-up end, phase changes, idle probes, crashes, restarts, error bursts, GPU XIDs, LoRA
+"""Run events as chart markers: warm-up end, phase changes, idle probes, outages of the server or of the network to
+it, crashes, restarts, error bursts, GPU XIDs, LoRA
 adapter loads (one per churn cycle; the unload just before it is not drawn) and refused loads or unloads.
 
 Every chart gets the same vertical lines (plotly shapes) and, on top, one hover-only trace that names each one,
@@ -20,6 +21,8 @@ STYLES: dict[str, dict[str, str]] = {
     "probe": {"color": "#059669", "dash": "solid", "label": "idle probe"},
     "probe_timeout": {"color": "#b91c1c", "dash": "dashdot", "label": "probe drain timeout"},
     "outage": {"color": "#dc2626", "dash": "solid", "label": "server outage"},
+    "network": {"color": "#0d9488", "dash": "dash", "label": "network outage (server out of reach; left out)"},
+    "storage": {"color": "#a16207", "dash": "dot", "label": "storage outage (rows held in memory; nothing left out)"},
     "forensics": {"color": "#9333ea", "dash": "dash", "label": "forensics window (left out of the checks)"},
     "server_start": {"color": "#16a34a", "dash": "dot", "label": "server start"},
     "crash": {"color": "#dc2626", "dash": "solid", "label": "crash"},
@@ -34,12 +37,14 @@ PROBE_FILL_OPACITY = 0.10
 # Beyond this many markers a chart is a wall of lines (and slow): the least telling classes go first.
 MAX_MARKERS = 300
 DROP_ORDER = ("burst", "lora", "server_start", "probe", "probe_timeout", "phase", "worker_lost", "restart", "outage",
-              "crash", "lora_error", "xid", "forensics", "warmup")
+              "storage", "network", "crash", "lora_error", "xid", "forensics", "warmup")
 
 
 def event_class(kind: str) -> str:
     """The class of an event kind, used for its colour in the events table and its marker on charts."""
     kind = (kind or "").lower()
+    if kind.startswith("storage_outage"):
+        return "storage"
     if kind == "worker_lost":
         return "worker_lost"
     if kind == "gpu_xid":
@@ -54,6 +59,8 @@ def event_class(kind: str) -> str:
         return "probe"
     if kind.startswith("outage"):
         return "outage"
+    if kind.startswith("network_outage"):
+        return "network"
     if kind.startswith("phase"):
         return "phase"
     if kind.startswith("warmup"):
@@ -91,7 +98,9 @@ def _event_label(event: Event) -> str:
 
 SPAN_KINDS = {"probe": ("probe_start", "probe_end", "idle probe"),
               "outage": ("outage_start", "outage_end", "server outage"),
-              "forensics": ("forensics_start", "forensics_end", "forensics window")}
+              "forensics": ("forensics_start", "forensics_end", "forensics window"),
+              "storage": ("storage_outage_start", "storage_outage_end", "storage outage"),
+              "network": ("network_outage_start", "network_outage_end", "network outage")}
 
 
 def spans(events: list[Event], span_class: str, end_s: float) -> list[Marker]:
@@ -102,11 +111,16 @@ def spans(events: list[Event], span_class: str, end_s: float) -> list[Marker]:
         if event.kind == start_kind and opened is None:
             opened = event
         elif event.kind == end_kind and opened is not None:
-            found.append(Marker(span_class, opened.t_s, event.t_s, label))
+            found.append(Marker(span_class, _span_start(opened), event.t_s, label))
             opened = None
     if opened is not None:
-        found.append(Marker(span_class, opened.t_s, end_s, f"{label} (no end)"))
+        found.append(Marker(span_class, _span_start(opened), end_s, f"{label} (no end)"))
     return found
+
+
+def _span_start(event: Event) -> float:
+    """Where a span began: a network outage says (`since_s`, the last /health that answered), as the analysis reads it."""
+    return min(event.t_s, float(event.data.get("since_s", event.t_s)))
 
 
 def build_markers(events: list[Event], warmup_s: float | None, end_s: float) -> list[Marker]:

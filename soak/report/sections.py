@@ -38,6 +38,7 @@ from soak.report.formatting import (
     parse_utc,
     quantity_texts,
 )
+from soak.report.markers import spans
 from soak.report.reading import RequestWindow
 from soak.store.models import ALL_SCENARIOS, ERROR_CLASSES
 from soak.store.records import StoredRun
@@ -317,7 +318,18 @@ def run_facts(run: StoredRun, events: list[Event], windows: Sequence[RequestWind
         "error_classes": ERROR_CLASSES,
         "trace": trace_facts(events, windows, duration_s),
         "capabilities": capability_facts(events),
+        "network": network_facts(events, duration_s),
     }
+
+
+def network_facts(events: list[Event], duration_s: float | None) -> str | None:
+    """The run's network outages in one line (the route to the server lost: out of reach, not down); None without."""
+    found = spans(events, "network", duration_s or 0.0)
+    if not found:
+        return None
+    each = ", ".join(f"{format_span(m.end_s - m.t_s)} from {format_span(m.t_s)}" for m in found)
+    return (f"{len(found)} network outage(s), the server out of reach rather than down: {each}; arrivals paused, "
+            "and the windows they overlap are left out of the checks")
 
 
 def capability_facts(events: list[Event]) -> dict[str, Any] | None:

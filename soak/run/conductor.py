@@ -37,6 +37,7 @@ from soak.store.models import CLIENT_LOOP_LAG_MAX_METRIC, CLIENT_LOOP_LAG_P99_ME
 from soak.store.recorder import Recorder, new_run_id, utc_now_iso
 from soak.target import ServerInfo, Target, auth_headers, make_target
 from soak.target.openai import list_models
+from soak.target.reachability import Blame, Loopback, Reachability, probe_reachability
 from soak.telemetry.dcgm import GpuClaim
 from soak.telemetry.latency import LatencyWindows
 from soak.telemetry.sampler import Telemetry, TelemetrySources
@@ -129,6 +130,9 @@ class RunState:
     loop_lag_at: float = 0.0
     down_streak: int = 0
     in_outage: bool = False
+    network_outage: bool = False  # /health down and the route to the server lost (not the server's outage)
+    health_up_s: float = 0.0  # when /health last answered (seconds into the run): where a network outage began
+    loopback: Loopback | None = None  # soak's own listening socket, the other side of a network outage's probe
 
 
 class Conductor:
@@ -444,21 +448,60 @@ class Conductor:
         return True
 
     def _watch_health(self) -> None:
-        """Pause arrivals while /health says down (3 checks in a row, so one slow answer is not an outage)."""
+        """Pause arrivals while /health says down (3 checks in a row, so one slow answer is not an outage); an outage
+        whose cause is a lost route to the server rather than the server is a network outage."""
         state, now = self.state, time.monotonic()
         if now - state.health_checked_at < HEALTH_EVERY_S:
             return
         state.health_checked_at = now
         down = state.target.health() == "down"
         state.down_streak = state.down_streak + 1 if down else 0
-        if state.down_streak >= DOWN_CHECKS and not state.in_outage:
-            state.recorder.event(EventKind.OUTAGE_START, "server /health down; arrivals paused")
+        if not down:
+            state.health_up_s = state.recorder.elapsed_s()
+            if state.in_outage or state.network_outage:
+                state.load.resume()
+                self._close_outage("arrivals resumed")
+        elif state.down_streak >= DOWN_CHECKS:
+            self._open_outage(self._probe_route())
+
+    def _probe_route(self) -> Reachability | None:
+        """Whose a failed /health is: the route to the server, soak's own loopback, whether the server answers at all
+        (soak/target/reachability.py); None for a URL without host and port."""
+        state = self.state
+        if state.loopback is None:
+            state.loopback = Loopback()
+        return probe_reachability(state.info.base_url, state.loopback, state.target.process_alive(),
+                                  auth_headers(self.config))
+
+    def _open_outage(self, found: Reachability | None) -> None:
+        """Pause arrivals for an outage of the server, or of the network when the probes blame the route; an outage
+        whose cause changed (the route came back, the server still down) ends and the other begins."""
+        state = self.state
+        network = found is not None and found.blame != Blame.SERVER
+        if state.network_outage == network and (state.in_outage or state.network_outage):
+            return  # the same outage goes on
+        if state.in_outage or state.network_outage:
+            self._close_outage("its cause changed")
+        else:
             state.load.pause()
+        data = found.as_data() if found is not None else {}
+        if not network:  # the data say whether it answered at all: accepting and answering nothing is a hang
+            state.recorder.event(EventKind.OUTAGE_START, "server /health down; arrivals paused", data)
             state.in_outage = True
-        elif not down and state.in_outage:
-            state.load.resume()
-            state.recorder.event(EventKind.OUTAGE_END, "server /health up again; arrivals resumed")
-            state.in_outage = False
+            return
+        # Its windows are left out from the last /health that answered: the route was lost some time after it.
+        state.recorder.event(EventKind.NETWORK_OUTAGE_START, f"server out of reach ({found.sentence()}); arrivals "
+                             "paused", {**data, "since_s": state.health_up_s})
+        state.network_outage = True
+
+    def _close_outage(self, then: str) -> None:
+        """Record the end of the outage under way (server or network)."""
+        state = self.state
+        if state.in_outage:
+            state.recorder.event(EventKind.OUTAGE_END, f"server /health up again; {then}")
+        if state.network_outage:
+            state.recorder.event(EventKind.NETWORK_OUTAGE_END, f"server reachable again; {then}")
+        state.in_outage = state.network_outage = False
 
     def _restart(self) -> bool:
         """Pause arrivals, restart the server, resume; the outage is recorded so its windows are left out."""
@@ -553,6 +596,8 @@ class Conductor:
             self._stop_web()
             self._stop_canary()
             self._stop_churn()
+            if state.loopback is not None:
+                state.loopback.close()
             if state.early_stop is not None:
                 state.early_stop.close()
             if state.forensics is not None:  # a run that failed mid-window: the tracker detached, the look ended

@@ -185,6 +185,11 @@ class Target:
         """Roots of the server's process tree, read by telemetry at every sample."""
         return list(self.info.root_pids) if self.info else list(self.config.target.server_pids)
 
+    def process_alive(self) -> bool | None:
+        """Whether a process of the server still runs; None when soak knows none (a server on another host)."""
+        pids = self.root_pids()
+        return _any_alive(pids) if pids else None
+
     def log_tail(self) -> str:
         """The tail of the server log, when soak captured one."""
         return log_tail(self.info.log_path) if self.info and self.info.log_path else ""
