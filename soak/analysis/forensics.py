@@ -4,7 +4,8 @@ Each event holds what one process's window found: memray's held stacks (grouped 
 caller) and the growth by mapping from /proc/PID/smaps. A line is named only above noise — it holds at least
 `NAMED_SHARE` of what the window held, at least what a leak at `leak.rss`'s threshold would build over the
 window (`NOISE_FLOOR_BYTES` at the least), in at least `MIN_ALLOCATIONS` allocations: a healthy server also holds,
-at any moment, what its requests in flight and its caches allocated a moment ago. `add_forensics` puts one sentence in the `leak.rss` finding.
+at any moment, what its requests in flight and its caches allocated a moment ago. `add_forensics` puts one sentence
+in the `leak.rss` finding.
 """
 
 from __future__ import annotations
