@@ -279,7 +279,8 @@ def stored_slo(run: StoredRun) -> dict[str, Any]:
 def load_client(store: Store, run_id: str, outage_indices: set[int]) -> ClientSeries | None:
     """soak's own CPU and RSS, and the run's schedule-lag figures from the merged lag histograms.
 
-    Outage windows are left out: there soak itself was restarting the server, not keeping to its schedule.
+    Outage and forensics windows are left out: there soak itself was restarting the server, or attaching a
+    debugger to it, not keeping to its schedule.
     """
     from soak.store.histograms import merged_percentiles
 
@@ -336,7 +337,7 @@ def load_run_data(store: Store, run: StoredRun, stopped_early: bool) -> RunData:
     request_windows = load_request_windows(store, run_id, lag_p99)
     windows = build_windows(run, actual_s, events)
     probes = outside(load_probes(events), _intervals(events, *INTERVAL_KINDS["forensics"], actual_s))
-    outage_indices = {w.index for w in windows if w.excluded in ("outage", "network")}
+    outage_indices = {w.index for w in windows if w.excluded in ("outage", "network", "forensics")}
     gpus = load_gpus(store, run_id)
     # a GPU NVML saw, or one whose framebuffer a dcgm-exporter page gave (leak.vram can judge it)
     gpu_seen = any(g.source is None or g.mem_used_bytes is not None for g in gpus)

@@ -20,6 +20,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -136,6 +137,24 @@ def _ptrace_scope() -> int | None:
         return None  # no Yama: classic ptrace rules
 
 
+def beside(pid: int, nice: int = 0) -> Callable[[], None]:
+    """For a child of soak's that works on the server's behalf (gdb, the capture's reader): in the child, before it
+    runs, the server's CPU affinity instead of soak's (soak pins itself to a core of its own beside a CPU vLLM, and
+    a debugger there would make its client late) and, for a long read, a lower priority."""
+    try:
+        cpus = os.sched_getaffinity(pid)
+    except OSError:
+        cpus = None
+
+    def place() -> None:
+        if cpus:
+            os.sched_setaffinity(0, cpus)
+        if nice:
+            os.nice(nice)
+
+    return place
+
+
 def memory_bytes(pid: int) -> int | None:
     """Resident + swapped bytes of a process (VmRSS + VmSwap), None once gone."""
     try:
@@ -197,9 +216,10 @@ class ProcessWindow:
             return
         command = [sys.executable, "-m", "memray", "attach", "--aggregate", "-f", "-o", str(self.capture_path),
                    "--duration", str(max(int(round(self.for_s)), 1)), str(pid)]
-        # its own session, so a timeout ends memray and the gdb under it together (see `_end_attach`)
+        # its own session, so a timeout ends memray and the gdb under it together (see `_end_attach`); on the
+        # server's cores, never on the one soak reserves for its client
         self._child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                       start_new_session=True)
+                                       start_new_session=True, preexec_fn=beside(pid))
 
     def poll(self) -> bool:
         """Advance the window; True once done."""
@@ -277,7 +297,8 @@ class ProcessWindow:
         self.found.capture = self._relative(self.capture_path)
         command = [sys.executable, "-m", "soak.telemetry.held_stacks", str(self.capture_path),
                    "--flamegraph", str(self.flamegraph_path)]
-        self._child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        self._child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                                       preexec_fn=beside(self.process.pid, nice=10))
         self.phase, self._since = "summarising", time.monotonic()
 
     def _summarising(self) -> None:

@@ -3,6 +3,7 @@ what it allocates names the line that keeps it; each reason it cannot is one lin
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -116,3 +117,15 @@ def test_a_hung_attach_is_given_up_and_leaves_the_process_running(tmp_path, star
     assert found.refusals[0].startswith("memray attach did not finish within 5 s"), found.refusals
     state = Path(f"/proc/{blocked.pid}/status").read_text().split("State:")[1].split()[0]
     assert state not in ("t", "T"), state  # neither traced nor stopped: the debugger went and the process runs
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="one usable core: no other core to move to")
+def test_the_debugger_runs_on_the_servers_cores_not_soaks(start_process):
+    from soak.telemetry.forensics import beside
+
+    server = start_process("sleep", "60")
+    core = max(os.sched_getaffinity(0))
+    os.sched_setaffinity(server.pid, {core})  # the server's cores, as a CPU vLLM's placement leaves them
+    child = subprocess.run([sys.executable, "-c", "import os; print(sorted(os.sched_getaffinity(0)), os.nice(0))"],
+                           capture_output=True, text=True, preexec_fn=beside(server.pid, nice=10), check=True)
+    assert child.stdout.split() == [f"[{core}]", str(os.nice(0) + 10)]
