@@ -19,7 +19,7 @@ from soak.errors import ConfigError
 from soak.locations import Locations
 from soak.settings import SETTINGS_BY_FIELD, SETTINGS_BY_KEY, Layers, read_layers
 from soak.slo import SloTargets, parse_slo
-from soak.units import parse_duration
+from soak.units import parse_bytes, parse_duration
 from soak.vllm_plugin.spec import parse_faults
 
 WARMUP_FRACTION = 0.05
@@ -34,6 +34,10 @@ PROBE_EVERY_MIN_S, PROBE_EVERY_MAX_S = 60.0, 3600.0
 PROBE_HOLD_S, PROBE_DRAIN_S = 30.0, 60.0
 DRAIN_P99_FACTOR = 3.0  # an idle probe waits at least this many E2E P99s for in-flight requests
 DEFAULT_HORIZON_S = 7 * 86400.0  # a week between restarts is the service life the leak gates protect by default
+# A storage outage's budget (soak/store/writer.py): at 100 requests/s with --keep-requests the held rows take about
+# 4.8 MiB a minute (bench/storage_buffer.py), so 256 MiB outlasts the 30 minutes; the time is the budget that binds.
+STORAGE_BUFFER_BYTES = 256 * 2**20
+STORAGE_OUTAGE_S = 1800.0
 
 
 class _Model(BaseModel):
@@ -44,6 +48,13 @@ def _duration_field(value: Any) -> Any:
     try:
         return None if value is None else parse_duration(value)
     except ConfigError as exc:  # a ValueError lets pydantic say which setting it was
+        raise ValueError(str(exc)) from None
+
+
+def _bytes_field(value: Any) -> Any:
+    try:
+        return None if value is None else parse_bytes(value)
+    except ConfigError as exc:
         raise ValueError(str(exc)) from None
 
 
@@ -548,12 +559,15 @@ class RunConfig(_Model):
     fleet_id: str | None = None  # the fleet run this replica's run belongs to (soak/run/fleet.py), else None
     replica: str | None = None  # this run's replica name within that fleet
     observe_only: bool = False  # a replica behind a --router: sampled and judged on server evidence, sent no load
+    storage_buffer_bytes: int = Field(default=STORAGE_BUFFER_BYTES, gt=0)  # what a storage outage may hold…
+    storage_outage_s: float = Field(default=STORAGE_OUTAGE_S, gt=0)  # …and for how long, before the run stops
     target: TargetSettings = TargetSettings()
     load: LoadSettings = LoadSettings()
     telemetry: TelemetrySettings = TelemetrySettings()
     forensics: ForensicsSettings = ForensicsSettings()
 
-    _durations = field_validator("horizon_s", mode="before")(_duration_field)
+    _durations = field_validator("horizon_s", "storage_outage_s", mode="before")(_duration_field)
+    _bytes = field_validator("storage_buffer_bytes", mode="before")(_bytes_field)
 
     @field_validator("web", mode="before")
     @classmethod

@@ -57,6 +57,9 @@ class EventKind(StrEnum):
     RUN_END = "run_end"
     EARLY_STOP = "early_stop"
     VRAM_NOT_RELEASED = "vram_not_released"
+    # the database refused commits, or a volume was full: rows held in memory meanwhile (docs/robustness.md)
+    STORAGE_OUTAGE_START = "storage_outage_start"
+    STORAGE_OUTAGE_END = "storage_outage_end"
     # telemetry
     NO_GPU = "no_gpu"
     GPU_XID = "gpu_xid"

@@ -208,6 +208,10 @@ SETTINGS: tuple[Setting, ...] = (
        metavar="[ADDR]", flag_value="on"),
     _s("out", "out_dir", LOCATIONS, "Output folder (default ./soak-runs).", kind="folder", metavar="DIR"),
     _s("db", "db_url", LOCATIONS, "Database URL (default sqlite:///<out>/soak.db).", metavar="URL"),
+    _s("storage_buffer", "storage_buffer_bytes", LOCATIONS, "Memory the rows may take while the database refuses "
+       "commits or its disk is full; beyond it the run stops (default 256MiB; docs/robustness.md).", metavar="SIZE"),
+    _s("storage_outage_for", "storage_outage_s", LOCATIONS, "How long such a storage outage may last before the run "
+       "stops (default 30m).", kind="duration", metavar="D"),
 )
 SETTINGS_BY_KEY: dict[str, Setting] = {setting.key: setting for setting in SETTINGS}
 SETTINGS_BY_FIELD: dict[str, Setting] = {setting.field: setting for setting in SETTINGS}

@@ -93,4 +93,5 @@ def _prune_json(plan: PrunePlan, result: PruneResult | None) -> dict[str, Any]:
             "kept_running": ids(plan.kept_running), "kept_labelled": ids(plan.kept_labelled),
             "folders_removed": result.folders_removed if result else [],
             "db_bytes_before": result.db_bytes_before if result else None,
-            "db_bytes_after": result.db_bytes_after if result else None}
+            "db_bytes_after": result.db_bytes_after if result else None,
+            "vacuum_skipped_for": result.vacuum_skipped_for if result else []}

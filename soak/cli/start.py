@@ -60,8 +60,8 @@ class ProgressPrinter:
 
     def __call__(self, progress: Progress) -> None:
         line = describe_progress(progress)
-        if self.interactive and progress.message and progress.stage == Stage.STARTING:
-            self._console.print(line)  # a start message (the live view's URL…) stays on screen
+        if self.interactive and progress.message and progress.stage in (Stage.STARTING, Stage.STORAGE_FAILURE):
+            self._console.print(line)  # a start message (the live view's URL…) or a storage outage stays on screen
         elif self.interactive:
             self._status.update(line)
         elif progress.stage not in (Stage.WARM_UP, Stage.MEASURING) or time.monotonic() - self._last_print >= 10:
@@ -80,8 +80,8 @@ def describe_progress(progress: Progress) -> str:
         return progress.message or f"starting the {progress.target} server…"
     if stage == Stage.FINALISING:
         return progress.message or f"run {progress.run_id}: stopping load, analysing, writing the report…"
-    if stage == Stage.STORAGE_FAILURE:
-        return f"storage failure: {progress.message}"
+    if stage == Stage.STORAGE_FAILURE:  # a storage outage begun, ended, or beyond its budget: the message says which
+        return progress.message or "storage failure"
     elapsed, total = progress.elapsed_s or 0.0, progress.duration_s or 0.0
     return (f"{progress.run_id} {stage} {format_duration(elapsed)}/{format_duration(total)} "
             f"(left {format_duration(max(total - elapsed, 0))}) | {_traffic_text(progress)} | "

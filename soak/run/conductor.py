@@ -10,6 +10,7 @@ import contextlib
 import logging
 import os
 import signal
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -35,6 +36,7 @@ from soak.samples import KeptRequest, MetricReading
 from soak.store import Store, StoreWriter
 from soak.store.models import CLIENT_LOOP_LAG_MAX_METRIC, CLIENT_LOOP_LAG_P99_METRIC, Run, RunLabel
 from soak.store.recorder import Recorder, new_run_id, utc_now_iso
+from soak.store.writer import Outage, StorageBudget
 from soak.target import ServerInfo, Target, auth_headers, make_target
 from soak.target.openai import list_models
 from soak.target.reachability import Blame, Loopback, Reachability, probe_reachability
@@ -42,6 +44,7 @@ from soak.telemetry.dcgm import GpuClaim
 from soak.telemetry.latency import LatencyWindows
 from soak.telemetry.sampler import Telemetry, TelemetrySources
 from soak.telemetry.server_log import scanner_for_run
+from soak.units import format_duration
 
 log = logging.getLogger(__name__)
 
@@ -83,9 +86,22 @@ def install_signal_handlers(stop: StopRequest) -> None:
             signal.signal(signum, lambda s, _f: stop.signal(s))
 
 
+class RunLogHandler(logging.FileHandler):
+    """The run's log file. A line it cannot write (its volume is full) is said once on stderr, not with a traceback
+    per line; the full volume itself is a storage outage the writer reports."""
+
+    failed = False
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        if not self.failed:
+            self.failed = True
+            sys.stderr.write(f"soak: cannot write the run's log {self.baseFilename} ({sys.exc_info()[1]}); "
+                             "its lines are dropped while it cannot\n")
+
+
 def setup_run_logging(run_dir: Path) -> logging.Handler:
     """One log file per run, in its folder."""
-    handler = logging.FileHandler(run_dir / "soak.log", encoding="utf-8")
+    handler = RunLogHandler(run_dir / "soak.log", encoding="utf-8")
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger()
     root.setLevel(logging.INFO)
@@ -123,6 +139,11 @@ class RunState:
     ledger: OutcomeLedger | None = None
     web: Any = None  # soak.run.live_view.WebProcess, with --web
     web_socket: Any = None  # (listening socket, base URL) of --web, bound before anything starts
+    outages_begun: int = 0  # storage outages whose start was recorded and said
+    outages_ended: int = 0  # … and whose end was
+    looked_outages: int = 0  # storage outages seen when the early-stop look last went ahead
+    storage_spent: str = ""  # why a storage outage outgrew its budget (the run then stops, exit 4)
+    requests_seen: int = 0  # every request the client finished, as the run_end event records it
     t0: float = 0.0
     status: str = "running"
     end_reason: str = ""
@@ -216,7 +237,8 @@ class Conductor:
     def _open_run(self) -> None:
         """Insert the run row (status running) once the server is up: a failed start leaves no run behind."""
         state = self.state
-        state.writer = self.store.writer(on_failure=self._storage_failed)
+        state.writer = self.store.writer(budget=StorageBudget(self.config.storage_buffer_bytes,
+                                                              self.config.storage_outage_s), files_at=state.run_dir)
         state.t0 = time.time()
         state.recorder = Recorder(state.writer, state.run_id, state.t0)
         state.writer.insert(Run, self._run_row())
@@ -355,6 +377,7 @@ class Conductor:
 
     def _on_request(self, record: RequestRecord) -> None:
         state = self.state
+        state.requests_seen += 1
         state.windows.add(record)
         state.ledger.add(record)
         if state.drains is not None:
@@ -376,8 +399,7 @@ class Conductor:
             if self.stop.requested:
                 state.end_reason = f"stopped by {self.stop.reason}"
                 return
-            if state.writer.failed:
-                state.end_reason = "storage failure"
+            if self._storage_spent():
                 return
             if state.load.failure:
                 state.end_reason = state.load.failure
@@ -421,7 +443,7 @@ class Conductor:
         """With --stop-on-fail: True once the early-stop rule ends the run (docs/gates.md, "Early stop"); a stop on
         a leak waits for a forensics window first, so the tracker sees the server before it is stopped."""
         state = self.state
-        decision = state.pending_stop or (state.early_stop.poll(elapsed_s) if state.early_stop is not None else None)
+        decision = state.pending_stop or self._look_for_early_stop(elapsed_s)
         if decision is None:
             return False
         if state.forensics.hold_for_stop(decision.check, elapsed_s):
@@ -431,6 +453,19 @@ class Conductor:
         state.recorder.event(EventKind.EARLY_STOP, state.end_reason,
                              {"check": decision.check, "t_s": decision.t_s, "windows": decision.windows})
         return True
+
+    def _look_for_early_stop(self, elapsed_s: float):  # -> StopDecision | None
+        """The early-stop watch's answer; none while a storage outage holds rows back, and a look begun before one
+        is dropped: the stored run lacks the held rows, and a look would judge it as if they never came."""
+        state = self.state
+        if state.early_stop is None:
+            return None
+        outages = len(state.writer.outages)
+        if state.writer.outage is not None or outages != state.looked_outages:
+            state.looked_outages = outages
+            state.early_stop.close()
+            return None
+        return state.early_stop.poll(elapsed_s)
 
     def _server_lost(self) -> bool:
         """True when the server died and policy does not (or cannot) bring it back."""
@@ -560,26 +595,103 @@ class Conductor:
         stopped_early = state.end_reason != "completed"
         if state.status == "running":
             state.status = "completed" if not stopped_early else "aborted"
-        state.recorder.event(EventKind.RUN_END, state.end_reason or state.status)
+        # The client's own count of finished requests, beside the rows: every one is in request_windows (and in
+        # requests with --keep-requests) unless the database lost them (docs/robustness.md).
+        state.recorder.event(EventKind.RUN_END, state.end_reason or state.status,
+                             {"requests": state.requests_seen, "rows_queued": state.writer.stats.queued})
         state.recorder.update_run(status=state.status, ended_at=utc_now_iso(), duration_s=time.time() - state.t0)
         self._flush_or_give_up()
         summary = finalise_run(self.store, state.run_id, stopped_early=stopped_early,
                                gates_file=self.config.gates_file, baseline=self.config.baseline)
         self.summary = summary
         if state.end_reason == "storage failure":
-            raise StorageError(f"the database failed during the run ({state.writer.stats.failure}); load was "
-                               f"stopped; report of what was collected: {summary.report_html}")
+            raise StorageError(f"{self._storage_failure_text()}: load was stopped; every row held was written once "
+                               f"the database took them again; report of what was collected: {summary.report_html}")
         return summary
 
     def _flush_or_give_up(self) -> None:
-        """Wait for the writer to commit everything (it retries a failing database); else a StorageError."""
+        """Wait for the writer to commit everything (it retries a failing database promptly while this waits); an
+        outage that ended meanwhile is recorded and committed too. Else the rows still held are counted as lost,
+        the report of what was committed is written where it can be, and a StorageError says so in one line."""
         state = self.state
         if state.writer.flush(STORAGE_RETRY_S):
-            return
-        collected = state.windows.progress().requests
-        raise StorageError(f"{state.writer.stats.failure}; load stopped after {collected} measured requests; "
-                           f"run {state.run_id} keeps what was committed (`soak close {state.run_id}` reports on it "
-                           "once the database is writable)")
+            self._follow_storage()
+            if state.writer.flush(STORAGE_RETRY_S):
+                return
+        lost = state.writer.discard()
+        report = self._report_what_was_committed()
+        raise StorageError(f"{self._storage_failure_text()}: load was stopped; {lost} rows held in memory could not "
+                           f"be written and are lost; run {state.run_id} keeps what was committed ({report}; "
+                           f"`soak close {state.run_id}` reports on it once the database is writable)")
+
+    def _storage_failure_text(self) -> str:
+        """Why storage ended the run: the last failure (naming a full volume) and how the budget ran out."""
+        state = self.state
+        outages = state.writer.outages
+        failure = state.writer.stats.failure or (outages[-1].last_error if outages else "") or "the database refused commits"
+        if state.storage_spent:
+            return f"storage outage beyond its budget ({failure}; {state.storage_spent})"
+        return f"the database did not take the run's last rows ({failure})"
+
+    def _report_what_was_committed(self) -> str:
+        """The report of the run as the database holds it (up to where the outage began), written where it can be:
+        where it went, or why not."""
+        state = self.state
+        outage = state.writer.outage
+        committed_s = (outage.started_epoch_s if outage is not None else time.time()) - state.t0
+        try:
+            finalise_run(self.store, state.run_id, stopped_early=True, gates_file=self.config.gates_file,
+                         status="aborted", duration_s=committed_s)
+        except (SoakError, OSError) as exc:  # the verdict cannot be stored: the report may be written all the same
+            log.warning("the report of what was committed: %s", exc)
+        report = state.run_dir / "report.html"
+        return f"report of it: {report}" if report.exists() else "no report could be written"
+
+    # -- storage outages ----------------------------------------------------------------------------
+    def _storage_spent(self) -> bool:
+        """Say when a storage outage begins and ends; True once one has outgrown its budget (the run then stops)."""
+        state = self.state
+        self._follow_storage()
+        spent = state.writer.exhausted
+        if spent is None:
+            return False
+        state.end_reason, state.storage_spent = "storage failure", spent
+        self._say_storage(f"storage outage beyond its budget ({spent}; --storage-buffer, --storage-outage-for): "
+                          "stopping the load")
+        return True
+
+    def _follow_storage(self) -> None:
+        """Record each storage outage's start and end. The events are queued like every row, so they land when the
+        database is back, at the times the outage really began and ended."""
+        state = self.state
+        outages = list(state.writer.outages)  # the writer thread appends; a copy is read at one instant
+        for outage in outages[state.outages_begun:]:
+            self._outage_began(outage)
+            state.outages_begun += 1
+        while state.outages_ended < len(outages) and outages[state.outages_ended].ended_epoch_s is not None:
+            self._outage_ended(outages[state.outages_ended])
+            state.outages_ended += 1
+
+    def _outage_began(self, outage: Outage) -> None:
+        config = self.config
+        budget = f"up to {config.storage_buffer_bytes / 2**20:g} MiB for {format_duration(config.storage_outage_s)}"
+        self.state.recorder.event(EventKind.STORAGE_OUTAGE_START, outage.reason, {
+            "volume": outage.volume, "budget_bytes": config.storage_buffer_bytes,
+            "budget_s": config.storage_outage_s}, t_s=outage.started_epoch_s - self.state.t0)
+        self._say_storage(f"storage outage: {outage.reason}; rows are held in memory ({budget}) and the run goes on")
+
+    def _outage_ended(self, outage: Outage) -> None:
+        lasted_s = outage.ended_epoch_s - outage.started_epoch_s
+        message = (f"storage back after {format_duration(lasted_s)}: {outage.rows_held} rows held "
+                   f"(~{outage.bytes_held / 2**20:.1f} MiB) are written")
+        self.state.recorder.event(EventKind.STORAGE_OUTAGE_END, message, {
+            "started_s": outage.started_epoch_s - self.state.t0, "lasted_s": lasted_s, "rows_held": outage.rows_held,
+            "bytes_held": outage.bytes_held, "volume": outage.volume}, t_s=outage.ended_epoch_s - self.state.t0)
+        self._say_storage(message)
+
+    def _say_storage(self, message: str) -> None:
+        """Tell the user of a storage outage (the progress line prints it, on a line of its own)."""
+        self._report(Progress(stage=Stage.STORAGE_FAILURE, run_id=self.state.run_id, message=message))
 
     def _stop_canary(self) -> None:
         if self.state.canary is not None:
@@ -616,9 +728,6 @@ class Conductor:
                 self.store.close()  # commits what the writer holds, then releases the connections
 
     # -- failures ---------------------------------------------------------------------------------
-    def _storage_failed(self, message: str) -> None:
-        self._report(Progress(stage=Stage.STORAGE_FAILURE, run_id=self.state.run_id, message=message))
-
     def _force_stop(self) -> None:
         """Second Ctrl-C: mark the run aborted, commit, end the server group, exit 130 at once.
 

@@ -116,15 +116,19 @@ def store_verdict(store: Store, run_id: str, summary: Summary, status: str | Non
 
 
 def finalise_run(store: Store, run_id: str, stopped_early: bool, gates_file: Path | None = None,
-                 baseline: str | None = None, status: str | None = None, report_dir: Path | None = None) -> Summary:
+                 baseline: str | None = None, status: str | None = None, report_dir: Path | None = None,
+                 duration_s: float | None = None) -> Summary:
     """Analyse a stored run, write its summary and report, store the verdict; returns the summary.
 
     With `report_dir` the report and summary go there and the run's own record — its folder's
-    summary.json and the verdict in the database — is left as it was.
+    summary.json and the verdict in the database — is left as it was. With `duration_s` the run is judged as that
+    long (a run whose end its database never took).
     """
     run = store.get_run(run_id)
     if status:
         run = dataclasses.replace(run, status=status)
+    if duration_s is not None:
+        run = dataclasses.replace(run, duration_s=duration_s)
     findings, verdict, reason = analyse_stored_run(store, run, stopped_early, gates_file)
     summary = build_summary(run, store, findings, verdict, reason, report_html=None)
     comparison = baseline_comparison(store, summary, baseline, gates_file)

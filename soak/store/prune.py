@@ -55,6 +55,7 @@ class PruneResult:
     folders_removed: list[str] = field(default_factory=list)
     db_bytes_before: int | None = None
     db_bytes_after: int | None = None
+    vacuum_skipped_for: list[str] = field(default_factory=list)  # runs writing to the database, so no VACUUM
 
 
 def _started(run: StoredRun) -> datetime:
@@ -127,7 +128,18 @@ def prune(store: Store, plan: PrunePlan, say: Callable[[str], None] | None = Non
         if remove_run_folder(run):
             result.folders_removed.append(run.out_dir)
     if result.deleted and store.dialect == "sqlite":
-        say("giving the space back (VACUUM)…")
-        store.vacuum()
+        _vacuum_unless_writing(store, result, say)
     result.db_bytes_after = store.size_bytes()
     return result
+
+
+def _vacuum_unless_writing(store: Store, result: PruneResult, say: Callable[[str], None]) -> None:
+    """VACUUM, unless a run is writing to the database: VACUUM rewrites the whole file under an exclusive lock,
+    and that run's commits would wait it out (held in memory, but a storage outage all the same)."""
+    result.vacuum_skipped_for = [run.id for run in store.list_runs() if run.status == "running"]
+    if result.vacuum_skipped_for:
+        say(f"VACUUM skipped: run {', '.join(result.vacuum_skipped_for)} is writing to this database; the freed "
+            "pages are reused by new rows (`soak prune` again once it has ended gives them back to the file system)")
+        return
+    say("giving the space back (VACUUM)…")
+    store.vacuum()

@@ -29,6 +29,11 @@ def utc_now_iso() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds")
 
 
+def utc_iso(epoch_s: float) -> str:
+    """A Unix time as ISO-8601 UTC."""
+    return datetime.fromtimestamp(epoch_s, UTC).isoformat(timespec="milliseconds")
+
+
 class Recorder:
     """What every stage of a run writes through; one per run, sharing the process's single writer."""
 
@@ -41,11 +46,12 @@ class Recorder:
         """Seconds since the run started, by the wall clock (what analysis windows use)."""
         return time.time() - self.t0_epoch_s
 
-    def event(self, kind: str, message: str = "", data: dict[str, Any] | None = None) -> None:
-        """Record an event now, with optional structured data."""
+    def event(self, kind: str, message: str = "", data: dict[str, Any] | None = None, t_s: float | None = None) -> None:
+        """Record an event now (or one that happened at `t_s` seconds after the start), with optional data."""
         log.info("event %s: %s", kind, message)
+        at = utc_now_iso() if t_s is None else utc_iso(self.t0_epoch_s + t_s)
         self.writer.insert(EventRow, {
-            "run_id": self.run_id, "t_s": self.elapsed_s(), "at": utc_now_iso(), "kind": kind,
+            "run_id": self.run_id, "t_s": self.elapsed_s() if t_s is None else t_s, "at": at, "kind": kind,
             "message": message, "data_json": json.dumps(data, default=str) if data else None,
         })
 

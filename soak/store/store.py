@@ -24,7 +24,8 @@ from soak.store.db import create_db_engine, migrate, require_sqlite_file
 from soak.store.models import Base, EventRow, Run, RunLabel
 from soak.store.queries import effective_status, with_labels
 from soak.store.records import StoredRun, event_from_row
-from soak.store.writer import StoreWriter
+from soak.store.volumes import Volume, VolumeWatch
+from soak.store.writer import DATABASE, StorageBudget, StoreWriter
 
 LABEL_BATCH = 500  # run ids per IN (…): under every database's bound-parameter limit
 
@@ -67,13 +68,25 @@ class Store:
         return self.engine.dialect.name
 
     # -- lifetime --------------------------------------------------------------------------------------
-    def writer(self, on_failure: Callable[[str], None] | None = None) -> StoreWriter:
-        """The process's single batching writer, started on the first call (`on_failure`, given then, hears
-        its first failed commit)."""
+    def writer(self, on_failure: Callable[[str], None] | None = None, budget: StorageBudget | None = None,
+               files_at: Path | None = None) -> StoreWriter:
+        """The process's single batching writer, started on the first call. What is given then holds for it:
+        `on_failure` hears the first failure of each storage outage, `budget` bounds what an outage may hold, and
+        the volumes of a SQLite database and of `files_at` (a run's folder) are watched for a full disk."""
         self._refuse_writes()
         if self._writer is None:
-            self._writer = StoreWriter(self.engine, on_failure=on_failure).start()
+            self._writer = StoreWriter(self.engine, on_failure=on_failure, budget=budget,
+                                       volumes=self._volumes(files_at)).start()
         return self._writer
+
+    def _volumes(self, files_at: Path | None) -> VolumeWatch | None:
+        """The volumes to watch: the SQLite file's folder first (a full one stops commits), then the run's files."""
+        database = self.engine.url.database
+        volumes = [Volume.of(Path(database).expanduser().parent, DATABASE)] if (
+            self.dialect == "sqlite" and database and database != ":memory:") else []
+        if files_at is not None:
+            volumes.append(Volume.of(files_at, "the run's files"))
+        return VolumeWatch(volumes) if volumes else None
 
     def close(self) -> bool:
         """Commit what the writer holds, stop it, release the connections; False when rows were left."""

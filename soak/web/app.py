@@ -19,7 +19,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route
 
-from soak.errors import SoakError, UnknownRunError
+from soak.errors import SoakError, StorageError, UnknownRunError
 from soak.report.render import plotly_js
 from soak.store.store import Store
 from soak.web.pages import PLOTLY_URL, LivePages
@@ -49,6 +49,8 @@ def _guarded(build: Callable[[], str]) -> HTMLResponse:
         return _html(build())
     except UnknownRunError as exc:
         return _error_page(404, str(exc))
+    except StorageError as exc:  # the database is away: soak.web.pages logged it once
+        return _error_page(503, str(exc))
     except SoakError as exc:
         log.warning("live view: %s", exc)
         return _error_page(503, str(exc))

@@ -8,13 +8,17 @@ run about once a period and never keeps a core busy.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from sqlalchemy.exc import SQLAlchemyError
+
 from soak.contracts import Summary
+from soak.errors import StorageError
 from soak.report.context import build_context
 from soak.report.fleet import fleet_html
 from soak.report.formatting import format_span, format_utc
@@ -28,6 +32,8 @@ from soak.store.store import Store
 
 INDEX_TEMPLATE = "live_index.html.j2"
 PLOTLY_URL = "/static/plotly.js"
+log = logging.getLogger(__name__)
+
 MAX_RUNS_LISTED = 500
 MAX_CACHED_PAGES = 32
 FINISHED_CACHE_S = 60.0  # a finished run's page changes only when someone re-finalises it
@@ -54,27 +60,56 @@ class LivePages:
     refresh_s: float = 5.0
     _cache: dict[str, CachedPage] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _away: bool = False  # the database could not be read at the last build
 
     def run_page(self, run_id: str) -> str:
-        """The report of `run_id` with the live banner; UnknownRunError for a run the database lacks."""
+        """The report of `run_id` with the live banner; UnknownRunError for a run the database lacks. While the
+        database cannot be read (a storage outage) the page last built is served again, and that is logged once."""
         with self._lock:  # one build at a time: a second browser waits and then gets the cached page
             cached = self._cache.get(run_id)
             if cached and cached.fresh():
                 return cached.html
-            started = time.monotonic()
-            run = self.store.get_run(run_id)
-            html = self._fleet_page(run) if run.target_kind == FLEET_KIND else render_html(
-                build_context(self.store, run_id, self._summary(run)),
-                live={"refresh_s": self._refresh_text(), "plotly_url": PLOTLY_URL})
-            build_s = time.monotonic() - started
-            finished = run.status != "running"
-            self._remember(run_id, html, FINISHED_CACHE_S if finished else max(self.refresh_s / 2,
-                                                                               BUILD_DUTY_FACTOR * build_s))
+            try:
+                html = self._build_run_page(run_id)
+            except (StorageError, SQLAlchemyError) as exc:  # a read the store did not word, as well
+                return self._while_away(exc, cached)
+            self._back()
             return html
 
+    def _while_away(self, exc: Exception, cached: CachedPage | None) -> str:
+        """The page last built, while the database is away; the error itself when there is none."""
+        if not self._away:
+            self._away = True
+            log.warning("live view: %s; pages are served as last built until the database answers again", exc)
+        if cached is None:
+            raise exc if isinstance(exc, StorageError) else StorageError(f"cannot read the database: {exc}") from None
+        return cached.html
+
+    def _back(self) -> None:
+        if self._away:
+            self._away = False
+            log.warning("live view: the database answers again")
+
+    def _build_run_page(self, run_id: str) -> str:
+        """Build the page of `run_id` from the database and cache it."""
+        started = time.monotonic()
+        run = self.store.get_run(run_id)
+        html = self._fleet_page(run) if run.target_kind == FLEET_KIND else render_html(
+            build_context(self.store, run_id, self._summary(run)),
+            live={"refresh_s": self._refresh_text(), "plotly_url": PLOTLY_URL})
+        build_s = time.monotonic() - started
+        finished = run.status != "running"
+        self._remember(run_id, html, FINISHED_CACHE_S if finished else max(self.refresh_s / 2,
+                                                                           BUILD_DUTY_FACTOR * build_s))
+        return html
+
     def index_page(self) -> str:
-        """Every run, newest first, linking to its page."""
-        runs = [_index_row(run) for run in self.store.list_runs(limit=MAX_RUNS_LISTED)]
+        """Every run, newest first, linking to its page (a StorageError while the database is away, logged once)."""
+        try:
+            runs = [_index_row(run) for run in self.store.list_runs(limit=MAX_RUNS_LISTED)]
+        except (StorageError, SQLAlchemyError) as exc:
+            return self._while_away(exc, None)
+        self._back()
         return environment().get_template(INDEX_TEMPLATE).render(
             runs=runs, refresh_s=self._refresh_text(), generated_at=_now_text(),
             database=self.store.url, soak_version=_version())

@@ -51,6 +51,7 @@ def test_prune_deletes_the_old_run_and_never_the_running_one(tmp_path, soak_cli)
         assert result.returncode == 0, result.stderr
         pruned = json.loads(result.stdout)
         assert pruned["deleted"] == [finished] and pruned["kept_running"] == [live_id]
+        assert pruned["vacuum_skipped_for"] == [live_id] and "VACUUM skipped" in result.stderr  # the run is writing
         assert not (out / finished).exists() and (out / live_id).exists()
         db = sqlite3.connect(out / "soak.db")
         assert db.execute("select count(*) from process_samples where run_id = ?", (finished,)).fetchone()[0] == 0

@@ -97,17 +97,30 @@ def test_prune_plan_keeps_the_running_and_labelled_runs(store):
 
 def test_prune_deletes_every_row_and_the_folder_and_gives_the_space_back(store):
     store, folders = store
+    with store.engine.begin() as connection:  # no run writing now, so the VACUUM goes ahead (the next test: skipped)
+        connection.execute(update(Run).where(Run.id == "20260103T000000Z-0003").values(status="completed"))
     before = store.size_bytes()
     result = prune(store, plan_prune(store, 90 * 86400))
-    assert result.deleted == ["20260101T000000Z-0001", "20260102T000000Z-0002"]
-    assert not folders["old"].exists() and not folders["old_kept"].exists()
-    assert folders["old_running"].exists() and folders["new"].exists()
+    assert result.deleted == ["20260101T000000Z-0001", "20260102T000000Z-0002", "20260103T000000Z-0003"]
+    assert not folders["old"].exists() and not folders["old_kept"].exists() and not folders["old_running"].exists()
+    assert folders["new"].exists()
     with store.engine.connect() as connection:
         for model in (ProcessSample, EventRow, RunLabel):
             left = connection.execute(select(model.run_id).distinct()).scalars().all()
             assert "20260101T000000Z-0001" not in left and "20260102T000000Z-0002" not in left
-        assert connection.execute(select(func.count()).select_from(Run)).scalar() == 2
+        assert connection.execute(select(func.count()).select_from(Run)).scalar() == 1
     assert result.db_bytes_before == before and result.db_bytes_after < before
+    assert result.vacuum_skipped_for == []
+
+
+def test_prune_skips_the_vacuum_while_a_run_is_writing_and_says_so(store):
+    store, folders = store
+    said: list[str] = []
+    result = prune(store, plan_prune(store, 90 * 86400), say=said.append)
+    assert result.deleted == ["20260101T000000Z-0001", "20260102T000000Z-0002"] and folders["old_running"].exists()
+    assert result.vacuum_skipped_for == ["20260103T000000Z-0003"]
+    assert any(line.startswith("VACUUM skipped: run 20260103T000000Z-0003 is writing") for line in said), said
+    assert not any("(VACUUM)" in line for line in said)
 
 
 def test_export_csv_reads_back_with_the_stored_values(store, tmp_path):

@@ -103,6 +103,7 @@ EXAMPLES: dict[str, Example] = {
     "slo": ex("ttft=500ms,e2e=20s", SloTargets(ttft_ms=500.0, e2e_ms=20000.0)),
     "out": ex("/tmp/soak-settings-test", Path("/tmp/soak-settings-test")),
     "db": ex("sqlite:////tmp/soak-settings-test.db", "sqlite:////tmp/soak-settings-test.db"),
+    "storage_buffer": ex("64MiB", 64 * 2**20), "storage_outage_for": ex("2h", 7200.0),
 }
 
 
