@@ -50,16 +50,22 @@ def span_figures(db: sqlite3.Connection, run_id: str, start_s: float, end_s: flo
 
 
 def print_cost(db: sqlite3.Connection, summary: dict, record: dict) -> None:
+    """The window against the span of its length just before it: whole, and from the tracker's start on (the
+    attach itself stops the process while gdb injects the tracker)."""
     start_s, end_s = record["started_s"], record["ended_s"]
+    attached_s = record.get("attached_s") or start_s
     width = end_s - start_s
     before = span_figures(db, summary["run_id"], start_s - width, start_s)
-    inside = span_figures(db, summary["run_id"], start_s, end_s)
-    print(f"\n{record['process']} (pid {record['pid']}, {record['role']}): window {width:.0f} s from {start_s:.0f} s")
-    print(f"{'':<16}{'before':>12}{'inside':>12}{'ratio':>10}")
+    spans = {"whole window": span_figures(db, summary["run_id"], start_s, end_s),
+             "tracking": span_figures(db, summary["run_id"], attached_s, end_s)}
+    print(f"\n{record['process']} (pid {record['pid']}, {record['role']}): window {width:.0f} s from {start_s:.0f} s, "
+          f"attach {attached_s - start_s:.1f} s")
+    print(f"{'':<16}{'before':>10}" + "".join(f"{name:>16}{'ratio':>8}" for name in spans))
     for key in ("requests_per_s", "ttft_p50_ms", "ttft_p99_ms"):
-        ratio = inside[key] / before[key] if before[key] else float("nan")
-        print(f"{key:<16}{before[key]:>12.2f}{inside[key]:>12.2f}{ratio:>9.2f}×")
-    print(f"requests sent: {before['requests']:.0f} before, {inside['requests']:.0f} inside")
+        cells = "".join(f"{span[key]:>16.2f}{span[key] / before[key] if before[key] else float('nan'):>7.2f}×"
+                        for span in spans.values())
+        print(f"{key:<16}{before[key]:>10.2f}{cells}")
+    print(f"requests sent: {before['requests']:.0f} before, {spans['whole window']['requests']:.0f} inside")
     held = record["held_bytes"] or 0
     grown = (record.get("memory_after") or 0) - (record.get("memory_before") or 0)
     print(f"held from the window: {held / MIB:.1f} MiB; process grew {grown / MIB:.1f} MiB over it; "
@@ -84,7 +90,8 @@ def main() -> None:
             raise SystemExit("no forensics window ran (is the run long enough for --for?)")
         for data in events.values():
             record = {**next(r for r in summary["forensics"] if r["pid"] == data["pid"]),
-                      "memory_before": data["memory_before"], "memory_after": data["memory_after"]}
+                      "memory_before": data["memory_before"], "memory_after": data["memory_after"],
+                      "attached_s": data.get("attached_s")}
             print_cost(db, summary, record)
         db.close()
 

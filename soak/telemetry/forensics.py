@@ -53,6 +53,7 @@ class ProcessForensics:
     process: WatchedProcess
     started_s: float
     ended_s: float | None = None
+    attached_s: float | None = None  # when memray's tracker started (gdb stops the process for the attach before)
     method: str = "smaps"  # memray when the tracker ran, else smaps alone
     memory_before: int | None = None
     memory_after: int | None = None
@@ -65,7 +66,7 @@ class ProcessForensics:
     def as_dict(self) -> dict[str, Any]:
         return {
             "pid": self.process.pid, "name": self.process.name, "role": self.process.role, "why": self.process.why,
-            "started_s": self.started_s, "ended_s": self.ended_s, "method": self.method,
+            "started_s": self.started_s, "ended_s": self.ended_s, "attached_s": self.attached_s, "method": self.method,
             "memory_before": self.memory_before, "memory_after": self.memory_after, "held": self.held,
             "smaps": None if self.smaps is None else self.smaps.as_dict(),
             "smaps_sentence": None if self.smaps is None else self.smaps.sentence(), "capture": self.capture,
@@ -265,7 +266,7 @@ class ProcessWindow:
         if child.returncode != 0:
             self._refuse(attach_refusal(output, child.returncode), phase="tracking")
             return
-        self.found.method = "memray"
+        self.found.method, self.found.attached_s = "memray", time.time() - self.t0
         self.phase, self._since = "tracking", time.monotonic()  # memray's --duration runs from here
 
     def _tracking(self) -> None:
