@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from support.require import require_all, skip_or_fail
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -60,11 +62,6 @@ def soak_cli():
 
 
 
-def require_all() -> bool:
-    """SOAK_REQUIRE_ALL=1 (set by CI) turns "missing service" skips into failures."""
-    return os.environ.get("SOAK_REQUIRE_ALL") == "1"
-
-
 @pytest.fixture
 def postgres_url():
     """A fresh PostgreSQL database (from SOAK_TEST_PG_URL's server), dropped afterwards."""
@@ -93,7 +90,5 @@ def debugger() -> str:
 
     found = shutil.which("gdb") or shutil.which("lldb")
     if not found:
-        if require_all():
-            pytest.fail("neither gdb nor lldb is installed but SOAK_REQUIRE_ALL=1")
-        pytest.skip("memray attaches through gdb or lldb: apt-get install gdb")
+        skip_or_fail("memray attaches through gdb or lldb: apt-get install gdb")
     return found

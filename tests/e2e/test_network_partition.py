@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from e2e_helpers import wait_for_server_samples
+from e2e_helpers import query, wait_for_server_samples
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(420)]
 
@@ -175,6 +175,10 @@ def test_a_lost_route_is_a_network_outage_not_the_servers_failure(tmp_path, serv
     assert down_s - 8.0 <= began <= down_s + 0.5 and up_s <= end[0] <= up_s + 20.0, (began, end[0], down_s, up_s)
     assert start[3]["blame"] == "network" and start[3]["connect"] in ("timeout", "unreachable"), start
     assert start[3]["process_alive"] is True and start[3]["loopback_ok"] is True, start
+
+    # every request the client counted (the connect errors of the partition among them) is in the database
+    (counted,) = [data["requests"] for _, kind, _, data in events if kind == "run_end"]
+    assert counted > 300 and counted == query(out, "select sum(requests) from request_windows where scenario = '*'")[0][0]
 
     for check in ("hang", "crashes", "errors.rise", "errors.budget", "errors.bursts"):
         assert findings[check]["verdict"] != "FAIL", findings[check]

@@ -11,7 +11,6 @@ the run stops with exit 4 and one line naming the full volume, and the database 
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
 import subprocess
 import sys
@@ -21,6 +20,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import create_engine, text
 
+from support.require import skip_or_fail
 from support.storage_faults import fill, hold_exclusive_lock, private_postgres, small_volume
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(480)]
@@ -31,16 +31,6 @@ REPO = Path(__file__).resolve().parents[2]
 LEAKY = ["--warmup", "20s", "--window", "5s", "--sample-every", "1s", "--rate", "4", "--scenario", "chat_short",
          "--no-idle-probes", "--time-scale", "60", "--reference-fault", "rss-leak=256KiB", "--keep-requests",
          "--forensics", "off", "--json"]
-
-
-def require_all() -> bool:
-    return os.environ.get("SOAK_REQUIRE_ALL") == "1"
-
-
-def skip_or_fail(reason: str) -> None:
-    if require_all():
-        pytest.fail(f"{reason} but SOAK_REQUIRE_ALL=1")
-    pytest.skip(reason)
 
 
 class LiveRun:
@@ -207,11 +197,13 @@ def test_sqlite_locked_exclusively_for_30s_while_prune_report_and_export_run(tmp
         report = soak_cli("report", run.run_id, "--out", str(out), timeout_s=180)
         export = soak_cli("export", run.run_id, "--out", str(out), "--export-dir", str(tmp_path / "export"),
                           timeout_s=120)
+        history = soak_cli("history", "--json", "--out", str(out), timeout_s=120)
     finally:
         holder.wait(timeout=120)  # it lets go after its 30 s
     pruned_after = soak_cli("prune", "--older-than", "1d", "--json", "--out", str(out), timeout_s=120)
     result = run.finish()
     assert report.returncode == 0 and export.returncode == 0, (report.stderr[-2000:], export.stderr[-2000:])
+    assert history.returncode in (0, 4) and len(history.stderr.strip().splitlines()) <= 2, history.stderr  # one line
     # While the lock is held prune cannot delete (one line, exit 4); afterwards it does, and leaves the VACUUM alone.
     assert pruned_during.returncode in (0, 4) and len(pruned_during.stderr.strip().splitlines()) <= 2, pruned_during.stderr
     after = json.loads(pruned_after.stdout)

@@ -15,9 +15,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from conftest import require_all
 from soak.telemetry.smaps import KINDS, SmapsGrowth, classify_growth, read_mappings
 from support.llama_cpp import INSTALL_HINT, find_llama_server, free_port, server_command, tiny_gguf
+from support.require import skip_or_fail
 
 pytestmark = pytest.mark.slow
 
@@ -69,9 +69,7 @@ def llama_server(tmp_path_factory) -> Iterator[tuple[subprocess.Popen, str]]:
     """llama-server on 127.0.0.1 at a port the OS picked, healthy; its process and base URL."""
     binary = find_llama_server()
     if binary is None:
-        if require_all():  # CI builds it (.ci/run): a missing binary there is a failure, not a skip
-            pytest.fail(f"no llama-server binary but SOAK_REQUIRE_ALL=1: {INSTALL_HINT}")
-        pytest.skip(f"no llama-server binary: {INSTALL_HINT}")
+        skip_or_fail(f"no llama-server binary ({INSTALL_HINT})")  # CI builds it (.ci/run)
     folder = tmp_path_factory.mktemp("llama")
     model = tiny_gguf(folder / "tiny.gguf")
     for attempt in range(3):  # the port is free when picked, and another process may take it before the server
