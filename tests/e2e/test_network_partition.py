@@ -30,6 +30,8 @@ from pathlib import Path
 import pytest
 from e2e_helpers import query, wait_for_server_samples
 
+from support.processes import stop_process
+
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(420)]
 
 PARTITION_S = 60.0
@@ -115,12 +117,7 @@ def server_in_namespace(namespace: Namespace, tmp_path: Path) -> Iterator[tuple[
         _wait_healthy(url, server)
         yield url, server
     finally:
-        server.terminate()
-        try:
-            server.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait(timeout=5)
+        stop_process(server, grace_s=15)
         log.close()
 
 

@@ -17,6 +17,7 @@ import pytest
 
 from soak.telemetry.smaps import KINDS, SmapsGrowth, classify_growth, read_mappings
 from support.llama_cpp import INSTALL_HINT, find_llama_server, free_port, server_command, tiny_gguf
+from support.processes import stop_process
 from support.require import skip_or_fail
 
 pytestmark = pytest.mark.slow
@@ -53,17 +54,6 @@ def _wait_healthy(process: subprocess.Popen, url: str, log: Path) -> bool:
     pytest.fail(f"llama-server not healthy within {START_TIMEOUT_S:.0f} s:\n{log.read_text(errors='replace')[-3000:]}")
 
 
-def _stop(process: subprocess.Popen) -> None:
-    """End the server this test started, by its PID."""
-    if process.poll() is None:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=10)
-
-
 @pytest.fixture(scope="module")
 def llama_server(tmp_path_factory) -> Iterator[tuple[subprocess.Popen, str]]:
     """llama-server on 127.0.0.1 at a port the OS picked, healthy; its process and base URL."""
@@ -80,7 +70,7 @@ def llama_server(tmp_path_factory) -> Iterator[tuple[subprocess.Popen, str]]:
                 yield process, f"http://127.0.0.1:{port}"
                 return
         finally:
-            _stop(process)
+            stop_process(process)
     pytest.fail("llama-server could not bind a free port in 3 tries")
 
 

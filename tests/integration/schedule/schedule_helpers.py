@@ -17,6 +17,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from support.processes import stop_process
+
 # `soak` with the scheduling commands, whether or not soak/cli.py registers them yet.
 BOOTSTRAP = (
     "from soak.cli import main\n"
@@ -193,12 +195,7 @@ def openai_stub() -> Iterator[str]:
             raise AssertionError(f"the OpenAI stub did not start (exit {process.poll()}, said {line!r})")
         yield f"http://127.0.0.1:{int(line.split()[1])}"
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=10)
+        stop_process(process)
 
 
 def serve_stub() -> None:
