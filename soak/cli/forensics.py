@@ -23,9 +23,12 @@ PICKUP_S = 30.0  # a running run reads the request within a tick; past this it i
 
 def _duration(_ctx: click.Context, _param: click.Parameter, value: str | None) -> float | None:
     try:
-        return None if value is None else parse_duration(value)
+        seconds = None if value is None else parse_duration(value)
     except ConfigError as exc:
         raise ConfigError(f"invalid --for: {exc}") from None
+    if seconds is not None and seconds <= 0:
+        raise ConfigError(f"invalid --for {value!r}: a window must last more than 0 s")
+    return seconds
 
 
 @click.command()

@@ -93,3 +93,14 @@ def test_windows_a_forensics_window_overlaps_are_left_out_and_so_are_its_probe_r
     spans = _intervals(events, *INTERVAL_KINDS["forensics"], 100.0)
     probes = tuple(ProbeReading(t_s=t_s, kv_usage=None, running=None, waiting=None) for t_s in (30.0, 50.0, 70.0))
     assert [p.t_s for p in outside(probes, spans)] == [30.0, 70.0]
+
+
+def test_soak_forensics_refuses_a_window_of_no_length_and_a_run_that_is_not_there(tmp_path):
+    from click.testing import CliRunner
+
+    from soak.cli import main
+
+    none = CliRunner().invoke(main, ["forensics", "r", "--for", "0s", "--out", str(tmp_path)])
+    assert none.exit_code == 2 and "a window must last more than 0 s" in none.output
+    missing = CliRunner().invoke(main, ["forensics", "r", "--out", str(tmp_path)])
+    assert missing.exit_code == 2 and "no database at" in missing.output
