@@ -42,6 +42,18 @@ def format_duration(seconds: float) -> str:
     return text or "0s"
 
 
+BYTE_UNITS = ((2**40, "TiB"), (2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB"))
+
+
+def format_bytes(n_bytes: float, digits: int = 1) -> str:
+    """`49479270` → `47.2 MiB`, in the largest binary unit it reaches; keeps the sign."""
+    size = abs(n_bytes)
+    for factor, unit in BYTE_UNITS:
+        if size >= factor:
+            return f"{n_bytes / factor:.{digits}f} {unit}"
+    return f"{n_bytes:.0f} B"
+
+
 def parse_bytes(text: str | int | float) -> int:
     """Return bytes for `4096`, `512KiB`, `2MiB`, `1.5GB`."""
     if isinstance(text, (int, float)):

@@ -4,18 +4,14 @@ from __future__ import annotations
 
 import math
 
-_BYTE_UNITS = ((2**40, "TiB"), (2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB"))
+from soak.units import BYTE_UNITS, format_bytes
 
 
 def bytes_text(n_bytes: float, digits: int = 1) -> str:
-    """`49479270` → `47.2 MiB`; keeps the sign."""
+    """`49479270` → `47.2 MiB`; keeps the sign; `n/a` for a missing value."""
     if n_bytes is None or not math.isfinite(n_bytes):
         return "n/a"
-    size = abs(n_bytes)
-    for factor, unit in _BYTE_UNITS:
-        if size >= factor:
-            return f"{n_bytes / factor:.{digits}f} {unit}"
-    return f"{n_bytes:.0f} B"
+    return format_bytes(n_bytes, digits)
 
 
 def bytes_range_text(low: float, high: float, digits: int = 1) -> str:
@@ -26,7 +22,7 @@ def bytes_range_text(low: float, high: float, digits: int = 1) -> str:
         text = f"{value:.{digits}f}"
         return f"{value:.2g}" if value and float(text) == 0 else text
 
-    for factor, unit in _BYTE_UNITS:
+    for factor, unit in BYTE_UNITS:
         if scale >= factor:
             return f"{end(low / factor)}–{end(high / factor)} {unit}"
     return f"{low:.0f}–{high:.0f} B"

@@ -16,6 +16,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from soak.units import format_bytes
+
 MIB = 2**20
 SMALL_ANON_BYTES = MIB  # below: a malloc'd block or a small arena's piece
 LARGE_ANON_BYTES = 64 * MIB  # from here: glibc's default arena size and up, or one huge buffer
@@ -275,16 +277,16 @@ def growth_sentence(by_kind: Iterable[MappingGrowth]) -> str:
     grown = sum(row.growth_bytes for row in rows if row.growth_bytes > 0)
     released = -sum(row.growth_bytes for row in rows if row.growth_bytes < 0)
     if grown <= 0:
-        return f"no kind of mapping grew ({bytes_text(released)} released)" if released else "no kind of mapping grew"
+        return f"no kind of mapping grew ({format_bytes(released)} released)" if released else "no kind of mapping grew"
     shares = [(row, row.growth_bytes / grown) for row in rows if row.growth_bytes > 0]
     if shares[0][1] < NOTABLE_SHARE:
-        text = (f"the {bytes_text(grown)} growth is spread over {len(shares)} kinds of mapping, "
+        text = (f"the {format_bytes(grown)} growth is spread over {len(shares)} kinds of mapping, "
                 f"none above {_percent(shares[0][1])}")
     else:
         named = [(row, share) for row, share in shares[:MOST_KINDS_NAMED] if share >= NOISE_SHARE]
-        text = ", ".join(_share_text(row, share, f" of the {bytes_text(grown)} growth is" if at == 0 else "")
+        text = ", ".join(_share_text(row, share, f" of the {format_bytes(grown)} growth is" if at == 0 else "")
                          for at, (row, share) in enumerate(named))
-    return text + (f"; {bytes_text(released)} was released elsewhere" if released > NOISE_SHARE * grown else "")
+    return text + (f"; {format_bytes(released)} was released elsewhere" if released > NOISE_SHARE * grown else "")
 
 
 def _share_text(row: MappingGrowth, share: float, of: str = "") -> str:
@@ -296,12 +298,3 @@ def _share_text(row: MappingGrowth, share: float, of: str = "") -> str:
 def _percent(share: float) -> str:
     """A share as a whole percent, '92 %'."""
     return f"{100 * share:.0f} %"
-
-
-def bytes_text(n_bytes: float) -> str:
-    """`43008000` → `41.0 MiB`, in the largest binary unit it reaches (soak/analysis/fmt.py's style, which
-    telemetry may not import)."""
-    for factor, unit in ((2**40, "TiB"), (2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB")):
-        if abs(n_bytes) >= factor:
-            return f"{n_bytes / factor:.1f} {unit}"
-    return f"{n_bytes:.0f} B"
