@@ -187,8 +187,12 @@ def openai_stub() -> Iterator[str]:
 
     Not in a thread of the test: pytest loads Locust's plugin, whose gevent patches make threads greenlets, and
     uvicorn on uvloop (installed beside vLLM) never yields to them, so the test would hang."""
+    # The child imports this module, which imports tests/support: both folders go on its path, as pytest puts them.
+    here = Path(__file__).parent
+    pythonpath = [str(here), str(here.parents[1]), *filter(None, [os.environ.get("PYTHONPATH")])]
     process = subprocess.Popen([sys.executable, "-c", "import schedule_helpers; schedule_helpers.serve_stub()"],
-                               cwd=Path(__file__).parent, stdout=subprocess.PIPE, text=True)
+                               cwd=here, stdout=subprocess.PIPE, text=True,
+                               env={**os.environ, "PYTHONPATH": os.pathsep.join(pythonpath)})
     try:
         line = process.stdout.readline() if process.stdout else ""  # the stub prints its port, then serves
         if not line.startswith("STUB_READY "):
