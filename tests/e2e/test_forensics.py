@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 from e2e_helpers import query, wait_for_server_samples
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(600)]
+# One xdist group: the module fixture's run is made once, not once per worker that takes one of its tests.
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(600), pytest.mark.xdist_group("forensics")]
 
 REPO = Path(__file__).resolve().parents[2]
 LEAKY = ["--warmup", "20s", "--window", "5s", "--sample-every", "1s", "--rate", "4", "--scenario", "chat_short",

@@ -20,7 +20,7 @@ from support.llama_cpp import INSTALL_HINT, find_llama_server, free_port, server
 from support.processes import stop_process
 from support.require import skip_or_fail
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("llama_cpp")]  # one server for the module, on one worker
 
 MIB = 2**20
 REQUESTS = 80
