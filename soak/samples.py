@@ -28,6 +28,17 @@ class ProcessStats:
     fds: int | None = None
 
 
+def process_role(stats: ProcessStats, roots: list[int]) -> str:
+    """What a server process is: engine (vLLM's EngineCore, SGLang's scheduler), api (a root of the server's tree:
+    the process soak started or found), worker, or process."""
+    name = stats.name.lower()
+    if "enginecore" in name or "scheduler" in name:
+        return "engine"
+    if "worker" in name:
+        return "worker"
+    return "api" if stats.pid in roots else "process"
+
+
 @dataclass(frozen=True, slots=True)
 class ProcessReading:
     """A process sample: one process's reading, of the server's tree (role "server") or of soak ("client")."""

@@ -23,7 +23,7 @@ from typing import Any
 
 from soak.config import RunConfig
 from soak.contracts import EventKind
-from soak.samples import ProcessStats
+from soak.samples import ProcessStats, process_role
 from soak.store.recorder import Recorder
 from soak.telemetry.forensics import ProcessWindow, WatchedProcess
 from soak.units import format_duration
@@ -51,20 +51,10 @@ class WindowRequest:
 
 
 # -- which processes ----------------------------------------------------------------------------------------------
-def role_of(stats: ProcessStats, roots: list[int]) -> str:
-    """engine (vLLM's EngineCore, SGLang's scheduler), api (a root soak started or found), worker, or process."""
-    name = stats.name.lower()
-    if "enginecore" in name or "scheduler" in name:
-        return "engine"
-    if "worker" in name:
-        return "worker"
-    return "api" if stats.pid in roots else "process"
-
-
 def choose_processes(request: WindowRequest, processes: list[ProcessStats], roots: list[int]) -> list[WatchedProcess]:
     """The processes a window watches (at most `MOST_PROCESSES`, largest first)."""
     live = sorted((p for p in processes if p.pid > 0), key=lambda p: -(p.rss_bytes or 0))
-    watched = [WatchedProcess(p.pid, p.name, role_of(p, roots)) for p in live]
+    watched = [WatchedProcess(p.pid, p.name, process_role(p, roots)) for p in live]
     choice = request.process
     if choice.isdigit():
         picked = [w for w in watched if w.pid == int(choice)] or [WatchedProcess(int(choice), "", "process")]
