@@ -12,6 +12,7 @@ from soak.cli.runs import label_option, labels_text
 
 if TYPE_CHECKING:
     from soak.locations import Locations
+    from soak.store import Store
     from soak.store.prune import PrunePlan, PruneResult
     from soak.store.records import StoredRun
 
@@ -19,22 +20,36 @@ if TYPE_CHECKING:
 @click.command()
 @click.argument("run_id")
 @location_options
-@click.option("--format", "fmt", type=click.Choice(["csv", "parquet"]), default="csv", show_default=True,
-              help="csv needs nothing more; parquet needs pyarrow (pip install 'soak[parquet]').")
+@click.option("--format", "fmt", type=click.Choice(["csv", "parquet", "openmetrics"]), default="csv", show_default=True,
+              help="csv needs nothing more; parquet needs pyarrow (pip install 'soak[parquet]'); openmetrics writes one "
+                   "RUN_ID.om.txt for `promtool tsdb create-blocks-from openmetrics` (docs/observability.md).")
 @click.option("--export-dir", metavar="DIR", type=click.Path(file_okay=False),
               help="Write the files here. Default: RUN_FOLDER/export. (--out says where runs are stored.)")
 def export(run_id: str, locations: Locations, fmt: str, export_dir: str | None) -> None:
     """Write a run's windows, samples, events and findings as one CSV or Parquet file per table
-    (columns: docs/export.md)."""
+    (columns: docs/export.md), or its series as one OpenMetrics file to backfill Prometheus with."""
     from soak.store import Store
-    from soak.store.export import export_run
 
     store = Store.open(locations, read_only=True)
     folder = Path(export_dir) if export_dir else Path(store.get_run(run_id).out_dir) / "export"
+    if fmt == "openmetrics":
+        _export_openmetrics(store, run_id, folder)
+        return
+    from soak.store.export import export_run
+
     exported = export_run(store, run_id, folder, fmt,
                           on_table=lambda name: click.echo(f"exporting {name}…", err=True))
     for path, rows in exported.files:
         click.echo(f"{rows:>9,} rows  {path}")
+
+
+def _export_openmetrics(store: Store, run_id: str, folder: Path) -> None:
+    """The run's series as one OpenMetrics file; each family's name on stderr as it is read, the file on stdout."""
+    from soak.metrics.openmetrics import export_openmetrics
+
+    exported = export_openmetrics(store, run_id, folder,
+                                  on_family=lambda name: click.echo(f"exporting {name}…", err=True))
+    click.echo(f"{exported.samples:>9,} samples  {exported.path}")
 
 
 @click.command()
