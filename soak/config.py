@@ -11,6 +11,7 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -537,6 +538,44 @@ class ForensicsSettings(_Model):
         raise ValueError("must be engine, api, all or a PID")
 
 
+OTLP_EVERY_DEFAULT_S = 15.0
+
+
+def metrics_address(value: Any) -> str | None:
+    """`--metrics-bind` as HOST:PORT (no host: loopback; port 0: a free one, printed at start), or None for off."""
+    if value is None or str(value).strip().lower() in WEB_OFF:
+        return None
+    return join_host_port(*split_host_port(str(value)))
+
+
+def otlp_url(value: Any) -> str | None:
+    """`--otlp-endpoint` as given, once it is an http(s) URL with a host."""
+    if value is None or not str(value).strip():
+        return None
+    text = str(value).strip()
+    parts = urlsplit(text)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"{text!r} is not an http(s) URL of an OTLP/HTTP receiver, e.g. http://collector:4318")
+    return text
+
+
+class MetricsSettings(_Model):
+    """The run's series for a team's own monitoring (docs/observability.md): a Prometheus page, an OTLP push."""
+
+    bind: str | None = None  # HOST:PORT of the live /metrics page, None = off
+    otlp_endpoint: str | None = None  # OTLP/HTTP receiver (…/v1/metrics, or a base URL), None = off
+    otlp_every_s: float = Field(default=OTLP_EVERY_DEFAULT_S, gt=0)
+
+    _durations = field_validator("otlp_every_s", mode="before")(_duration_field)
+    _bind = field_validator("bind", mode="before")(metrics_address)
+    _otlp = field_validator("otlp_endpoint", mode="before")(otlp_url)
+
+    @property
+    def enabled(self) -> bool:
+        """Whether anything exports the run's series (and the early-stop looks must run to feed the verdicts)."""
+        return self.bind is not None or self.otlp_endpoint is not None
+
+
 class RunConfig(_Model):
     """Everything one run needs, in internal units; built by `resolve_config`."""
 
@@ -565,6 +604,7 @@ class RunConfig(_Model):
     load: LoadSettings = LoadSettings()
     telemetry: TelemetrySettings = TelemetrySettings()
     forensics: ForensicsSettings = ForensicsSettings()
+    metrics: MetricsSettings = MetricsSettings()
 
     _durations = field_validator("horizon_s", "storage_outage_s", mode="before")(_duration_field)
     _bytes = field_validator("storage_buffer_bytes", mode="before")(_bytes_field)
@@ -641,7 +681,7 @@ def _stop_on_fail(layers: Layers) -> bool:
 
 def _nest(flat: dict[str, Any]) -> dict[str, Any]:
     """Flat keys onto the nested fields the table names."""
-    nested: dict[str, Any] = {"target": {}, "load": {}, "telemetry": {}, "forensics": {}}
+    nested: dict[str, Any] = {"target": {}, "load": {}, "telemetry": {}, "forensics": {}, "metrics": {}}
     for key, value in flat.items():
         setting = SETTINGS_BY_KEY[key]
         if setting.multiple and isinstance(value, (str, int, dict)):

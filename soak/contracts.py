@@ -30,6 +30,14 @@ class EventSink(Protocol):
     def event(self, kind: str, message: str = "", data: dict[str, Any] | None = None) -> None: ...
 
 
+class RecordObserver(Protocol):
+    """What else sees the records a run's Recorder queues (the exported metrics, `soak/metrics/live.py`)."""
+
+    def samples(self, samples: Any, t_s: float) -> None: ...
+
+    def event(self, kind: str) -> None: ...
+
+
 class Verdict(StrEnum):
     """A check's verdict, and the run's (never SKIPPED; SUSPECT when a required check is: docs/gates.md)."""
 

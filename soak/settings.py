@@ -21,9 +21,9 @@ CONFIG_ENV = "SOAK_CONFIG"
 SERVER_KINDS = ("vllm", "vllm-v0", "sglang", "tgi", "llamacpp", "trtllm")
 Kind = Literal["text", "int", "float", "duration", "file", "folder", "choice", "flag"]
 
-LENGTH, TARGET, REFERENCE, LOAD, PROBES, FORENSICS, OUTPUT, LOCATIONS = (
+LENGTH, TARGET, REFERENCE, LOAD, PROBES, FORENSICS, OUTPUT, METRICS, LOCATIONS = (
     "Run length and analysis", "Server under test", "Reference server", "Load", "Idle probes and telemetry",
-    "Leak forensics", "Verdict and output", "Where runs are stored")
+    "Leak forensics", "Verdict and output", "Metrics for Prometheus and OpenTelemetry", "Where runs are stored")
 
 
 @dataclass(frozen=True)
@@ -206,6 +206,14 @@ SETTINGS: tuple[Setting, ...] = (
     _s("web", "web", OUTPUT, "Serve a read-only live view of the run at ADDR (HOST[:PORT] or :PORT; the flag alone: "
        "127.0.0.1 at a free port) and print its URL. No authentication: docs/report.md, Live view.",
        metavar="[ADDR]", flag_value="on"),
+    _s("metrics_bind", "metrics.bind", METRICS, "Serve the run's series for Prometheus at http://ADDR/metrics "
+       "(HOST:PORT or :PORT; port 0: a free one, printed at start). Off by default; no authentication "
+       "(docs/observability.md).", metavar="ADDR"),
+    _s("otlp_endpoint", "metrics.otlp_endpoint", METRICS, "Push the same series over OTLP/HTTP (protobuf) to URL "
+       "(a base URL gets /v1/metrics); headers from OTEL_EXPORTER_OTLP_HEADERS. A failed push never stops the run.",
+       metavar="URL"),
+    _s("otlp_every", "metrics.otlp_every_s", METRICS, "How often the OTLP push goes (default 15s).", kind="duration",
+       metavar="D"),
     _s("out", "out_dir", LOCATIONS, "Output folder (default ./soak-runs).", kind="folder", metavar="DIR"),
     _s("db", "db_url", LOCATIONS, "Database URL (default sqlite:///<out>/soak.db).", metavar="URL"),
     _s("storage_buffer", "storage_buffer_bytes", LOCATIONS, "Memory the rows may take while the database refuses "

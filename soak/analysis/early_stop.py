@@ -79,6 +79,7 @@ class Look:
     client_late: str | None = None  # how late the client was, when client.saturation was INVALID at this look
     leak_verdict: str | None = None  # leak.rss at this look, whatever it was (forensics opens on SUSPECT or FAIL)
     leak_suspects: tuple[int, ...] = ()  # the server PIDs leak.rss found growing at this look
+    verdicts: dict[str, str] = field(default_factory=dict)  # every stop check's verdict at this look (the metrics')
 
 
 @dataclass(frozen=True)
@@ -139,7 +140,7 @@ def judge_look(run: RunData, gates: Gates, windows: int) -> Look:
     its lateness can explain stops nothing: `saturation.voided_by_late_client`)."""
     cut = cut_run(run, windows)
     late = client_lateness(cut, gates)
-    failed, leak = {}, None
+    failed, leak, verdicts = {}, None, {}
     for name in STOP_CHECKS:
         try:
             finding = CHECKS[name](cut, gates)
@@ -147,10 +148,12 @@ def judge_look(run: RunData, gates: Gates, windows: int) -> Look:
             log.exception("early stop: check %s failed at a look", name)
             continue
         leak = finding if name == "leak.rss" else leak
+        verdicts[name] = str(finding.verdict)
         if finding.verdict == FAIL and not (late and voided_by_late_client(finding)):
             failed[name] = " ".join(finding.evidence.split())
     return Look(windows=windows, t_s=cut.actual_duration_s, failed=failed, client_late=late,
-                leak_verdict=None if leak is None else str(leak.verdict), leak_suspects=growing_pids(leak))
+                leak_verdict=None if leak is None else str(leak.verdict), leak_suspects=growing_pids(leak),
+                verdicts=verdicts)
 
 
 def growing_pids(finding: Finding | None) -> tuple[int, ...]:

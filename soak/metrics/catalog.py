@@ -118,7 +118,8 @@ TPOT = _spec("soak_request_time_per_output_token_seconds", "soak.request.time_pe
              "Time per output token of each successful request after its first: (end-to-end − TTFT) / (tokens − 1).",
              ("scenario",), GAP_BUCKETS_S)
 TOKENS = _spec("gen_ai_client_token_usage", "gen_ai.client.token.usage", H, "{token}",
-               "Tokens per successful request, input (prompt) or output; the sum is the tokens so far.",
+               "Tokens per finished request, input (prompt, where the server reports it) or output; the sum is the "
+               "tokens so far.",
                ("scenario", "gen_ai_token_type"), TOKEN_BUCKETS)
 WITHIN_SLO = _spec("soak_requests_within_slo", "soak.requests.within_slo", C, "{request}",
                    "Requests that met every --slo target (goodput); only with --slo.", ("scenario",))

@@ -30,6 +30,7 @@ from soak.run.finalise import finalise_run
 from soak.run.forensics import ForensicsWatch
 from soak.run.ledger import OutcomeLedger
 from soak.run.locking import hold_run_lock
+from soak.run.metrics import RunMetrics, run_identity
 from soak.run.notify import failed_run_payload, notify_from_env
 from soak.run.server_watch import DrainWatch, drain_timeout_hook, record_server_processes
 from soak.samples import KeptRequest, MetricReading
@@ -139,6 +140,7 @@ class RunState:
     ledger: OutcomeLedger | None = None
     web: Any = None  # soak.run.live_view.WebProcess, with --web
     web_socket: Any = None  # (listening socket, base URL) of --web, bound before anything starts
+    metrics: RunMetrics | None = None  # the exported series (--metrics-bind, --otlp-endpoint), bound before anything
     outages_begun: int = 0  # storage outages whose start was recorded and said
     outages_ended: int = 0  # … and whose end was
     looked_outages: int = 0  # storage outages seen when the early-stop look last went ahead
@@ -181,6 +183,7 @@ class Conductor:
                 self.store = Store.open(self.config.db_url)
                 install_signal_handlers(self.stop)
                 self._bind_web()
+                self._bind_metrics()
                 self._start_target()
                 if not self.config.observe_only:  # an observed replica is sent nothing, not even a question
                     self._load_adapters()
@@ -250,6 +253,10 @@ class Conductor:
             state.recorder.event(EventKind.CAPABILITIES, state.capabilities.describe(), state.capabilities.data())
         for adapter, reply in state.adapters_loaded:
             record_reply(state.recorder, "load", adapter, reply)
+        identity = run_identity(self.config, state.run_id, state.info.base_url, state.info.model, state.info.kind,
+                                state.t0)
+        state.metrics.open(identity, state.recorder, counters=lambda: state.load.counters() if state.load else None,
+                           roots=state.target.root_pids)
 
     def _run_row(self) -> dict[str, Any]:
         state, config, info = self.state, self.config, self.state.info
@@ -291,7 +298,7 @@ class Conductor:
             state.load = start_load(config, base_url=state.info.base_url, model=state.info.model, t0=state.t0,
                                     hooks=hooks, workers=state.workers)
             state.churn = start_churn(config, lambda: state.info.base_url, auth_headers(config), state.recorder)
-        state.early_stop = watch_for_failure(state.run_id, config)
+        state.early_stop = watch_for_failure(state.run_id, config, on_look=state.metrics.look)
         self._say(state.early_stop and state.early_stop.describe())
         state.forensics = ForensicsWatch(config, state.run_id, state.run_dir, state.recorder, state.t0,
                                          processes=lambda: list(state.telemetry.latest.server_processes),
@@ -327,6 +334,11 @@ class Conductor:
         return LoadHooks(on_request=self._on_request, on_event=state.drains.watching(gate.watching(state.recorder.event)),
                          on_idle_probe=on_idle_probe,
                          drain_timeout_s=drain_timeout_hook(config, lambda: state.windows.progress().p99_ms.e2e))
+
+    def _bind_metrics(self) -> None:
+        """With --metrics-bind, listen first: a port in use is a clear error before anything starts."""
+        self.state.metrics = RunMetrics.bind(self.config)
+        self._say(self.state.metrics.describe())
 
     def _bind_web(self) -> None:
         """With --web, bind its address first: a port in use is a clear error before anything starts."""
@@ -378,6 +390,7 @@ class Conductor:
     def _on_request(self, record: RequestRecord) -> None:
         state = self.state
         state.requests_seen += 1
+        state.metrics.request(record)
         state.windows.add(record)
         state.ledger.add(record)
         if state.drains is not None:
@@ -411,6 +424,7 @@ class Conductor:
                 return
             self._report(self._progress(elapsed_s))
             self._record_loop_lag(elapsed_s)
+            state.metrics.tick()
             time.sleep(TICK_S)
 
     def _follow_target(self) -> None:
@@ -604,6 +618,7 @@ class Conductor:
         summary = finalise_run(self.store, state.run_id, stopped_early=stopped_early,
                                gates_file=self.config.gates_file, baseline=self.config.baseline)
         self.summary = summary
+        state.metrics.finish(summary)
         if state.end_reason == "storage failure":
             raise StorageError(f"{self._storage_failure_text()}: load was stopped; every row held was written once "
                                f"the database took them again; report of what was collected: {summary.report_html}")
@@ -706,6 +721,8 @@ class Conductor:
         state = self.state
         try:
             self._stop_web()
+            if state.metrics is not None:
+                state.metrics.close()
             self._stop_canary()
             self._stop_churn()
             if state.loopback is not None:

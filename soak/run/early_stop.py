@@ -18,6 +18,7 @@ import math
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -35,10 +36,10 @@ DB_URL_ENV = "SOAK_LOOK_DB_URL"  # the database URL goes to the child in its env
 class EarlyStopWatch:
     """Polled by the conductor every tick; returns a `StopDecision` once the rule stops the run."""
 
-    def __init__(self, run_id: str, config: RunConfig):
+    def __init__(self, run_id: str, config: RunConfig, on_look: Callable[[Look], None] = lambda _look: None):
         from soak.analysis import load_gates
 
-        self.run_id, self.config = run_id, config
+        self.run_id, self.config, self.on_look = run_id, config, on_look
         planned = planned_window_count(config.duration_s, config.warmup_s, config.window_s)
         self.sequence = SequentialStop(load_gates(config.gates_file), planned)
         # A window is judged once its last samples and latency flush are committed.
@@ -47,14 +48,19 @@ class EarlyStopWatch:
         self.last_look: Look | None = None  # forensics reads leak.rss's suspects from it
         self.looks_seen = 0
 
+    @property
+    def stops(self) -> bool:
+        """Whether a look may end the run (--stop-on-fail), or only tells the exported verdict gauges."""
+        return self.config.stop_on_fail
+
     def describe(self) -> str:
         """What the user is told at start: when the looks come, or that the run is too short for any."""
-        looks = self.sequence.looks
+        looks, who = self.sequence.looks, "--stop-on-fail" if self.stops else "the exported verdicts"
         if not looks:
-            return (f"--stop-on-fail: the run has too few windows for a look (a look needs "
-                    f"{self.sequence.gates.min_windows}); it runs its planned time")
+            return (f"{who}: the run has too few windows for a look (a look needs "
+                    f"{self.sequence.gates.min_windows}); {'it runs its planned time' if self.stops else 'none until the end'}")
         step = looks[1] - looks[0] if len(looks) > 1 else self.sequence.rule.every_windows
-        return f"--stop-on-fail: {len(looks)} looks, from window {looks[0]} every {step} windows"
+        return f"{who}: {len(looks)} looks, from window {looks[0]} every {step} windows"
 
     def poll(self, elapsed_s: float) -> StopDecision | None:
         """Collect a finished look (a decision, or None), else start the next one when it is due."""
@@ -74,7 +80,9 @@ class EarlyStopWatch:
             return None
         log.info("early stop: look at %d windows, FAIL: %s", look.windows, ", ".join(look.failed) or "none")
         self.last_look, self.looks_seen = look, self.looks_seen + 1
-        return self.sequence.record(look)
+        self.on_look(look)
+        decision = self.sequence.record(look)
+        return decision if self.stops else None
 
     def close(self) -> None:
         """End a look still running when the run ends (its answer would come too late)."""
@@ -118,9 +126,11 @@ def look_at(store: Store, run_id: str, gates: Gates, windows: int) -> Look:
     return judge_look(data, gates, windows)
 
 
-def watch_for_failure(run_id: str, config: RunConfig) -> EarlyStopWatch | None:
-    """The watch when the run asked for `--stop-on-fail`, else None."""
-    return EarlyStopWatch(run_id, config) if config.stop_on_fail else None
+def watch_for_failure(run_id: str, config: RunConfig,
+                      on_look: Callable[[Look], None] = lambda _look: None) -> EarlyStopWatch | None:
+    """The watch when the run asked for `--stop-on-fail`, or exports its series (whose verdict gauges the looks
+    set; such a watch never stops the run), else None."""
+    return EarlyStopWatch(run_id, config, on_look) if config.stop_on_fail or config.metrics.enabled else None
 
 
 def main(argv: list[str] | None = None) -> int:

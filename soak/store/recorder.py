@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
+from soak.contracts import RecordObserver
 from soak.samples import KeptRequest, Sample, Window
 from soak.store.models import EventRow
 from soak.store.writer import StoreWriter
@@ -41,6 +42,15 @@ class Recorder:
         self.writer = writer
         self.run_id = run_id
         self.t0_epoch_s = t0_epoch_s
+        self.observers: list[RecordObserver] = []  # told of each sample round and event as it is queued
+
+    def _tell(self, method: str, *args: Any) -> None:
+        """Hand a record to the observers; one that fails is logged, never in the way of the row."""
+        for observer in self.observers:
+            try:
+                getattr(observer, method)(*args)
+            except Exception:
+                log.exception("record observer %s failed on %s", type(observer).__name__, method)
 
     def elapsed_s(self) -> float:
         """Seconds since the run started, by the wall clock (what analysis windows use)."""
@@ -54,12 +64,15 @@ class Recorder:
             "run_id": self.run_id, "t_s": self.elapsed_s() if t_s is None else t_s, "at": at, "kind": kind,
             "message": message, "data_json": json.dumps(data, default=str) if data else None,
         })
+        self._tell("event", kind)
 
     def samples(self, samples: Iterable[Sample], t_s: float | None = None) -> None:
         """Queue samples taken at `t_s` (seconds since start; now when None)."""
         t_s = self.elapsed_s() if t_s is None else t_s
+        samples = list(samples)
         for sample in samples:
             self.writer.insert_sample(self.run_id, t_s, sample)
+        self._tell("samples", samples, t_s)
 
     def windows(self, windows: Iterable[Window]) -> None:
         """Queue windows, each replacing the one stored before it (a partial window grows until it closes)."""

@@ -145,7 +145,7 @@ LAYERS: list[set[str]] = [
     {"schedule"},
     {"web"},
     {"run"},
-    {"target", "load", "telemetry", "report"},
+    {"target", "load", "telemetry", "report", "metrics"},
     {"analysis"},
     {"store"},
     # vllm_plugin runs inside vLLM's processes, so it leans on nothing above; config reads its fault specs.

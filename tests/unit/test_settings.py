@@ -100,6 +100,8 @@ EXAMPLES: dict[str, Example] = {
     "baseline": ex("RUN-1", "RUN-1"), "keep_requests": FLAG, "notify_env": ex("HOOK", "HOOK"), "json": FLAG,
     "stop_on_fail": FLAG,
     "forensics": ex("always", "always"), "forensics_for": ex("2m", 120.0), "forensics_process": ex("4242", "4242"),
+    "metrics_bind": ex(":9464", "127.0.0.1:9464"), "otlp_endpoint": ex("http://127.0.0.1:4318", "http://127.0.0.1:4318"),
+    "otlp_every": ex("30s", 30.0),
     "slo": ex("ttft=500ms,e2e=20s", SloTargets(ttft_ms=500.0, e2e_ms=20000.0)),
     "out": ex("/tmp/soak-settings-test", Path("/tmp/soak-settings-test")),
     "db": ex("sqlite:////tmp/soak-settings-test.db", "sqlite:////tmp/soak-settings-test.db"),
