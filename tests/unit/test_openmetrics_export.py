@@ -5,6 +5,7 @@ OpenMetrics rules need and to what the store says."""
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import random
@@ -18,7 +19,18 @@ from soak import __version__
 from soak.cli import main
 from soak.load.records import RequestRecord
 from soak.metrics import catalog
-from soak.metrics.openmetrics import EXPORTED, NOT_STORED, SOURCES, export_openmetrics, target_label
+from soak.metrics.openmetrics import (
+    EOF,
+    EXPORTED,
+    NOT_STORED,
+    SOURCES,
+    export_openmetrics,
+    render,
+    scope_of,
+    stamped,
+    target_label,
+    write_family,
+)
 from soak.samples import GpuProcessReading, GpuReading, ProcessReading, ProcessStats, ServerReading
 from soak.slo import SloTargets
 from soak.store import Store
@@ -172,6 +184,16 @@ def test_each_series_is_whole_and_in_time_order_inside_the_run(exported):
             stamps = [sample.timestamp for sample in samples]
             assert stamps == sorted(set(stamps)), series  # strictly increasing
             assert T0 <= stamps[0] and stamps[-1] <= T0 + DURATION_S, series
+
+
+@pytest.mark.parametrize("spec", [catalog.TTFT, catalog.TOKENS, catalog.REQUESTS, catalog.SERVER_RSS],
+                         ids=lambda spec: spec.prom)
+def test_every_line_is_what_prometheus_client_writes_for_the_family(store, spec):
+    scope = scope_of(store, store.get_run("r1"))
+    whole = render(spec, scope, list(stamped(SOURCES[spec](store, scope, spec), scope.run.t0_epoch_s)))
+    written = io.BytesIO()
+    write_family(written, spec, scope, SOURCES[spec](store, scope, spec))
+    assert written.getvalue() + EOF == whole  # later points reuse a series' rendered labels: the same bytes
 
 
 def test_every_series_carries_the_run_labels(exported):
@@ -365,15 +387,16 @@ def test_a_running_run_exports_what_is_stored_so_far(exported):
     assert catalog.CHECK_VERDICT.prom not in names and catalog.WITHIN_SLO.prom not in names
     assert {v for _, v in gauge_series(families, catalog.FINISHED)[()]} == {0.0}
     labels = family(families, catalog.REQUESTS.prom).samples[0].labels
-    assert (labels["run_id"], labels["target"], labels["soak_version"]) == ("r2", "h.example:443", __version__)
+    assert (labels["run_id"], labels["target"], labels["soak_version"]) == ("r2", "h.example", __version__)
     for fam in families:  # the open window (ending at 40 s) is cut at the last heartbeat, 35 s in
         assert max(sample.timestamp for sample in fam.samples) <= T0 + 35.0, fam.name
     assert max(s.timestamp for s in family(families, catalog.REQUESTS.prom).samples) == T0 + 35.0
 
 
-def test_target_is_host_and_port():
+def test_target_is_host_and_port_as_the_url_wrote_them():
     assert target_label("http://127.0.0.1:8000/v1") == "127.0.0.1:8000"
-    assert target_label("https://api.example.com/v1") == "api.example.com:443"
+    assert target_label("https://api.example.com/v1") == "api.example.com"  # as written: the live page's label
+    assert target_label("http://user:secret@h:8000/v1") == "h:8000"
     assert target_label("http://[::1]:9000") == "[::1]:9000"
     assert target_label("http://a:8001/v1 http://b:8002/v1") == "a:8001"  # a fleet's own run: its first replica
     assert target_label(None) == ""
