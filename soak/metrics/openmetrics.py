@@ -19,6 +19,7 @@ import math
 import operator
 import os
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import suppress
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -546,9 +547,8 @@ def export_openmetrics(store: Store, run_id: str, folder: Path,
             families, samples = write_run(store, run, handle, on_family)
         os.replace(partial, path)
     except OSError as exc:
-        partial.unlink(missing_ok=True)
         raise StorageError(f"cannot write {path}: {exc.strerror or exc}") from None
-    except BaseException:
-        partial.unlink(missing_ok=True)
-        raise
+    finally:
+        with suppress(OSError):  # renamed away once written; what a failure left is dropped
+            partial.unlink(missing_ok=True)
     return Exported(path, families, samples)

@@ -17,6 +17,7 @@ from click.testing import CliRunner
 
 from soak import __version__
 from soak.cli import main
+from soak.errors import StorageError
 from soak.load.records import RequestRecord
 from soak.metrics import catalog
 from soak.metrics.openmetrics import (
@@ -422,3 +423,46 @@ def test_an_unknown_run_is_one_line(store, tmp_path):
     assert result.exit_code != 0
     assert result.stderr.strip().splitlines() == [f"soak: error: unknown run id 'nope' in {store.url}"]
     assert not list(Path(tmp_path).iterdir())
+
+
+# -- a database from the first schema, and a folder that cannot be written -------------------------------------------
+OLD_ROWS = (
+    "insert into runs (id, status, started_at, t0_epoch_s, planned_duration_s, duration_s, ended_at, warmup_s, "
+    "window_s, out_dir, target_kind, target_url, config_json, environment_json) values ('old', 'completed', "
+    "'2027-01-15T08:00:00', 1800000000, 20, 20, '2027-01-15T08:00:20', 5, 5, '/x', 'external', "
+    "'http://srv:9000', '{}', '{}')",
+    "insert into request_windows values ('old', 0, 'chat', 5, 10, 4, 3, 0, 0, 0, 1, 0, 0, 0, 40, 400, 0)",
+    "insert into request_windows values ('old', 0, '*', 5, 10, 4, 3, 0, 0, 0, 1, 0, 0, 0, 40, 400, 0)",
+    "insert into process_samples (run_id, t_s, role, pid, name, rss_bytes) values ('old', 3, 'server', 9, 'srv', 1000)",
+)
+
+
+def test_a_run_stored_by_the_first_schema_exports_what_it_stored(tmp_path):
+    from alembic import command
+    from sqlalchemy import text
+
+    from soak.store.db import alembic_config, create_db_engine
+
+    url = f"sqlite:///{tmp_path / 'old.db'}"
+    engine = create_db_engine(url)
+    command.upgrade(alembic_config(engine), "0001")
+    with engine.begin() as connection:
+        for sql in OLD_ROWS:
+            connection.execute(text(sql))
+    engine.dispose()
+    with Store.open(url, read_only=True) as old:
+        families = parse(export_openmetrics(old, "old", tmp_path / "x").path.read_text(encoding="utf-8"))
+    names = {fam.name for fam in families}
+    assert {catalog.REQUESTS.prom, catalog.ERRORS.prom, catalog.SERVER_RSS.prom, catalog.TOKENS.prom} <= names
+    assert not {catalog.WITHIN_SLO.prom, catalog.SERVER_SWAP.prom, catalog.CHECK_VERDICT.prom} & names
+    ok = family(families, catalog.REQUESTS.prom).by_series("soak_requests_total")
+    assert [[s.value for s in samples] for samples in ok.values()] == [[0.0, 3.0], [0.0, 1.0]]  # ok, then error
+    labels = family(families, catalog.SERVER_RSS.prom).samples[0].labels
+    assert (labels["target"], labels["soak_version"], labels["process_role"]) == ("srv:9000", __version__, "process")
+
+
+def test_a_folder_that_cannot_be_written_is_one_line(store, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises(StorageError, match=r"^cannot write .*r1\.om\.txt: "):
+        export_openmetrics(store, "r1", blocker / "x")
