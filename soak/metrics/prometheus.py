@@ -9,11 +9,18 @@ not yet open (or a fleet's parent before its replicas report) serves an empty pa
 from __future__ import annotations
 
 import logging
+import select
+import socket
+import threading
+import urllib.request
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, make_server
 
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry, make_wsgi_app
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.exposition import ThreadingWSGIServer
+from prometheus_client.parser import text_string_to_metric_families
 
 from soak.errors import ConfigError
 from soak.metrics.catalog import CATALOG, RUN_LABELS, Kind, MetricSpec
@@ -22,6 +29,7 @@ from soak.metrics.live import Histogram, Snapshot
 log = logging.getLogger(__name__)
 
 UNIT_SUFFIXES = ("seconds", "bytes", "ratio")
+PEER = "soak.peer"  # the WSGI environ key of the request's connection
 
 
 def unit_of(spec: MetricSpec) -> str:
@@ -64,10 +72,8 @@ class RunCollector:
 
     def __init__(self) -> None:
         self.sources: Callable[[], Iterable[Metric]] = list
-        self.scrapes = 0  # pages served: the run's end waits for one more (soak/run/metrics.py)
 
     def collect(self) -> Iterator[Metric]:
-        self.scrapes += 1
         merged: dict[str, Metric] = {}
         for metric in self.sources():
             if metric.name in merged:
@@ -77,23 +83,72 @@ class RunCollector:
         yield from merged.values()
 
 
+def scraped_families(urls: Iterable[str], timeout_s: float = 2.0) -> Iterator[Metric]:
+    """The families of other soak pages (a fleet's replicas), parsed; a page that cannot be read now is left out
+    of this scrape (logged), never an error of the whole page."""
+    for url in urls:
+        try:
+            with urllib.request.urlopen(url, timeout=timeout_s) as response:
+                text = response.read().decode("utf-8")
+        except (OSError, ValueError) as exc:
+            log.info("metrics: %s not read this time: %s", url, exc)
+            continue
+        yield from text_string_to_metric_families(text)
+
+
+class _Handler(WSGIRequestHandler):
+    """Hands the page its request's connection (PEER), and logs nothing."""
+
+    def get_environ(self) -> dict[str, Any]:
+        environ = super().get_environ()
+        environ[PEER] = self.connection
+        return environ
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def still_waiting(connection: socket.socket) -> bool:
+    """Whether the client of a request still waits for its answer. A scraper whose timeout passed while this
+    process was too busy to answer (the analysis at a run's end holds the gevent loop for seconds) has closed its
+    end, and the request it left queued reads as end-of-file; a waiting one has nothing more to send."""
+    try:
+        readable = select.select([connection], [], [], 0)[0]
+        return not readable or connection.recv(1, socket.MSG_PEEK) != b""
+    except OSError:
+        return False
+
+
 class MetricsEndpoint:
     """The HTTP server behind `--metrics-bind`, bound at start so a taken port is a clear error before anything
-    runs; it serves an empty page until the run's series are attached."""
+    runs; it serves an empty page until the run's series are attached.
+
+    `scrapes` counts pages written out whole to a scraper that was still waiting for them: the run's end waits for
+    one more (soak/run/metrics.py), and a request a timed-out scraper left queued, or a page cut off, is not one."""
 
     def __init__(self, host: str, port: int) -> None:
         self.collector = RunCollector()
+        self.scrapes = 0
         registry = CollectorRegistry(auto_describe=False)
         registry.register(self.collector)
         try:
-            self._server, self._thread = start_http_server(port, addr=host, registry=registry)
+            family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0][0]
+            server_class = type("MetricsServer", (ThreadingWSGIServer,), {"address_family": family})
+            self._server = make_server(host, port, self._counted(make_wsgi_app(registry)), server_class, _Handler)
         except OSError as exc:
             raise ConfigError(f"--metrics-bind {host}:{port}: cannot listen there ({exc.strerror or exc})") from exc
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
         self.host, self.port = host, self._server.server_address[1]
 
-    @property
-    def scrapes(self) -> int:
-        return self.collector.scrapes
+    def _counted(self, app: Callable[..., Iterable[bytes]]) -> Callable[..., Iterator[bytes]]:
+        """`app`, counting each page once its last byte is written (the server asks for more only then)."""
+        def counted(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterator[bytes]:
+            waiting = PEER not in environ or still_waiting(environ[PEER])
+            yield from app(environ, start_response)
+            if waiting:
+                self.scrapes += 1
+        return counted
 
     @property
     def url(self) -> str:

@@ -40,6 +40,7 @@ from soak.contracts import FleetSummary
 from soak.errors import ConfigError, StorageError, TargetError
 from soak.run.environment import dumps
 from soak.run.fleet_summary import finalise_fleet
+from soak.run.metrics import serve_fleet
 from soak.store import Store
 from soak.store.models import Run, RunLabel
 from soak.store.recorder import new_run_id, utc_now_iso
@@ -109,10 +110,12 @@ def replica_config(config: RunConfig, replica: ReplicaSpec, share: float, index:
     folder inside the fleet's."""
     target = config.target.model_copy(update={"url": replica.url, "replicas": (), "replica_gpus": (),
                                               "targets_file": None, "router": None, "gpus": replica.gpus})
+    # A replica's page listens on loopback at a free port; the fleet's own page (--metrics-bind) gathers them all.
+    metrics = config.metrics.model_copy(update={"bind": "127.0.0.1:0" if config.metrics.bind else None})
     return config.model_copy(update={
         "target": target, "load": replica_load(config.load, share, index), "fleet_id": fleet_id,
         "replica": replica.name, "out_dir": config.out_dir / fleet_id, "json_output": False,
-        "observe_only": observe_only})
+        "observe_only": observe_only, "metrics": metrics})
 
 
 @dataclass(frozen=True)
@@ -194,7 +197,15 @@ class FleetConductor:
         """Run every replica to its end and return the fleet's summary; TargetError when none could start."""
         plan = self.plan
         plan.folder.mkdir(parents=True, exist_ok=True)
-        store = Store.open(plan.config.db_url)
+        page = serve_fleet(plan.config, plan.folder, [spec.name for spec, _ in plan.replicas])  # a taken port: now
+        if page is not None:
+            self.say(f"metrics for Prometheus, every replica: {page.url}")
+        try:
+            store = Store.open(plan.config.db_url)
+        except Exception:
+            if page is not None:
+                page.close()
+            raise
         previous = {signum: signal.signal(signum, self._pass_on) for signum in (signal.SIGINT, signal.SIGTERM)}
         try:
             started = time.time()
@@ -207,6 +218,8 @@ class FleetConductor:
             self._end_children()  # none left, unless the fleet itself failed: then its replicas stop too
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
+            if page is not None:
+                page.close()
             store.close()
 
     def _wait(self, store: Store) -> None:

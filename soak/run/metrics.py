@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from pathlib import Path
 from urllib.parse import urlsplit
 
 from soak import __version__
@@ -22,7 +23,7 @@ from soak.load.health import LoadCounters
 from soak.load.records import RequestRecord
 from soak.metrics.live import LiveMetrics, RunIdentity
 from soak.metrics.otlp import OtlpPush
-from soak.metrics.prometheus import MetricsEndpoint, families
+from soak.metrics.prometheus import MetricsEndpoint, families, scraped_families
 from soak.store.recorder import Recorder
 
 log = logging.getLogger(__name__)
@@ -46,9 +47,13 @@ class RunMetrics:
 
     @classmethod
     def bind(cls, config: RunConfig) -> RunMetrics:
-        """Listen on --metrics-bind now (ConfigError when it cannot)."""
+        """Listen on --metrics-bind now (ConfigError when it cannot); a fleet's replica also says where, for the
+        fleet's own page to gather."""
         bind = config.metrics.bind
-        return cls(config, MetricsEndpoint(*split_host_port(bind)) if bind else None)
+        metrics = cls(config, MetricsEndpoint(*split_host_port(bind)) if bind else None)
+        if metrics.endpoint is not None and config.fleet_id and config.replica:
+            replica_page_file(config.out_dir, config.replica).write_text(metrics.endpoint.url, encoding="utf-8")
+        return metrics
 
     def describe(self) -> str | None:
         """What the user is told at start."""
@@ -108,6 +113,26 @@ class RunMetrics:
         endpoint, self.endpoint = self.endpoint, None
         if endpoint is not None:
             endpoint.close()
+
+
+def replica_page_file(fleet_folder: Path, replica: str) -> Path:
+    """Where a fleet's replica writes the URL of its own page (on loopback, at a free port)."""
+    return fleet_folder / f"{replica}.metrics-url"
+
+
+def replica_pages(fleet_folder: Path, replicas: Iterable[str]) -> list[str]:
+    """The pages the replicas that started have written so far."""
+    files = (replica_page_file(fleet_folder, name) for name in replicas)
+    return [file.read_text(encoding="utf-8").strip() for file in files if file.exists()]
+
+
+def serve_fleet(config: RunConfig, fleet_folder: Path, replicas: list[str]) -> MetricsEndpoint | None:
+    """A fleet's one page: every replica's series (each labelled with its replica), gathered at each scrape."""
+    if not config.metrics.bind:
+        return None
+    endpoint = MetricsEndpoint(*split_host_port(config.metrics.bind))
+    endpoint.serve(lambda: scraped_families(replica_pages(fleet_folder, replicas)))
+    return endpoint
 
 
 def run_identity(config: RunConfig, run_id: str, base_url: str, model: str | None, target_kind: str,
