@@ -32,9 +32,8 @@ LAST_SCRAPE_WAIT_S = 30.0  # at the end, how long the page waits for a scraper t
 
 
 def target_of(base_url: str) -> str:
-    """The server's host:port, the `target` label."""
-    parts = urlsplit(base_url)
-    return parts.netloc or base_url
+    """The server's host:port, the `target` label (never a user:password the URL carries)."""
+    return urlsplit(base_url).netloc.rpartition("@")[2] or base_url
 
 
 class RunMetrics:
