@@ -31,6 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.stats import mannwhitneyu, norm
 
+from soak.analysis.pelt import pelt_l2
 from soak.analysis.step_records import Stair, Staircase, StepResult
 from soak.analysis.trend import ar1_factor, lag1_autocorrelation
 
@@ -157,15 +158,12 @@ def _levels_vs_line(t_s: np.ndarray, y: np.ndarray, segments: list[tuple[int, in
 
 def _level_changes(y: np.ndarray) -> list[int]:
     """Indices where a new level starts (PELT with an l2 cost, penalty 3·log(n)·σ², σ from the first
-    differences, which a level change barely moves)."""
-    import ruptures  # slow to import; only the step gates need it
-
+    differences, which a level change barely moves; `pelt.pelt_l2` is ruptures' PELT, faster)."""
     differences = np.diff(y)
     sigma = MAD_TO_SD * float(np.median(np.abs(differences - np.median(differences)))) / math.sqrt(2)
     sigma = sigma or float(np.std(differences)) or 1e-12
     penalty = STAIR_PENALTY_LOG_N * math.log(y.size) * sigma ** 2
-    ends = ruptures.Pelt(model="l2", min_size=STAIR_MIN_SIZE, jump=1).fit(y).predict(pen=penalty)
-    return [int(end) for end in ends[:-1]]
+    return pelt_l2(y, penalty, STAIR_MIN_SIZE)[:-1]
 
 
 def _growth_inside(t_s: np.ndarray, y: np.ndarray) -> float:
