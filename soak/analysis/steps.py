@@ -33,6 +33,7 @@ from scipy.stats import mannwhitneyu, norm
 
 from soak.analysis.pelt import pelt_l2
 from soak.analysis.step_records import Stair, Staircase, StepResult
+from soak.analysis.theil_sen import theil_sen_line
 from soak.analysis.trend import ar1_factor, lag1_autocorrelation
 
 MAD_TO_SD = 1.4826
@@ -148,10 +149,8 @@ def find_staircase(t_s: np.ndarray, y: np.ndarray, min_step: float, min_points: 
 def _levels_vs_line(t_s: np.ndarray, y: np.ndarray, segments: list[tuple[int, int]], levels: list[float]) -> float:
     """Squared residue around the segment levels over that around the series' Theil–Sen line: near 1 for
     a ramp cut into pieces, far under 1 for a staircase."""
-    from scipy.stats import theilslopes
-
     fitted = np.concatenate([np.full(b - a, level) for (a, b), level in zip(segments, levels)])
-    slope, intercept = theilslopes(y, t_s)[:2] if np.ptp(y) else (0.0, float(y[0]))
+    slope, intercept = theil_sen_line(t_s, y) if np.ptp(y) else (0.0, float(y[0]))
     line_residue = float(np.sum((y - (intercept + slope * t_s)) ** 2))
     return float(np.sum((y - fitted) ** 2)) / line_residue if line_residue > 0 else 1.0
 
@@ -170,6 +169,4 @@ def _growth_inside(t_s: np.ndarray, y: np.ndarray) -> float:
     """How much one segment rises along its own Theil–Sen line (0 for a segment that falls)."""
     if y.size < 3 or np.ptp(t_s) == 0 or np.ptp(y) == 0:
         return 0.0
-    from scipy.stats import theilslopes
-
-    return max(float(theilslopes(y, t_s).slope) * float(t_s[-1] - t_s[0]), 0.0)
+    return max(theil_sen_line(t_s, y)[0] * float(t_s[-1] - t_s[0]), 0.0)

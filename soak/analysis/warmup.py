@@ -23,7 +23,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.stats import theilslopes
+
+from soak.analysis.theil_sen import theil_sen_line
 
 BATCH = 5
 MIN_BATCHES = 4          # fewer than 20 points after the floor: nothing to find
@@ -126,7 +127,7 @@ def _still_settling(t_s: np.ndarray, y: np.ndarray, batches: np.ndarray) -> bool
 def _slope(t_s: np.ndarray, y: np.ndarray) -> float:
     if y.size < 2 or np.ptp(t_s) == 0 or np.ptp(y) == 0:
         return 0.0
-    return float(theilslopes(y, t_s).slope)
+    return theil_sen_line(t_s, y)[0]
 
 
 def _noise(t_s: np.ndarray, y: np.ndarray) -> float:
