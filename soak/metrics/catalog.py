@@ -48,7 +48,9 @@ class Kind(StrEnum):
     HISTOGRAM = "histogram"
 
 
-@dataclass(frozen=True)
+# eq=False: a spec is one module-level object, compared and hashed by identity; hashing its fields (the bucket
+# bounds) at every lookup would cost more than placing a value in its histogram.
+@dataclass(frozen=True, eq=False)
 class MetricSpec:
     """One exported series: `prom` is its Prometheus family name (a counter's without `_total`), `otel` its
     OpenTelemetry instrument name, `unit` the UCUM unit OTLP carries, `labels` its own labels beyond RUN_LABELS."""

@@ -26,6 +26,7 @@ from soak.samples import GpuProcessReading, GpuReading, ProcessReading, Sample, 
 from soak.slo import SloTargets
 
 Labels = tuple[str, ...]
+STALE_SAMPLES = 3  # sample intervals without a reading before a sampled series leaves the page
 
 
 @dataclass(frozen=True)
@@ -131,10 +132,6 @@ class LiveSeries:
     def set(self, spec: MetricSpec, labels: Labels, value: float) -> None:
         self._values[spec][labels] = value
 
-    def replace(self, spec: MetricSpec, values: dict[Labels, float]) -> None:
-        """Every series of a gauge at once: a process that ended, or a GPU gone, drops out."""
-        self._values[spec] = values
-
     def snapshot(self) -> Snapshot:
         """A copy: the numbers go on changing while a scrape or a push reads it."""
         copied = {spec: {labels: value.copy() if isinstance(value, Histogram) else value
@@ -156,9 +153,13 @@ class LiveMetrics:
     """What `soak start` feeds while it runs; `snapshot()` is what the page and the push read."""
 
     def __init__(self, identity: RunIdentity, slo: SloTargets | None = None,
-                 counters: Callable[[], LoadCounters | None] | None = None, roots: Callable[[], list[int]] = list) -> None:
-        self.identity, self.slo, self.counters, self.roots = identity, slo, counters, roots
+                 counters: Callable[[], LoadCounters | None] | None = None, roots: Callable[[], list[int]] = list,
+                 sample_every_s: float = 5.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self.identity, self.slo, self.counters, self.roots, self.clock = identity, slo, counters, roots, clock
         self.series = LiveSeries()
+        # The server's own readings: spec → labels → (value, when read, monotonic); dropped once stale.
+        self._sampled: dict[MetricSpec, dict[Labels, tuple[float, float]]] = {}
+        self.stale_after_s = STALE_SAMPLES * sample_every_s + 1.0
         self._me = psutil.Process(os.getpid())
         self._constants()
 
@@ -236,14 +237,13 @@ class LiveMetrics:
 
     # -- fed by the recorder --------------------------------------------------------------------------------------
     def samples(self, samples: Iterable[Sample], t_s: float) -> None:
-        """One round of samples: each gauge family it carries is replaced whole."""
-        fresh: dict[MetricSpec, dict[Labels, float]] = {}
-        roots = self.roots()
+        """A round of samples (the sampler queues processes, each /metrics source and the GPUs apart): each reading
+        sets its own series, which stays until STALE_SAMPLES sample intervals pass without one (a process that
+        ended, a GPU gone, a server page that stopped answering)."""
+        roots, now = self.roots(), self.clock()
         for sample in samples:
             for spec, labels, value in self._readings(sample, roots):
-                fresh.setdefault(spec, {})[labels] = value
-        for spec, values in fresh.items():
-            self.series.replace(spec, values)
+                self._sampled.setdefault(spec, {})[labels] = (value, now)
 
     def _readings(self, sample: Sample, roots: list[int]) -> Iterable[tuple[MetricSpec, Labels, float]]:
         if isinstance(sample, ProcessReading) and sample.role == "server":
@@ -267,4 +267,11 @@ class LiveMetrics:
         self.series.add(catalog.EVENTS, (str(kind),))
 
     def snapshot(self) -> Snapshot:
-        return self.series.snapshot()
+        """Every series now; a sampled one only while its readings are fresh."""
+        snapshot = self.series.snapshot()
+        oldest = self.clock() - self.stale_after_s
+        for spec, series in list(self._sampled.items()):
+            fresh = {labels: value for labels, (value, at) in list(series.items()) if at >= oldest}
+            if fresh:
+                snapshot.values[spec] = fresh
+        return snapshot

@@ -53,8 +53,9 @@ FAILURE_LOG_EVERY_S = 60.0
 
 
 def metrics_url(endpoint: str) -> str:
-    """The URL pushes go to: an endpoint given without a path gets OTLP's `/v1/metrics`."""
-    return endpoint.rstrip("/") + "/v1/metrics" if urlsplit(endpoint).path in ("", "/") else endpoint
+    """The URL pushes go to: an endpoint given without a path gets OTLP's `/v1/metrics` (before any query)."""
+    parts = urlsplit(endpoint)
+    return parts._replace(path="/v1/metrics").geturl() if parts.path in ("", "/") else endpoint
 
 
 def run_resource(identity: RunIdentity) -> Resource:

@@ -66,7 +66,7 @@ class RunMetrics:
         """Start feeding and serving the run's series."""
         if not self.config.metrics.enabled:
             return
-        self.live = live = LiveMetrics(identity, self.config.slo, counters, roots)
+        self.live = live = LiveMetrics(identity, self.config.slo, counters, roots, self.config.telemetry.sample_every_s)
         recorder.observers.append(live)
         if self.endpoint is not None:
             self.endpoint.serve(lambda: families(live.snapshot(), identity.labels))

@@ -209,13 +209,16 @@ def test_a_snapshot_is_a_copy_of_the_numbers_at_that_instant():
 
 
 # -- samples, events, looks, ticks ------------------------------------------------------------------------------
-def test_a_round_of_samples_replaces_the_process_gauges_whole():
-    metrics = live(roots=[10])
+def test_a_process_that_ended_leaves_the_gauges_once_its_readings_are_stale():
+    now = [0.0]
+    metrics = LiveMetrics(IDENTITY, roots=lambda: [10], sample_every_s=1.0, clock=lambda: now[0])
     metrics.samples([server_process(10, rss=100, swap=5), server_process(11, "VLLM::EngineCore", rss=200),
                      ProcessReading("client", ProcessStats(pid=99, name="soak", rss_bytes=7))], t_s=1.0)
     rss = metrics.snapshot().series(catalog.SERVER_RSS)
     assert rss == {("api", "python", "10"): 100.0, ("engine", "VLLM::EngineCore", "11"): 200.0}  # soak is not one
+    now[0] = metrics.stale_after_s - 1.0
     metrics.samples([server_process(10, rss=150)], t_s=2.0)
+    now[0] = metrics.stale_after_s + 0.5
     series = metrics.snapshot().series
     assert series(catalog.SERVER_RSS) == {("api", "python", "10"): 150.0}  # the engine ended: it drops out
     assert series(catalog.SERVER_SWAP) == {("api", "python", "10"): 0.0}
@@ -249,9 +252,6 @@ def test_gpu_readings_feed_the_gpu_gauges():
     assert series(catalog.GPU_PROCESS) == {("0", "10"): 600.0}
 
 
-@pytest.mark.xfail(strict=True, reason="the sampler queues each /metrics source's reading in its own samples() call "
-                   "(soak/telemetry/sampler.py, _sample_servers), and each call replaces the whole family: when a "
-                   "--metrics-url page carries the server's gauges too, only the last source's survive")
 def test_two_scrape_sources_sampled_one_after_the_other_both_stay():
     metrics = live()
     other = "http://127.0.0.1:9400/metrics"
@@ -260,12 +260,14 @@ def test_two_scrape_sources_sampled_one_after_the_other_both_stay():
     assert metrics.snapshot().series(catalog.RUNNING) == {(SOURCE,): 2.0, (other,): 5.0}
 
 
-@pytest.mark.xfail(strict=True, reason="a round with no server process (the server died; sampler.py queues an empty "
-                   "list) carries no SERVER_RSS family, so nothing replaces it: the dead processes' last RSS stays")
 def test_when_every_server_process_is_gone_their_gauges_go_too():
-    metrics = live()
+    now = [0.0]
+    metrics = LiveMetrics(IDENTITY, sample_every_s=1.0, clock=lambda: now[0])
     metrics.samples([server_process(10, rss=100)], t_s=1.0)
     metrics.samples([], t_s=2.0)  # _sample_processes after a crash: the tree is empty
+    now[0] = metrics.stale_after_s - 0.5
+    assert metrics.snapshot().series(catalog.SERVER_RSS) == {("process", "python", "10"): 100.0}  # not stale yet
+    now[0] = metrics.stale_after_s + 0.5  # three sample intervals without a reading of it
     assert metrics.snapshot().series(catalog.SERVER_RSS) == {}
 
 
@@ -500,7 +502,6 @@ def test_metrics_url_adds_the_otlp_path_only_to_a_bare_endpoint(given, pushed_to
     assert metrics_url(given) == pushed_to
 
 
-@pytest.mark.xfail(strict=True, reason="metrics_url appends /v1/metrics to the whole string, after a query string")
 def test_metrics_url_puts_the_path_before_a_query_string():
     assert metrics_url("http://collector:4318?tenant=a") == "http://collector:4318/v1/metrics?tenant=a"
 
