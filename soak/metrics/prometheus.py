@@ -25,6 +25,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from soak.errors import ConfigError
 from soak.metrics.catalog import CATALOG, RUN_LABELS, Kind, MetricSpec
 from soak.metrics.live import Histogram, Snapshot
+from soak.telemetry.process import off_loop
 
 log = logging.getLogger(__name__)
 
@@ -145,7 +146,9 @@ class MetricsEndpoint:
         """`app`, counting each page once its last byte is written (the server asks for more only then)."""
         def counted(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterator[bytes]:
             waiting = PEER not in environ or still_waiting(environ[PEER])
-            yield from app(environ, start_response)
+            # Built on a real OS thread: a page of a few thousand lines takes 10-100 ms of CPU, which on the gevent
+            # loop would hold every arrival and every stream read for as long.
+            yield from off_loop(lambda: list(app(environ, start_response)))
             if waiting:
                 self.scrapes += 1
         return counted
