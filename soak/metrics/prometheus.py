@@ -17,10 +17,11 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, make_server
 
-from prometheus_client import CollectorRegistry, make_wsgi_app
+from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
-from prometheus_client.exposition import ThreadingWSGIServer
+from prometheus_client.exposition import ThreadingWSGIServer, choose_encoder
 from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.utils import floatToGoString
 
 from soak.errors import ConfigError
 from soak.metrics.catalog import CATALOG, RUN_LABELS, Kind, MetricSpec
@@ -97,6 +98,72 @@ def scraped_families(urls: Iterable[str], timeout_s: float = 2.0) -> Iterator[Me
         yield from text_string_to_metric_families(text)
 
 
+class _Families:
+    """A registry of the given families, for prometheus_client's encoders."""
+
+    def __init__(self, *metrics: Metric) -> None:
+        self.metrics = list(metrics)
+
+    def collect(self) -> list[Metric]:
+        return self.metrics
+
+
+def _alike(metric: Metric, samples: list[Any]) -> Metric:
+    """A family of `metric`'s name, type, help and unit holding `samples`."""
+    twin = Metric(metric.name, metric.documentation, metric.type, metric.unit)
+    twin.samples = samples
+    return twin
+
+
+class PageLines:
+    """The page exactly as prometheus_client's encoder writes it, at a fraction of its cost: the encoder renders
+    each family's metadata and each series' line once; later pages reuse those escaped names and labels with the
+    values of now (escaping and checking every label of every line again was 90 % of a page's time, 20 ms and more
+    for one scenario's few hundred lines). tests/unit/test_metrics_page.py holds the bytes equal."""
+
+    def __init__(self) -> None:
+        self._rendered: dict[tuple, bytes] = {}
+
+    def render(self, encoder: Callable[[Any], bytes], encoding: str, metrics: Iterable[Metric]) -> bytes:
+        """The page of `metrics` as `encoder` (the one prometheus_client chose for `encoding`) would write it."""
+        eof = self._eof(encoder, encoding)
+        parts: list[bytes] = []
+        for metric in metrics:
+            metadata = self._metadata(encoder, encoding, metric, eof)
+            parts.append(metadata)
+            parts.extend(self._line(encoder, encoding, metric, sample, metadata, eof) for sample in metric.samples)
+        parts.append(eof)
+        return b"".join(parts)
+
+    def _eof(self, encoder: Callable[[Any], bytes], encoding: str) -> bytes:
+        """What the encoder writes after the last family: OpenMetrics' `# EOF`, nothing for the text format."""
+        key = (encoding, "eof")
+        if key not in self._rendered:
+            self._rendered[key] = encoder(_Families())
+        return self._rendered[key]
+
+    def _metadata(self, encoder: Callable[[Any], bytes], encoding: str, metric: Metric, eof: bytes) -> bytes:
+        """A family's lines before its samples (help, type, unit)."""
+        key = (encoding, "metadata", metric.name, metric.type, metric.documentation, metric.unit)
+        if key not in self._rendered:
+            self._rendered[key] = encoder(_Families(_alike(metric, []))).removesuffix(eof)
+        return self._rendered[key]
+
+    def _line(self, encoder: Callable[[Any], bytes], encoding: str, metric: Metric, sample: Any, metadata: bytes,
+              eof: bytes) -> bytes:
+        """One sample's line: its cached name and labels, its value now. A timestamped or exemplar-carrying sample
+        (the live page has none) is rendered whole."""
+        key = (encoding, metric.name, sample.name, tuple(sample.labels.items()))
+        prefix = self._rendered.get(key)
+        if prefix is None or sample.timestamp is not None or sample.exemplar is not None:
+            page = encoder(_Families(_alike(metric, [sample])))
+            line = page[len(metadata):len(page) - len(eof)]
+            if sample.timestamp is not None or sample.exemplar is not None:
+                return line
+            prefix = self._rendered[key] = line.rsplit(b" ", 1)[0] + b" "
+        return prefix + floatToGoString(sample.value).encode() + b"\n"
+
+
 class _Handler(WSGIRequestHandler):
     """Hands the page its request's connection (PEER), and logs nothing."""
 
@@ -135,12 +202,27 @@ class MetricsEndpoint:
         try:
             family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0][0]
             server_class = type("MetricsServer", (ThreadingWSGIServer,), {"address_family": family})
-            self._server = make_server(host, port, self._counted(make_wsgi_app(registry)), server_class, _Handler)
+            self._server = make_server(host, port, self._counted(self._page_app(registry)), server_class, _Handler)
         except OSError as exc:
             raise ConfigError(f"--metrics-bind {host}:{port}: cannot listen there ({exc.strerror or exc})") from exc
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
         self._thread.start()
         self.host, self.port = host, self._server.server_address[1]
+
+    @staticmethod
+    def _page_app(registry: CollectorRegistry) -> Callable[..., Iterable[bytes]]:
+        """The WSGI app of the page: the format prometheus_client's negotiation picks, written by `PageLines`."""
+        lines = PageLines()
+
+        def page(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+            if environ.get("REQUEST_METHOD") not in ("GET", "HEAD"):
+                start_response("405 Method Not Allowed", [("Allow", "GET")])
+                return [b""]
+            encoder, content_type = choose_encoder(environ.get("HTTP_ACCEPT", ""))
+            body = lines.render(encoder, content_type, registry.collect())
+            start_response("200 OK", [("Content-Type", content_type), ("Content-Length", str(len(body)))])
+            return [body]
+        return page
 
     def _counted(self, app: Callable[..., Iterable[bytes]]) -> Callable[..., Iterator[bytes]]:
         """`app`, counting each page once its last byte is written (the server asks for more only then)."""
