@@ -53,3 +53,15 @@ def test_token_ratio_learns_the_servers_tokens_per_byte_and_errs_short():
         ratio.observe(prompt_bytes, tokens)
     assert ratio.tokens_per_byte == 0.27  # the largest on prompts big enough to judge
     assert ratio.bytes_for(1000) == 3703
+
+
+def test_long_prompts_are_cut_cheaply_yet_never_share_a_prefix():
+    """Long prose is read from a corpus made once; each prompt's first paragraph is its own, so a server's prefix
+    cache sees no two prompts alike, and a prompt longer than the corpus wraps around within its budget."""
+    from soak.load.prompts import CORPUS_BYTES
+
+    heads = {text_of_bytes(random.Random(seed), 20_000)[:40] for seed in range(200)}
+    assert len(heads) == 200
+    huge = text_of_bytes(random.Random(1), 3 * CORPUS_BYTES)
+    assert 3 * CORPUS_BYTES - 20 <= utf8_len(huge) <= 3 * CORPUS_BYTES
+    assert text_of_bytes(random.Random(1), 3 * CORPUS_BYTES) == huge
