@@ -169,5 +169,8 @@ class OtlpPush:
         if self._thread.is_alive():
             self._thread.join(timeout=self.every_s + 1)
         self.push()
+        if self._unsaid:  # failures since the last line, which no later failure said
+            log.warning("OTLP push to %s failed %d more time(s) before the end (%d of %d pushes in all)",
+                        self.url, self._unsaid, self.failures, self.pushes)
         self.exporter.shutdown()
         logging.getLogger(EXPORTER_LOGGER).removeFilter(self._last)
