@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 from e2e_helpers import query
 
+from support.prometheus_api import free_port
+
 # One worker runs the file's tests one after another: two fleets at once (eight servers and two clients on a
 # two-core CI machine) left the creeping replica's rise unproven (SUSPECT) in both.
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(400), pytest.mark.xdist_group("fleet")]
@@ -209,7 +211,7 @@ def test_a_fleets_one_metrics_page_has_every_replica(tmp_path):
     with ExitStack() as stack:
         servers = {name: start_refserver(stack, []) for name in ("one", "two")}
         targets = [arg for name, (url, _) in servers.items() for arg in ("--target", f"{name}={url}")]
-        port = _free_port()
+        port = free_port()
         fleet = subprocess.Popen([sys.executable, "-m", "soak", *KILL_RUN, *targets, "--out", str(tmp_path),
                                   "--metrics-bind", f"127.0.0.1:{port}"],
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -225,14 +227,6 @@ def test_a_fleets_one_metrics_page_has_every_replica(tmp_path):
     for name, seen in last.items():
         assert seen["finished"] == 1.0 and seen["requests"] > 0, (name, seen)
         assert seen["verdicts"], (name, seen)  # the final verdicts, one gauge per check
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _scrape_until_exit(url: str, process: subprocess.Popen, timeout_s: float) -> dict[str, dict]:

@@ -12,12 +12,8 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import socket
 import sqlite3
 import subprocess
-import time
-import urllib.parse
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -25,6 +21,7 @@ import pytest
 from soak.metrics import catalog
 from soak.store.histograms import merged_percentiles
 from support.processes import stop_process
+from support.prometheus_api import free_port, one_value, query, wait_ready
 from support.require import skip_or_fail
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(400),
@@ -32,7 +29,6 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(400),
 
 RUN = ("start", "--duration", "30s", "--warmup", "5s", "--window", "5s", "--sample-every", "1s", "--rate", "4",
        "--no-idle-probes", "--json")
-READY_S = 60.0
 
 
 @pytest.fixture(scope="module")
@@ -69,12 +65,6 @@ def promtool_samples(table: str) -> int:
     return sum(int(re.split(r"\s{2,}", line.strip())[column]) for line in lines[1:])
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def prometheus(tools, backfilled):
     """A Prometheus on the blocks, scraping nothing; its base URL."""
@@ -87,40 +77,11 @@ def prometheus(tools, backfilled):
                                 f"--web.listen-address=127.0.0.1:{port}"], stdout=log, stderr=subprocess.STDOUT)
     try:
         url = f"http://127.0.0.1:{port}"
-        wait_ready(url, process, out / "prometheus.log")
+        wait_ready(f"{url}/-/ready", process, out / "prometheus.log")
         yield url
     finally:
         stop_process(process)
         log.close()
-
-
-def wait_ready(url: str, process: subprocess.Popen, log: Path) -> None:
-    deadline = time.monotonic() + READY_S
-    while time.monotonic() < deadline:
-        assert process.poll() is None, f"prometheus exited: {log.read_text()[-3000:]}"
-        try:
-            with urllib.request.urlopen(f"{url}/-/ready", timeout=2) as answer:
-                if answer.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(0.25)
-    raise AssertionError(f"prometheus not ready in {READY_S:.0f} s: {log.read_text()[-3000:]}")
-
-
-def query(url: str, promql: str, at_epoch_s: float) -> list[dict]:
-    """An instant query's vector at a time (ms)."""
-    params = urllib.parse.urlencode({"query": promql, "time": f"{at_epoch_s:.3f}"})
-    with urllib.request.urlopen(f"{url}/api/v1/query?{params}", timeout=10) as answer:
-        body = json.load(answer)
-    assert body["status"] == "success", body
-    return body["data"]["result"]
-
-
-def one_value(url: str, promql: str, at_epoch_s: float) -> float:
-    result = query(url, promql, at_epoch_s)
-    assert len(result) == 1, (promql, result)
-    return float(result[0]["value"][1])
 
 
 def stored(out: Path, sql: str, *params) -> list[tuple]:

@@ -22,7 +22,6 @@ import json
 import math
 import re
 import shutil
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -43,6 +42,7 @@ from soak.store.histograms import decode_histogram, merged_percentiles, new_hist
 from soak.units import parse_duration
 from support.monitoring import ALERTS, alert_expressions, alert_rules, dashboard_expressions, substitute
 from support.processes import stop_process
+from support.prometheus_api import free_port, one_value, query, wait_ready
 from support.require import skip_or_fail
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(480),
@@ -53,7 +53,6 @@ RUN = ("start", "--duration", "160s", "--warmup", "12s", "--window", "4s", "--sa
        "--reference-fault", "rss-leak=512KiB", "--reference-fault", "error-rise=0.05:0.05",
        "--slo", "ttft=2s,e2e=30s", "--json")
 RUN_TIMEOUT_S = 360.0
-READY_S = 60.0
 TEST_FOR_S = 10.0  # the longest `for:` the test's copy of the rules keeps
 RATE_INTERVAL = "30s"  # what Grafana's $__rate_interval stands for here (scrapes every 1 s)
 # A quantile Prometheus interpolates lies in the bucket holding its rank, within BUCKET_RATIO of the exact value;
@@ -119,28 +118,6 @@ class AlertReceiver:
         self.server.server_close()
 
 
-def free_port() -> int:
-    """A loopback port nobody listens on now."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def wait_ready(url: str, process: subprocess.Popen, log: Path) -> None:
-    """Poll `url` until it answers 200; fail with the log's tail if the process exits or the deadline passes."""
-    deadline = time.monotonic() + READY_S
-    while time.monotonic() < deadline:
-        assert process.poll() is None, f"{process.args[0]} exited: {log.read_text()[-3000:]}"
-        try:
-            with urllib.request.urlopen(url, timeout=2) as answer:
-                if answer.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(0.25)
-    raise AssertionError(f"{url} not ready in {READY_S:.0f} s: {log.read_text()[-3000:]}")
-
-
 def start_logged(command: list[str], log: Path) -> subprocess.Popen:
     """`command` with its output in `log`."""
     with open(log, "w") as sink:
@@ -186,22 +163,6 @@ def alertmanager_config(folder: Path, webhook_url: str) -> Path:
 
 
 # -- asking Prometheus ---------------------------------------------------------------------------------------------
-def query(url: str, promql: str, at_epoch_s: float | None = None) -> list[dict[str, Any]]:
-    """An instant query's result (a vector, or a matrix for a range selector), at a time or now."""
-    params = {"query": promql} | ({} if at_epoch_s is None else {"time": f"{at_epoch_s:.3f}"})
-    with urllib.request.urlopen(f"{url}/api/v1/query?{urllib.parse.urlencode(params)}", timeout=10) as answer:
-        body = json.load(answer)
-    assert body["status"] == "success", body
-    return body["data"]["result"]
-
-
-def one_value(url: str, promql: str, at_epoch_s: float) -> float:
-    """The single value an instant query answers."""
-    result = query(url, promql, at_epoch_s)
-    assert len(result) == 1, (promql, result)
-    return float(result[0]["value"][1])
-
-
 def samples(url: str, selector: str) -> list[tuple[float, float]]:
     """(scrape time, value) of every sample Prometheus stored for one series over the last 15 minutes."""
     result = query(url, f"{selector}[15m]")

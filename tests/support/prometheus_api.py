@@ -1,0 +1,53 @@
+"""Talking to a Prometheus or Alertmanager a test started: a free loopback port for it, waiting until it is ready,
+and instant queries of its HTTP API."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+READY_S = 60.0
+
+
+def free_port() -> int:
+    """A loopback port nobody listens on now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def wait_ready(url: str, process: subprocess.Popen, log: Path, ready_s: float = READY_S) -> None:
+    """Poll `url` until it answers 200; fail with the log's tail if the process exits or the deadline passes."""
+    deadline = time.monotonic() + ready_s
+    while time.monotonic() < deadline:
+        assert process.poll() is None, f"{process.args[0]} exited: {log.read_text()[-3000:]}"
+        try:
+            with urllib.request.urlopen(url, timeout=2) as answer:
+                if answer.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.25)
+    raise AssertionError(f"{url} not ready in {ready_s:.0f} s: {log.read_text()[-3000:]}")
+
+
+def query(url: str, promql: str, at_epoch_s: float | None = None) -> list[dict[str, Any]]:
+    """An instant query's result (a vector, or a matrix for a range selector), at a time or now."""
+    params = {"query": promql} | ({} if at_epoch_s is None else {"time": f"{at_epoch_s:.3f}"})
+    with urllib.request.urlopen(f"{url}/api/v1/query?{urllib.parse.urlencode(params)}", timeout=10) as answer:
+        body = json.load(answer)
+    assert body["status"] == "success", body
+    return body["data"]["result"]
+
+
+def one_value(url: str, promql: str, at_epoch_s: float) -> float:
+    """The single value an instant query answers."""
+    result = query(url, promql, at_epoch_s)
+    assert len(result) == 1, (promql, result)
+    return float(result[0]["value"][1])
