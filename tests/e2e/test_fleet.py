@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from e2e_helpers import query
 
-from support.prometheus_api import free_port
+from support.prometheus_api import free_port, scrape_until_exit
 
 # One worker runs the file's tests one after another: two fleets at once (eight servers and two clients on a
 # two-core CI machine) left the creeping replica's rise unproven (SUSPECT) in both.
@@ -216,7 +216,7 @@ def test_a_fleets_one_metrics_page_has_every_replica(tmp_path):
                                   "--metrics-bind", f"127.0.0.1:{port}"],
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
-            last = _scrape_until_exit(f"http://127.0.0.1:{port}/metrics", fleet, timeout_s=240)
+            last = scrape_until_exit(f"http://127.0.0.1:{port}/metrics", fleet, timeout_s=240)
             stdout, stderr = fleet.communicate(timeout=60)
         finally:
             if fleet.poll() is None:
@@ -227,37 +227,3 @@ def test_a_fleets_one_metrics_page_has_every_replica(tmp_path):
     for name, seen in last.items():
         assert seen["finished"] == 1.0 and seen["requests"] > 0, (name, seen)
         assert seen["verdicts"], (name, seen)  # the final verdicts, one gauge per check
-
-
-def _scrape_until_exit(url: str, process: subprocess.Popen, timeout_s: float) -> dict[str, dict]:
-    """Scrape the fleet's page every half second until the fleet exits; what each replica last showed."""
-    deadline, last = time.monotonic() + timeout_s, {}
-    while process.poll() is None and time.monotonic() < deadline:
-        for replica, seen in _replicas_on_page(url).items():
-            last[replica] = seen
-        time.sleep(0.5)
-    return last
-
-
-def _replicas_on_page(url: str) -> dict[str, dict]:
-    """replica → its run id, finished requests, soak_run_finished and check verdicts, as the page shows them now."""
-    import urllib.request
-
-    from prometheus_client.parser import text_string_to_metric_families
-
-    try:
-        text = urllib.request.urlopen(url, timeout=5).read().decode()
-    except OSError:
-        return {}
-    seen: dict[str, dict] = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            replica = seen.setdefault(sample.labels["replica"], {"run_id": sample.labels["run_id"], "requests": 0.0,
-                                                                  "finished": None, "verdicts": {}})
-            if family.name == "soak_requests":
-                replica["requests"] += sample.value
-            elif family.name == "soak_run_finished":
-                replica["finished"] = sample.value
-            elif family.name == "soak_check_verdict":
-                replica["verdicts"][sample.labels["check"]] = sample.value
-    return seen

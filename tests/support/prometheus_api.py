@@ -12,6 +12,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from prometheus_client.parser import text_string_to_metric_families
+
 READY_S = 60.0
 
 
@@ -51,3 +53,34 @@ def one_value(url: str, promql: str, at_epoch_s: float) -> float:
     result = query(url, promql, at_epoch_s)
     assert len(result) == 1, (promql, result)
     return float(result[0]["value"][1])
+
+
+def scrape_until_exit(url: str, process: subprocess.Popen, timeout_s: float) -> dict[str, dict]:
+    """Scrape a soak page every half second until `process` (the soak that serves it) exits; what each run last
+    showed, by its replica ("" outside a fleet)."""
+    deadline, last = time.monotonic() + timeout_s, {}
+    while process.poll() is None and time.monotonic() < deadline:
+        for replica, seen in runs_on_page(url).items():
+            last[replica] = seen
+        time.sleep(0.5)
+    return last
+
+
+def runs_on_page(url: str) -> dict[str, dict]:
+    """replica → its run id, finished requests, soak_run_finished and check verdicts, as the page shows them now."""
+    try:
+        text = urllib.request.urlopen(url, timeout=5).read().decode()
+    except OSError:
+        return {}
+    seen: dict[str, dict] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            replica = seen.setdefault(sample.labels["replica"], {"run_id": sample.labels["run_id"], "requests": 0.0,
+                                                                  "finished": None, "verdicts": {}})
+            if family.name == "soak_requests":
+                replica["requests"] += sample.value
+            elif family.name == "soak_run_finished":
+                replica["finished"] = sample.value
+            elif family.name == "soak_check_verdict":
+                replica["verdicts"][sample.labels["check"]] = sample.value
+    return seen
