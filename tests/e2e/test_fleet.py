@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from e2e_helpers import query
 
-from support.prometheus_api import free_port, scrape_until_exit
+from support.prometheus_api import run_scraped
 
 # One worker runs the file's tests one after another: two fleets at once (eight servers and two clients on a
 # two-core CI machine) left the creeping replica's rise unproven (SUSPECT) in both.
@@ -211,17 +211,9 @@ def test_a_fleets_one_metrics_page_has_every_replica(tmp_path):
     with ExitStack() as stack:
         servers = {name: start_refserver(stack, []) for name in ("one", "two")}
         targets = [arg for name, (url, _) in servers.items() for arg in ("--target", f"{name}={url}")]
-        port = free_port()
-        fleet = subprocess.Popen([sys.executable, "-m", "soak", *KILL_RUN, *targets, "--out", str(tmp_path),
-                                  "--metrics-bind", f"127.0.0.1:{port}"],
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        try:
-            last = scrape_until_exit(f"http://127.0.0.1:{port}/metrics", fleet, timeout_s=240)
-            stdout, stderr = fleet.communicate(timeout=60)
-        finally:
-            if fleet.poll() is None:
-                fleet.kill()
-    assert fleet.returncode in (0, 1, 3), stderr[-4000:]  # a verdict, whichever: a minute judges little
+        run = run_scraped([*KILL_RUN, *targets, "--out", str(tmp_path)])
+    assert run.returncode in (0, 1, 3), run.stderr[-4000:]  # a verdict, whichever: a minute judges little
+    stdout, last = run.stdout, run.last
     replicas = {replica["name"]: replica for replica in json.loads(stdout)["replicas"]}
     assert {name: seen["run_id"] for name, seen in last.items()} == {n: r["run_id"] for n, r in replicas.items()}
     for name, seen in last.items():

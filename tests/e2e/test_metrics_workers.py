@@ -4,12 +4,10 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 
-from support.prometheus_api import free_port, scrape_until_exit
+from support.prometheus_api import run_scraped
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -18,17 +16,9 @@ RUN = ["start", "--duration", "40s", "--warmup", "10s", "--window", "5s", "--sam
 
 
 def test_the_workers_requests_are_on_the_page(tmp_path):
-    port = free_port()
-    soak = subprocess.Popen([sys.executable, "-m", "soak", *RUN, "--out", str(tmp_path),
-                             "--metrics-bind", f"127.0.0.1:{port}"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        last = scrape_until_exit(f"http://127.0.0.1:{port}/metrics", soak, timeout_s=240)
-        stdout, stderr = soak.communicate(timeout=60)
-    finally:
-        if soak.poll() is None:
-            soak.kill()
-    assert soak.returncode in (0, 1, 3), stderr[-4000:]
+    run = run_scraped([*RUN, "--out", str(tmp_path)])
+    assert run.returncode in (0, 1, 3), run.stderr[-4000:]
+    stdout, last = run.stdout, run.last
     summary = json.loads(stdout)
     seen = last[""]
     assert seen["run_id"] == summary["run_id"] and seen["finished"] == 1.0, seen

@@ -6,9 +6,11 @@ from __future__ import annotations
 import json
 import socket
 import subprocess
+import sys
 import time
 import urllib.parse
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +55,30 @@ def one_value(url: str, promql: str, at_epoch_s: float) -> float:
     result = query(url, promql, at_epoch_s)
     assert len(result) == 1, (promql, result)
     return float(result[0]["value"][1])
+
+
+@dataclass
+class ScrapedRun:
+    """A `soak start --metrics-bind` the test ran and scraped to its end."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+    last: dict[str, dict]  # what each run last showed on the page, by replica ("" outside a fleet)
+
+
+def run_scraped(soak_args: list[str], timeout_s: float = 240) -> ScrapedRun:
+    """Run `soak *soak_args --metrics-bind 127.0.0.1:<free port>` and scrape its page until it exits."""
+    port = free_port()
+    soak = subprocess.Popen([sys.executable, "-m", "soak", *soak_args, "--metrics-bind", f"127.0.0.1:{port}"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        last = scrape_until_exit(f"http://127.0.0.1:{port}/metrics", soak, timeout_s=timeout_s)
+        stdout, stderr = soak.communicate(timeout=60)
+    finally:
+        if soak.poll() is None:
+            soak.kill()
+    return ScrapedRun(soak.returncode, stdout, stderr, last)
 
 
 def scrape_until_exit(url: str, process: subprocess.Popen, timeout_s: float) -> dict[str, dict]:
