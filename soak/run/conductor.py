@@ -134,7 +134,7 @@ class RunState:
     adapters_loaded: list = field(default_factory=list)  # (LoraAdapter, AdapterReply) of --lora loaded at start
     churn: Any = None  # soak.load.lora.LoraChurn, with --lora-churn-every
     drains: DrainWatch | None = None  # requests that kept streaming through a timed-out probe drain
-    early_stop: Any = None  # soak.run.early_stop.EarlyStopWatch, with --stop-on-fail
+    early_stop: Any = None  # soak.run.early_stop.EarlyStopWatch, with --stop-on-fail or an export of the series
     forensics: ForensicsWatch | None = None  # leak forensics: opens a tracker's window when one is due
     pending_stop: Any = None  # an early-stop decision waiting for a forensics window to close
     ledger: OutcomeLedger | None = None
