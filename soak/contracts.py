@@ -74,6 +74,8 @@ class EventKind(StrEnum):
     GPU_DCGM = "gpu_dcgm"  # a dcgm-exporter page first read: its GPUs, and any XID already showing before the run
     PROBE_READING = "probe_reading"
     SERVER_LOG_ERROR = "server_log_error"
+    # a matched line the server wrote answering a request soak sent to be refused (a capability probe): its answer
+    SERVER_LOG_PROVOKED = "server_log_provoked"
     SERVER_LOG_SCANNED = "server_log_scanned"
     SERVER_DIALECT = "server_dialect"  # whose /metrics names were read: forced, detected, or none found
     SERVER_PROCESSES = "server_processes"  # which server processes are sampled, and how they were found
@@ -139,6 +141,25 @@ class ServerLogClass(StrEnum):
     FATAL = "fatal"  # a server's own fatal line (a dialect's table), a segfault, a fatal Python error
     TRACEBACK = "traceback"
     NAN = "nan"  # NaN/inf warnings
+
+
+@dataclass(frozen=True)
+class ProvokedExchange:
+    """A request soak sent expecting a refusal (a capability probe): the request id it carried and the bytes the
+    server's log grew by while it was answered (offsets into the file with that inode). What the server logs there,
+    or on a line naming the id, is the request's answer, not a server fault (docs/gates.md, `server.log_errors`)."""
+
+    request_id: str
+    what: str  # e.g. "capability probe images"
+    log_inode: int | None = None
+    log_from: int | None = None
+    log_to: int | None = None
+
+    def holds(self, inode: int | None, offset: int | None) -> bool:
+        """Whether the log line at `offset` of the file `inode` was written while this request was answered."""
+        if None in (self.log_inode, self.log_from, self.log_to, inode, offset):
+            return False
+        return inode == self.log_inode and self.log_from <= offset < self.log_to
 
 
 # -- summary.json ---------------------------------------------------------------------------------------------
@@ -380,6 +401,8 @@ class SummaryCapability(BaseModel):
     supported: bool | None = Field(description="accepted, refused (a 4xx), or null: the probe could not tell")
     answer: str = Field(description="what the server answered, e.g. `HTTP 400: …`")
     names: list[str] = Field(default_factory=list, description="adapters: the ones /v1/models listed")
+    logged: list[str] = Field(default_factory=list, description="what the server logged answering the probe (a "
+                              "traceback's exception line): its answer, never a `server.log_errors` finding")
 
 
 class DroppedScenario(BaseModel):

@@ -47,6 +47,36 @@ def _keep_the_gevent_hub_alive() -> None:
     _hub_kept_alive = True
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under pytest-xdist: the tests of a file that share a module fixture (one soak run that several tests read)
+    are one xdist group, so the run is made once, not once per worker (with --dist loadgroup); and the files that
+    may run longest (by their time limit) go first, so a ten-minute run does not start last and leave the other
+    workers idle behind it. A file's tests stay together and in order."""
+    if not getattr(config.option, "numprocesses", None):
+        return
+    for item in items:
+        if _reads_a_module_fixture(item) and item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+    limits: dict[Path, float] = {}
+    for item in items:
+        limits[item.path] = max(limits.get(item.path, 0.0), _time_limit_s(item, config))
+    items.sort(key=lambda item: -limits[item.path])
+
+
+def _reads_a_module_fixture(item: pytest.Item) -> bool:
+    info = getattr(item, "_fixtureinfo", None)
+    definitions = info.name2fixturedefs.values() if info is not None else ()
+    return any(fixture.scope == "module" for fixtures in definitions for fixture in fixtures)
+
+
+def _time_limit_s(item: pytest.Item, config: pytest.Config) -> float:
+    marker = item.get_closest_marker("timeout")
+    if marker is not None and marker.args:
+        return float(marker.args[0])
+    return float(config.getini("timeout") or 0)
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
     _keep_the_gevent_hub_alive()
 

@@ -3,7 +3,8 @@
 Reads the `server_log_error` events the scan recorded (soak.telemetry.server_log) and the `server_log_scanned`
 events that say a log was scanned at all. FAIL on a fatal class (an out-of-memory kill, EngineDeadError, a CUDA
 error, a server's own fatal line), SUSPECT on tracebacks and NaN/inf warnings, PASS when a log was scanned and had
-neither, SKIPPED when no log was scanned.
+neither, SKIPPED when no log was scanned. Lines the server wrote answering a request soak sent to be refused (a
+capability probe: `server_log_provoked` events) are that request's answer, never judged; the details count them.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from soak.analysis.findings import FAIL, PASS, SUSPECT, Finding, skipped
 from soak.analysis.fmt import duration_text
 from soak.analysis.gates import Gates
 from soak.analysis.inputs import Event, RunData
-from soak.contracts import ServerLogClass
+from soak.contracts import EventKind, ServerLogClass
 
 CHECK = "server.log_errors"
 FATAL_CLASSES = frozenset({ServerLogClass.OOM, ServerLogClass.ENGINE_DEAD, ServerLogClass.CUDA_ERROR,
@@ -24,12 +25,13 @@ LINES_SHOWN = 5  # matched lines kept in the finding's details
 
 def check_log_errors(run: RunData, gates: Gates) -> Finding:
     """FAIL on fatal lines, SUSPECT on tracebacks/NaN warnings, PASS on a clean scanned log, else SKIPPED."""
-    errors = [e for e in run.events if e.kind == "server_log_error"]
-    scans = [e for e in run.events if e.kind == "server_log_scanned"]
+    errors = [e for e in run.events if e.kind == EventKind.SERVER_LOG_ERROR]
+    scans = [e for e in run.events if e.kind == EventKind.SERVER_LOG_SCANNED]
     if not errors and not scans:
         return skipped(CHECK, "No server log was scanned: soak scans the log of a server it starts; for a server it "
                        "did not start, pass --server-log FILE.", scanned=False)
-    details = _details(errors, scans)
+    provoked = [e for e in run.events if e.kind == EventKind.SERVER_LOG_PROVOKED]
+    details = _details(errors, scans, provoked)
     fatal = [e for e in errors if _log_class(e) in FATAL_CLASSES]
     if fatal:
         return _finding(FAIL, fatal, details, "fatal")
@@ -37,7 +39,17 @@ def check_log_errors(run: RunData, gates: Gates) -> Finding:
         return _finding(SUSPECT, errors, details, "suspicious")
     scanned = f" ({details['lines']} lines)" if details["lines"] is not None else ""
     return Finding(check=CHECK, verdict=PASS, value=0, unit="lines", details=details,
-                   evidence=f"The server log{scanned} has no fatal line, traceback or NaN/inf warning.")
+                   evidence=f"The server log{scanned} has no fatal line, traceback or NaN/inf warning"
+                            f"{_provoked_text(details['provoked'])}.")
+
+
+def _provoked_text(provoked: list[dict[str, Any]]) -> str:
+    """What the log says only because soak asked for a refusal, in a clause."""
+    if not provoked:
+        return ""
+    answers = sorted({str(item["answer_to"]) for item in provoked})
+    return (f" of its own ({len(provoked)} matched line(s) were the server's answer to requests soak sent to be "
+            f"refused: {', '.join(answers)}; not judged)")
 
 
 def _log_class(event: Event) -> str:
@@ -53,8 +65,9 @@ def _finding(verdict: Any, hits: list[Event], details: dict[str, Any], what: str
     return Finding(check=CHECK, verdict=verdict, value=len(hits), unit="lines", evidence=evidence, details=details)
 
 
-def _details(errors: list[Event], scans: list[Event]) -> dict[str, Any]:
-    """Counts per class, the first few lines with their context, and what the scan saw and held back."""
+def _details(errors: list[Event], scans: list[Event], provoked: list[Event]) -> dict[str, Any]:
+    """Counts per class, the first few lines with their context, what the scan saw and held back, and the lines
+    that answered soak's own requests for a refusal."""
     end = next((e.data for e in reversed(scans) if e.data.get("phase") == "end"), {})
     by_class: dict[str, int] = {}
     for event in errors:
@@ -66,4 +79,7 @@ def _details(errors: list[Event], scans: list[Event]) -> dict[str, Any]:
         "first_lines": [{"t_s": e.t_s, "class": _log_class(e), "line": e.data.get("line"),
                          "exception": e.data.get("exception"), "before": e.data.get("before"),
                          "after": e.data.get("after")} for e in errors[:LINES_SHOWN]],
+        "provoked": [{"t_s": e.t_s, "class": _log_class(e), "request_id": e.data.get("request_id"),
+                      "answer_to": e.data.get("answer_to"), "exception": e.data.get("exception") or e.data.get("line")}
+                     for e in provoked],
     }

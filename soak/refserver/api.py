@@ -5,6 +5,7 @@ Every request-level problem answers with an OpenAI-style error body (400/404), i
 """
 
 import asyncio
+import logging
 import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, replace
@@ -37,6 +38,10 @@ from soak.refserver.tokenizer import IncrementalDecoder
 
 VERSION = "0.1.0"
 SSE_HEADERS = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache")]
+
+
+# uvicorn sets this logger up to write to stderr, the server log soak scans
+refusals_log = logging.getLogger("uvicorn.error")
 
 
 @dataclass(frozen=True)
@@ -171,7 +176,8 @@ class RefServerApi:
     """Route handlers bound to one engine, fault injector and metrics registry."""
 
     def __init__(self, engine: Engine, injector: FaultInjector, metrics: ServerMetrics, card: ModelCard,
-                 refused: frozenset[str] = frozenset(), image_cost_s_per_mpix: float = 0.0) -> None:
+                 refused: frozenset[str] = frozenset(), image_cost_s_per_mpix: float = 0.0,
+                 log_refusals: bool = False) -> None:
         self.engine = engine
         self.injector = injector
         self.metrics = metrics
@@ -179,6 +185,7 @@ class RefServerApi:
         self.adapters = AdapterRegistry(card.model_name, injector.on_adapter_load)
         self.limits = Limits(card.model_name, card.max_model_len, refused, self.adapters)
         self.image_cost_s_per_mpix = image_cost_s_per_mpix
+        self.log_refusals = log_refusals
 
     def routes(self) -> list[Route]:
         return [
@@ -237,6 +244,8 @@ class RefServerApi:
         try:
             generation: GenerationRequest = parse(decode_json(await request.body()), self.limits)
         except RequestError as exc:
+            if self.log_refusals:  # as vLLM 0.21 does: the refusal's traceback, without the request's id
+                refusals_log.exception("Error in preprocessing prompt inputs")
             return error_response(exc.status, exc.message, exc.param)
         failure = self.injector.request_error()
         if failure is not None:

@@ -52,6 +52,9 @@ def build_parser() -> argparse.ArgumentParser:
     add("--no-images", action="store_true", help="answer image_url parts with a 400, as a text-only model does")
     add("--no-tools", action="store_true", help="answer requests with 'tools' with a 400")
     add("--no-json-schema", action="store_true", help="answer response_format json_schema with a 400")
+    add("--log-refusals", action="store_true",
+        help="log a traceback for each request refused with a 4xx, as vLLM 0.21 does for an image sent to a "
+             "text-only model")
     add("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"],
         help="uvicorn log level (default warning); logs go to stderr")
     return parser
@@ -66,7 +69,8 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         eos_probability=args.eos_probability, faults=parse_faults(args.fault), time_scale=args.time_scale,
         fault_horizon_s=parse_duration(args.fault_horizon), log_level=args.log_level,
         dialect=args.dialect, refused=refused_features(args),
-        image_cost_s_per_mpix=parse_duration(args.image_cost), min_step_s=parse_duration(args.step_time))
+        image_cost_s_per_mpix=parse_duration(args.image_cost), min_step_s=parse_duration(args.step_time),
+        log_refusals=args.log_refusals)
     check_settings(settings)
     return settings
 

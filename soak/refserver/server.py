@@ -36,7 +36,8 @@ def serve(settings: Settings, sock: socket.socket) -> None:
     metrics = ServerMetrics(settings.model_name, settings.dialect, settings.num_blocks * settings.block_size)
     engine = build_engine(settings, metrics, injector)
     card = ModelCard(settings.model_name, settings.max_model_len, int(time.time()), settings.dialect)
-    api = RefServerApi(engine, injector, metrics, card, settings.refused, settings.image_cost_s_per_mpix)
+    api = RefServerApi(engine, injector, metrics, card, settings.refused, settings.image_cost_s_per_mpix,
+                       settings.log_refusals)
     config = uvicorn.Config(build_app(api), lifespan="off",
                             log_level=settings.log_level, access_log=False,
                             timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S)

@@ -28,6 +28,7 @@ class Settings:
     refused: frozenset[str] = frozenset()  # features answered with a 400: images, tools, json_schema
     image_cost_s_per_mpix: float = 0.05  # preprocessing time charged per megapixel of an image part
     min_step_s: float = 0.0  # the least one engine step takes (--step-time)
+    log_refusals: bool = False  # a traceback in the log for each request refused with a 4xx (--log-refusals)
 
 
 def check_settings(s: Settings) -> None:

@@ -7,9 +7,11 @@ or with --skip-unsupported leaves the mix; what was found and dropped becomes th
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from soak.config import RunConfig
+from soak.contracts import ProvokedExchange
 from soak.errors import TargetError
 from soak.load.scenarios import effective_specs
 from soak.target.capabilities import PROBE_TIMEOUT_S, Capability, Unsupported, probe_capabilities, unsupported
@@ -30,16 +32,24 @@ class MixCheck:
             line += f"; dropped {item.line()} (--skip-unsupported)"
         return line
 
+    def provoked(self) -> tuple[ProvokedExchange, ...]:
+        """The probes the server did not accept: what it logged answering them is their answer, not a fault."""
+        return tuple(exchange for capability in self.found.values()
+                     if (exchange := capability.provoked()) is not None)
+
     def data(self) -> dict[str, Any]:
         """The `capabilities` event's data (docs/load.md, "Capabilities")."""
         return {"features": {name: capability.as_dict() for name, capability in self.found.items()},
                 "dropped": [{"scenario": d.scenario, "feature": d.feature, "answer": d.answer} for d in self.dropped]}
 
 
-def check_mix(config: RunConfig, base_url: str, model: str, headers: dict[str, str]) -> MixCheck:
-    """Probe the server and judge the mix: TargetError naming the first scenario it refuses, unless
-    --skip-unsupported, which drops every such scenario (all of them: still a TargetError)."""
-    found = probe_capabilities(base_url, model, headers, min(config.load.request_timeout_s, PROBE_TIMEOUT_S))
+def check_mix(config: RunConfig, base_url: str, model: str, headers: dict[str, str],
+              log_path: Path | None = None) -> MixCheck:
+    """Probe the server (whose log, when soak knows it, is `log_path`) and judge the mix: TargetError naming the
+    first scenario it refuses, unless --skip-unsupported, which drops every such scenario (all of them: still a
+    TargetError)."""
+    found = probe_capabilities(base_url, model, headers, min(config.load.request_timeout_s, PROBE_TIMEOUT_S),
+                               log_path)
     lacking = unsupported((spec.name for spec in effective_specs(config.load)), found)
     if not lacking:
         return MixCheck(config, found)

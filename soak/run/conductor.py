@@ -227,7 +227,8 @@ class Conductor:
         """Ask the server what it accepts before the run opens: a scenario it refuses stops here (TargetError,
         no run opened) or, with --skip-unsupported, leaves the mix."""
         state = self.state
-        state.capabilities = check_mix(self.config, state.info.base_url, state.info.model, auth_headers(self.config))
+        state.capabilities = check_mix(self.config, state.info.base_url, state.info.model, auth_headers(self.config),
+                                       self.config.target.server_log or state.info.log_path)
         self.config = state.config = state.capabilities.config
         self._say(state.capabilities.describe())
 
@@ -322,7 +323,8 @@ class Conductor:
     def _watch_log_and_canary(self) -> LoadHooks:
         """Start the server-log scan and the canary; the load's hooks, through which the canary learns of probes."""
         state, config = self.state, self.config
-        state.log_scanner = scanner_for_run(config.target.server_log, state.info.log_path, state.recorder)
+        provoked = state.capabilities.provoked() if state.capabilities is not None else ()
+        state.log_scanner = scanner_for_run(config.target.server_log, state.info.log_path, state.recorder, provoked)
         gate = ProbeGate()
         state.canary = None if config.observe_only else start_canary(
             config.load.canary_every_s, config.load.request_timeout_s, lambda: state.info.base_url, state.info.model,

@@ -121,9 +121,21 @@ def trace_of(store: Store, run: StoredRun, events: list[Event]) -> SummaryTrace 
 
 
 def capabilities_of(events: list[Event]) -> SummaryCapabilities | None:
-    """What the server accepted before the load and the scenarios dropped for it (its `capabilities` event)."""
+    """What the server accepted before the load and the scenarios dropped for it (its `capabilities` event), each
+    probe with what the server logged answering it (`server_log_provoked` events, by request id)."""
     found = [event.data for event in events if event.kind == EventKind.CAPABILITIES and event.data]
-    return SummaryCapabilities.model_validate(found[-1]) if found else None
+    if not found:
+        return None
+    logged: dict[str, list[str]] = {}
+    for event in events:
+        if event.kind == EventKind.SERVER_LOG_PROVOKED:
+            said = event.data.get("exception") or event.data.get("line") or event.message
+            logged.setdefault(str(event.data.get("request_id")), []).append(str(said).strip())
+    capabilities = SummaryCapabilities.model_validate(found[-1])
+    for name, feature in capabilities.features.items():
+        request_id = found[-1]["features"][name].get("request_id")
+        feature.logged = logged.get(str(request_id), []) if request_id else []
+    return capabilities
 
 
 def target_of(run: StoredRun, events: list[Event]) -> SummaryTarget:

@@ -4,21 +4,33 @@ A scenario that needs a feature the server refuses would spend the whole run on 
 (once the server is healthy, before the run opens), and stops with one line naming the scenario and the server's
 answer, or with --skip-unsupported drops the scenario from the mix. The probes ask for 1–8 tokens, are sent
 before the run's clock starts, and never reach the run's request windows.
+
+Each chat probe carries soak's own request id (`X-Request-Id`, which vLLM and most servers log), and where soak
+knows the server's log it notes the bytes the log grew by while the probe was answered: a server that logs its
+refusals loudly (vLLM 0.21 writes a traceback for an image sent to a text-only model) wrote that as the probe's
+answer, and the log scan records it so (`ProvokedExchange`), not as a server fault.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import time
 import urllib.error
 import urllib.request
+import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
+from soak.contracts import ProvokedExchange
 from soak.target.openai import list_models
 
 PROBE_TIMEOUT_S = 60.0  # a first json_schema request compiles a grammar, a first image warms the vision encoder
 MESSAGE_CHARS = 200
+REQUEST_ID_HEADER = "X-Request-Id"
+LOG_SETTLE_S, LOG_SETTLE_MAX_S = 0.1, 1.0  # after a refusal, the log is read until it stops growing this long
 
 # The scenarios that need a feature a server may lack: built-in scenario name → the feature. One row per scenario.
 SCENARIO_NEEDS: dict[str, str] = {
@@ -45,12 +57,24 @@ class Capability:
     supported: bool | None
     answer: str
     names: tuple[str, ...] = ()  # adapters: the ones listed
+    request_id: str | None = None  # the probe's X-Request-Id
+    log_span: tuple[int, int, int] | None = None  # (inode, from, to): the server log's bytes written meanwhile
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready form (events, summary.json, `soak doctor --json`)."""
         data = asdict(self)
         data["names"] = list(self.names)
+        del data["log_span"]
+        if self.request_id is None:
+            del data["request_id"]
         return data
+
+    def provoked(self) -> ProvokedExchange | None:
+        """The probe as a request sent to be refused, when the server did not accept it."""
+        if self.request_id is None or self.supported is True:
+            return None
+        inode, start, end = self.log_span or (None, None, None)
+        return ProvokedExchange(self.request_id, f"capability probe {self.feature}", inode, start, end)
 
     def describe(self) -> str:
         """`images: refused (HTTP 400: …)`."""
@@ -120,17 +144,45 @@ def server_message(body: bytes) -> str:
 
 
 def probe_chat(base_url: str, model: str, feature: str, headers: dict[str, str] | None = None,
-               timeout_s: float = PROBE_TIMEOUT_S) -> Capability:
-    """One non-streamed chat asking for `feature`: 200 accepted, a 4xx refused, anything else unknown."""
+               timeout_s: float = PROBE_TIMEOUT_S, log_path: Path | None = None) -> Capability:
+    """One non-streamed chat asking for `feature`: 200 accepted, a 4xx refused, anything else unknown. It carries
+    its own request id; with the server's `log_path`, a refusal notes the log's bytes written while answering."""
     body = {"model": model, "temperature": 0, "stream": False, **_chat_bodies()[feature]()}
+    request_id = f"soak-probe-{feature}-{uuid.uuid4().hex[:12]}"
+    before = log_position(log_path)
     try:
-        status, answer = _post_json(base_url + "/v1/chat/completions", body, headers or {}, timeout_s)
+        status, answer = _post_json(base_url + "/v1/chat/completions", body,
+                                    {**(headers or {}), REQUEST_ID_HEADER: request_id}, timeout_s)
     except (OSError, ValueError) as exc:
-        return Capability(feature, None, f"no answer: {getattr(exc, 'reason', exc)}")
-    if status == 200:
-        return Capability(feature, True, "HTTP 200")
-    said = f"HTTP {status}: {server_message(answer)}"
-    return Capability(feature, False if 400 <= status < 500 else None, said)
+        said, supported = f"no answer: {getattr(exc, 'reason', exc)}", None
+    else:
+        if status == 200:
+            return Capability(feature, True, "HTTP 200", request_id=request_id)
+        said, supported = f"HTTP {status}: {server_message(answer)}", False if 400 <= status < 500 else None
+    return Capability(feature, supported, said, request_id=request_id, log_span=_span(before, log_path))
+
+
+def log_position(path: Path | None) -> tuple[int, int] | None:
+    """(inode, size) of the server's log, or None when there is none to read."""
+    try:
+        stat = os.stat(path) if path is not None else None
+    except OSError:
+        return None
+    return (stat.st_ino, stat.st_size) if stat is not None else None
+
+
+def _span(before: tuple[int, int] | None, path: Path | None) -> tuple[int, int, int] | None:
+    """The log's bytes from `before` to where it stops growing (a server may log a refusal as it answers it)."""
+    after, deadline = log_position(path), time.monotonic() + LOG_SETTLE_MAX_S
+    while after is not None and time.monotonic() < deadline:
+        time.sleep(LOG_SETTLE_S)
+        now = log_position(path)
+        if now == after:
+            break
+        after = now
+    if before is None or after is None or before[0] != after[0]:
+        return None
+    return (before[0], before[1], after[1])
 
 
 def probe_adapters(models: list[dict[str, Any]]) -> Capability:
@@ -142,11 +194,11 @@ def probe_adapters(models: list[dict[str, Any]]) -> Capability:
 
 
 def probe_capabilities(base_url: str, model: str, headers: dict[str, str] | None = None,
-                       timeout_s: float = PROBE_TIMEOUT_S) -> dict[str, Capability]:
-    """Every feature of FEATURE_TEXT, as the server at `base_url` answers for `model`."""
+                       timeout_s: float = PROBE_TIMEOUT_S, log_path: Path | None = None) -> dict[str, Capability]:
+    """Every feature of FEATURE_TEXT, as the server at `base_url` answers for `model` (`log_path`: its log)."""
     found = {"adapters": probe_adapters(list_models(base_url, headers, timeout_s))}
     for feature in _chat_bodies():
-        found[feature] = probe_chat(base_url, model, feature, headers, timeout_s)
+        found[feature] = probe_chat(base_url, model, feature, headers, timeout_s, log_path)
     return found
 
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from soak.contracts import EventKind, EventSink, ServerLogClass
+from soak.contracts import EventKind, EventSink, ProvokedExchange, ServerLogClass
 
 log = logging.getLogger(__name__)
 
@@ -100,15 +100,29 @@ class LogFollower:
 
     def read_lines(self, limit_bytes: int = READ_CHUNK_BYTES) -> list[str]:
         """Complete lines written since the last call (a line still being written waits for its newline)."""
+        return [line for _, line in self.read_entries(limit_bytes)]
+
+    def read_entries(self, limit_bytes: int = READ_CHUNK_BYTES) -> list[tuple[int, str]]:
+        """As `read_lines`, each line with the byte offset where it starts in the file (`inode`)."""
         stat = self._stat()
         if stat is None:
             return []
         self._follow(stat)
         data = self._read(limit_bytes) if stat.st_size > self._offset else b""
+        start = self._offset - len(self._partial)
         self._offset += len(data)
         self.bytes_read += len(data)
         *lines, self._partial = (self._partial + data).split(b"\n")
-        return [line.decode("utf-8", errors="replace").rstrip("\r")[:MAX_LINE_CHARS] for line in lines]
+        entries = []
+        for line in lines:
+            entries.append((start, _text(line)))
+            start += len(line) + 1
+        return entries
+
+    @property
+    def inode(self) -> int | None:
+        """The inode of the file being read (a rotated log is another file)."""
+        return self._inode
 
     def _read(self, limit_bytes: int) -> bytes:
         """Up to `limit_bytes` from the offset; nothing when the file cannot be read (a scan never stops the run)."""
@@ -122,10 +136,10 @@ class LogFollower:
             self._warned = True
             return b""
 
-    def rest(self) -> list[str]:
-        """The unterminated last line, at the end of a scan."""
+    def rest(self) -> list[tuple[int, str]]:
+        """The unterminated last line with its offset, at the end of a scan."""
         partial, self._partial = self._partial, b""
-        return [partial.decode("utf-8", errors="replace")[:MAX_LINE_CHARS]] if partial else []
+        return [(self._offset - len(partial), _text(partial))] if partial else []
 
     def _stat(self) -> os.stat_result | None:
         try:
@@ -142,6 +156,10 @@ class LogFollower:
             self._inode, self._offset, self._partial = stat.st_ino, 0, b""
 
 
+def _text(line: bytes) -> str:
+    return line.decode("utf-8", errors="replace").rstrip("\r")[:MAX_LINE_CHARS]
+
+
 @dataclass
 class _Pending:
     """A matched line waiting for the lines after it (a traceback: up to its exception line)."""
@@ -150,6 +168,7 @@ class _Pending:
     line: str
     line_no: int
     before: list[str]
+    offset: int | None = None  # where the line starts in the file
     after: list[str] = field(default_factory=list)
     exception: str | None = None
 
@@ -186,9 +205,12 @@ def exception_line(header: str, line: str) -> str | None:
 class ServerLogScanner:
     """Classifies the new lines of one log on each `poll()` and records what it finds (see the module docstring)."""
 
-    def __init__(self, follower: LogFollower, recorder: EventSink, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, follower: LogFollower, recorder: EventSink, clock: Callable[[], float] = time.monotonic,
+                 provoked: tuple[ProvokedExchange, ...] = ()) -> None:
         self.follower = follower
         self.recorder = recorder
+        self.provoked = provoked
+        self.provoked_lines = 0
         self._clock = clock
         self._before: deque[str] = deque(maxlen=CONTEXT_BEFORE)
         self._pending: list[tuple[_Pending, float, int]] = []  # (event, deadline, line number at match)
@@ -206,15 +228,15 @@ class ServerLogScanner:
 
     def poll(self) -> None:
         """Read and classify what was written since the last poll; record events whose context is complete."""
-        for line in self.follower.read_lines():
-            self._line(line)
+        for offset, line in self.follower.read_entries():
+            self._line(line, offset)
         self._flush(force=False)
 
     def close(self) -> None:
         """Read what is left, record every pending event, and record the scan's totals."""
         self.poll()
-        for line in self.follower.rest():
-            self._line(line)
+        for offset, line in self.follower.rest():
+            self._line(line, offset)
         self._flush(force=True)
         self.recorder.event(EventKind.SERVER_LOG_SCANNED, f"server log {self.follower.path}: {self.lines} lines, "
                      f"{sum(self.matched.values())} matched", self.totals())
@@ -223,16 +245,16 @@ class ServerLogScanner:
         """What the scan saw: lines, bytes, matches per class, events recorded and held back."""
         return {"path": str(self.follower.path), "phase": "end", "lines": self.lines,
                 "bytes": self.follower.bytes_read, "matched": dict(self.matched), "recorded": self.recorded,
-                "suppressed": self.suppressed}
+                "suppressed": self.suppressed, "provoked": self.provoked_lines}
 
-    def _line(self, line: str) -> None:
+    def _line(self, line: str, offset: int | None = None) -> None:
         self.lines += 1
         for pending, _, _ in self._pending:
             pending.feed(line)
         pattern = classify(line)
         if pattern is not None:
             self.matched[pattern.log_class.value] = self.matched.get(pattern.log_class.value, 0) + 1
-            pending = _Pending(pattern, line, self.lines, list(self._before))
+            pending = _Pending(pattern, line, self.lines, list(self._before), offset)
             self._pending.append((pending, self._clock() + PENDING_WAIT_S, self.lines))
         self._before.append(line)
 
@@ -247,7 +269,12 @@ class ServerLogScanner:
         self._pending = waiting
 
     def _emit(self, pending: _Pending) -> None:
-        """Record one matched line unless the same line was recorded lately or the run's cap is reached."""
+        """Record one matched line unless the same line was recorded lately or the run's cap is reached; a line
+        written answering a request soak sent to be refused is recorded as that request's answer."""
+        exchange = self._provoked_by(pending)
+        if exchange is not None:
+            self._emit_provoked(pending, exchange)
+            return
         key = signature(pending.pattern.log_class, pending.exception or pending.line)
         now = self._clock()
         if self.recorded >= MAX_EVENTS or now - self._last_at.get(key, -REPEAT_EVERY_S) < REPEAT_EVERY_S:
@@ -261,24 +288,46 @@ class ServerLogScanner:
         self.recorder.event(EventKind.SERVER_LOG_ERROR, f"{pending.pattern.log_class}: {pending.line.strip()[:300]}",
                      self._data(pending, self._held.pop(key, 0)))
 
+    def _provoked_by(self, pending: _Pending) -> ProvokedExchange | None:
+        """The exchange whose answer this line is: written while it was answered, or naming its request id on the
+        line, its exception or the lines after it (the lines before may name an earlier request)."""
+        own_text = (pending.line, pending.exception or "", *pending.after)
+        for exchange in self.provoked:
+            if exchange.holds(self.follower.inode, pending.offset):
+                return exchange
+            if any(exchange.request_id in text for text in own_text):
+                return exchange
+        return None
+
+    def _emit_provoked(self, pending: _Pending, exchange: ProvokedExchange) -> None:
+        self.provoked_lines += 1
+        if self.provoked_lines > MAX_EVENTS:
+            return
+        data = {**self._data(pending, 0), "request_id": exchange.request_id, "answer_to": exchange.what}
+        self.recorder.event(EventKind.SERVER_LOG_PROVOKED, f"{pending.pattern.log_class} logged answering "
+                            f"{exchange.what} ({exchange.request_id}): {pending.line.strip()[:200]}", data)
+
     def _data(self, pending: _Pending, repeats_held: int) -> dict[str, Any]:
         return {"class": pending.pattern.log_class.value, "dialect": pending.pattern.dialect, "line": pending.line,
                 "line_no": pending.line_no, "exception": pending.exception, "before": pending.before,
                 "after": pending.after, "repeats_held_back": repeats_held, "path": str(self.follower.path)}
 
 
-def open_scanner(path: Path | None, from_end: bool, recorder: EventSink) -> ServerLogScanner | None:
+def open_scanner(path: Path | None, from_end: bool, recorder: EventSink,
+                 provoked: tuple[ProvokedExchange, ...] = ()) -> ServerLogScanner | None:
     """A started scanner of `path`, or None when there is no log to scan."""
     if path is None:
         return None
-    scanner = ServerLogScanner(LogFollower(Path(path), from_end), recorder)
+    scanner = ServerLogScanner(LogFollower(Path(path), from_end), recorder, provoked=provoked)
     scanner.start()
     return scanner
 
 
-def scanner_for_run(server_log: Path | None, managed_log: Path | None, recorder: EventSink) -> ServerLogScanner | None:
+def scanner_for_run(server_log: Path | None, managed_log: Path | None, recorder: EventSink,
+                    provoked: tuple[ProvokedExchange, ...] = ()) -> ServerLogScanner | None:
     """The run's scanner: `--server-log FILE` from its end at the run's start, else the managed server's own log
-    (server.log in the run's folder) from its beginning, else None (an external server without --server-log)."""
+    (server.log in the run's folder) from its beginning, else None (an external server without --server-log).
+    `provoked`: the requests soak sent to be refused, whose logged lines are their answers, not faults."""
     if server_log is not None:
-        return open_scanner(server_log, True, recorder)
-    return open_scanner(managed_log, False, recorder)
+        return open_scanner(server_log, True, recorder, provoked)
+    return open_scanner(managed_log, False, recorder, provoked)

@@ -38,7 +38,8 @@ def test_pictures_kept_for_good_fail_leak_rss_laid_on_multimodal(soak_cli, tmp_p
     assert rss["verdict"] == "FAIL", rss
     assert "per `multimodal` request" in rss["evidence"], rss["evidence"]
     assert summary["totals"]["errors"] == 0
-    assert summary["capabilities"]["features"]["images"] == {"supported": True, "answer": "HTTP 200", "names": []}
+    assert summary["capabilities"]["features"]["images"] == {"supported": True, "answer": "HTTP 200", "names": [],
+                                                           "logged": []}
     assert summary["capabilities"]["dropped"] == []
 
 

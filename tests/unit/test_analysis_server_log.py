@@ -53,3 +53,18 @@ def test_a_killed_run_keeps_what_its_start_event_says():
 def test_no_log_is_skipped_and_says_how_to_get_one():
     finding = judge()
     assert finding.verdict == SKIPPED and "--server-log FILE" in finding.evidence
+
+
+def test_lines_that_answered_soaks_own_probes_are_not_judged_but_counted():
+    provoked = Event(0.2, "server_log_provoked", "traceback logged answering capability probe images",
+                     {"class": "traceback", "line": "Traceback (most recent call last):",
+                      "exception": "ValueError: not a multimodal model", "request_id": "soak-probe-images-1",
+                      "answer_to": "capability probe images"})
+    finding = judge(START, provoked, END)
+    assert finding.verdict == PASS, finding.evidence
+    assert "capability probe images" in finding.evidence and "not judged" in finding.evidence
+    assert finding.details["provoked"] == [{"t_s": 0.2, "class": "traceback", "request_id": "soak-probe-images-1",
+                                            "answer_to": "capability probe images",
+                                            "exception": "ValueError: not a multimodal model"}]
+    assert judge(START, provoked, line(60.0, "traceback", "Traceback (most recent call last):", "KeyError: 'k'"),
+                 END).verdict == SUSPECT  # a traceback of the server's own still counts

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from soak.contracts import ServerLogClass
+from soak.contracts import ProvokedExchange, ServerLogClass
 from soak.telemetry import server_log
 from soak.telemetry.server_log import LogFollower, ServerLogScanner, classify, exception_line, scanner_for_run
 
@@ -148,3 +148,32 @@ def test_an_unreadable_log_is_no_error(tmp_path):
     scanner.poll()
     scanner.close()
     assert events.of("server_log_error") == [] and events.of("server_log_scanned")[-1]["lines"] == 0
+
+
+def test_a_line_written_answering_a_provoked_request_is_its_answer_and_the_rest_still_count(tmp_path):
+    path, events = tmp_path / "server.log", Events()
+    probe = "Traceback (most recent call last):\n  File \"serving.py\", line 9, in chat\nValueError: not multimodal\n"
+    path.write_text("INFO started\n" + probe)
+    span = ProvokedExchange("soak-probe-images-1", "capability probe images", os.stat(path).st_ino,
+                            len("INFO started\n"), path.stat().st_size)
+    named = ProvokedExchange("soak-probe-tools-2", "capability probe tools")  # no span: found by its id alone
+    scanner = scanner_for_run(None, path, events, (span, named))
+    append(path, "Traceback (most recent call last):\nValueError: request soak-probe-tools-2 has no tools\n")
+    append(path, "ERROR Error in preprocessing request soak-probe-tools-2\n"  # the id only before: not its answer
+                 "Traceback (most recent call last):\nKeyError: 'k'\n")
+    scanner.close()
+    answers = events.of("server_log_provoked")
+    assert [(a["answer_to"], a["exception"]) for a in answers] == [
+        ("capability probe images", "ValueError: not multimodal"),
+        ("capability probe tools", "ValueError: request soak-probe-tools-2 has no tools")]
+    assert [e["exception"] for e in events.of("server_log_error")] == ["KeyError: 'k'"]
+    assert events.of("server_log_scanned")[-1]["provoked"] == 2
+
+
+def test_offsets_follow_the_bytes_of_each_line(tmp_path):
+    path = tmp_path / "server.log"
+    path.write_text("ab\n")
+    follower = LogFollower(path, from_end=False)
+    append(path, "cdé\nf")
+    assert follower.read_entries() == [(0, "ab"), (3, "cdé")]
+    assert follower.rest() == [(len("ab\ncdé\n".encode()), "f")]
