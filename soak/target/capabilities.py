@@ -193,12 +193,36 @@ def probe_adapters(models: list[dict[str, Any]]) -> Capability:
     return Capability("adapters", True, f"{len(names)} listed by /v1/models", names)
 
 
+def images_from_config(models: list[dict[str, Any]], model: str) -> Capability | None:
+    """Images answered without a request that could be refused: vLLM's /v1/models gives the served model's `root`,
+    a folder on this host when the model is local; a config.json there with no part for pictures (no top-level key
+    naming vision, image, img, visual or mm_) is a text-only model's. None when that cannot be read: then ask."""
+    entry = next((entry for entry in models if entry.get("id") == model), None)
+    root = entry.get("root") if entry else None
+    try:
+        config = json.loads((Path(root) / "config.json").read_text(encoding="utf-8")) if root else None
+    except (OSError, ValueError):
+        return None
+    if not isinstance(config, dict) or any(_names_pictures(key) for key in config):
+        return None
+    return Capability("images", False, f"not asked: the served model's config.json ({root}) has no part for "
+                                       "pictures, a text-only model")
+
+
+def _names_pictures(key: str) -> bool:
+    key = key.lower()
+    return key.startswith("mm_") or any(word in key for word in ("vision", "image", "img", "visual"))
+
+
 def probe_capabilities(base_url: str, model: str, headers: dict[str, str] | None = None,
                        timeout_s: float = PROBE_TIMEOUT_S, log_path: Path | None = None) -> dict[str, Capability]:
-    """Every feature of FEATURE_TEXT, as the server at `base_url` answers for `model` (`log_path`: its log)."""
-    found = {"adapters": probe_adapters(list_models(base_url, headers, timeout_s))}
+    """Every feature of FEATURE_TEXT, as the server at `base_url` answers for `model` (`log_path`: its log).
+    What the served model's own config settles is not asked."""
+    models = list_models(base_url, headers, timeout_s)
+    found = {"adapters": probe_adapters(models)}
+    settled = {"images": images_from_config(models, model)}
     for feature in _chat_bodies():
-        found[feature] = probe_chat(base_url, model, feature, headers, timeout_s, log_path)
+        found[feature] = settled.get(feature) or probe_chat(base_url, model, feature, headers, timeout_s, log_path)
     return found
 
 

@@ -58,3 +58,22 @@ def test_a_capability_says_what_was_answered():
     assert Capability("json_schema", None, "no answer: timed out").describe() == "json_schema: unknown (no answer: timed out)"
     assert Capability("adapters", True, "1 listed", ("a",)).as_dict() == {
         "feature": "adapters", "supported": True, "answer": "1 listed", "names": ["a"]}
+
+
+def test_a_local_text_only_models_config_settles_images_without_a_request_that_could_be_refused(tmp_path):
+    from soak.target.capabilities import images_from_config
+
+    text_only, vision, empty = tmp_path / "text", tmp_path / "vision", tmp_path / "empty"
+    for folder in (text_only, vision, empty):
+        folder.mkdir()
+    (text_only / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"], "model_type": "llama",
+                                                       "hidden_size": 128}))
+    (vision / "config.json").write_text(json.dumps({"architectures": ["LlavaForConditionalGeneration"],
+                                                    "vision_config": {}, "image_token_index": 32000}))
+    models = [{"id": "tiny", "root": str(text_only)}, {"id": "llava", "root": str(vision)},
+              {"id": "bare", "root": str(empty)}, {"id": "hub", "root": "org/some-model"}]
+    answered = images_from_config(models, "tiny")
+    assert answered is not None and answered.supported is False and answered.answer.startswith("not asked: ")
+    assert str(text_only) in answered.answer and answered.request_id is None  # nothing was sent, nothing provoked
+    for model in ("llava", "bare", "hub", "absent"):  # a picture part, no config, not local, not listed: ask
+        assert images_from_config(models, model) is None
