@@ -53,7 +53,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     are one xdist group, so the run is made once, not once per worker (with --dist loadgroup); and the files that
     may run longest (by their time limit) go first, so a ten-minute run does not start last and leave the other
     workers idle behind it. A file's tests stay together and in order."""
-    if not getattr(config.option, "numprocesses", None):
+    if not hasattr(config, "workerinput"):  # only an xdist worker collects what it runs
         return
     for item in items:
         if _reads_a_module_fixture(item) and item.get_closest_marker("xdist_group") is None:
