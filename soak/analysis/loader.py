@@ -76,10 +76,12 @@ def worker_loss_spans(events: list[Event]) -> list[tuple[float, float]]:
 
 
 def build_windows(run: StoredRun, actual_s: float, events: list[Event]) -> tuple[WindowInfo, ...]:
-    """Complete windows after warm-up, each marked when a probe, an outage, a forensics window or a lost load worker
-    overlaps it."""
+    """Complete windows after warm-up and within the planned duration, each marked when a probe, an outage, a
+    forensics window or a lost load worker overlaps it. A run overruns its plan only to close a forensics window
+    (and read its capture): what follows is the tracker's aftermath, never judged."""
     warmup_s, window_s = run.warmup_s, run.window_s
-    count = max(int(math.floor((actual_s - warmup_s) / window_s + 1e-9)), 0)
+    end_s = min(actual_s, run.planned_duration_s) if run.planned_duration_s and run.planned_duration_s > 0 else actual_s
+    count = max(int(math.floor((end_s - warmup_s) / window_s + 1e-9)), 0)
     spans = {reason: _intervals(events, *kinds, actual_s) for reason, kinds in INTERVAL_KINDS.items()}
     spans["worker_lost"] = worker_loss_spans(events)
     windows = [WindowInfo(-1, 0.0, warmup_s, "warmup")] if warmup_s > 0 else []

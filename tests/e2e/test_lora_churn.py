@@ -51,7 +51,7 @@ def test_a_leak_per_adapter_load_fails_leak_rss_with_the_growth_per_cycle(soak_c
     churn = finding["details"]["lora_churn"]
     assert churn["named"] and churn["cycles"] >= 8, churn
     assert 0.8 * LEAK_BYTES < churn["per_cycle"] < 1.2 * LEAK_BYTES, churn
-    assert re.search(r"growth follows lora churn: ≈ [78]\.\d MiB per load/unload cycle \(95 % CI", finding["evidence"])
+    assert re.search(r"growth follows lora churn: ≈ \d+\.\d MiB per load/unload cycle \(95 % CI", finding["evidence"])
     assert "LoRA adapter loads and unloads" in finding["next_step"]
     events = event_counts(db_path)
     assert events["lora_load"] >= 3 + churn["cycles"] and events["lora_unload"] >= churn["cycles"]
