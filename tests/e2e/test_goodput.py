@@ -11,12 +11,14 @@ import pytest
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(420)]
 
 # 23 windows of 5 s after a 20 s warm-up (the trend test needs 20); an hour of model time a minute, so the planted
-# creep (each engine step 200 % slower per model hour) takes E2E from well inside the 800 ms target to far past it
-# by the end. Each engine step takes at least 5 ms, as a GPU's decode step does: at 1-3 ms a step, four runs beside
-# this one (CI) slowed the first windows' answers past the target before any creep did.
+# creep (each engine step 400 % slower per model hour) takes E2E from well inside the 1.2 s target to far past it
+# by the end: a step of at least 5 ms (as a GPU's decode step) is about 12 ms when the judged windows begin, so the
+# longest answer (64 tokens) takes about 0.75 s, and 50 ms by the end (16 tokens: 0.8 s; 40: 2 s). The margin at
+# the start is for a busy machine: with two runs beside this one (CI) a step takes some milliseconds more, which
+# at an 800 ms target had pushed a quarter of the first windows' answers past it before any creep did.
 RUN = ["start", "--duration", "135s", "--warmup", "20s", "--window", "5s", "--sample-every", "1s", "--rate", "4",
        "--scenario", "chat_short", "--no-idle-probes", "--json", "--time-scale", "60",
-       "--reference-fault", "latency-creep=200", "--reference-arg=--step-time=5ms", "--slo", "ttft=1s,e2e=800ms"]
+       "--reference-fault", "latency-creep=400", "--reference-arg=--step-time=5ms", "--slo", "ttft=1s,e2e=1200ms"]
 
 
 def measured(finding: dict) -> str:
@@ -29,7 +31,7 @@ def test_latency_creep_under_an_slo_loses_goodput_and_every_output_says_so(tmp_p
     assert result.returncode in (1, 3), result.stderr[-3000:]
     summary = json.loads(result.stdout)
     goodput = summary["goodput"]
-    assert goodput["slo_ms"] == {"ttft": 1000.0, "e2e": 800.0}
+    assert goodput["slo_ms"] == {"ttft": 1000.0, "e2e": 1200.0}
     shares = [window["share"] for window in goodput["windows"]]
     assert len(shares) >= 12 and min(shares[:2]) >= 0.8, shares
     # The last third keeps clearly less than the start: by how much follows the machine's speed (on a quiet one with
