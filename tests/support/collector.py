@@ -31,3 +31,7 @@ class Collector:
 
     def dialect_events(self) -> list[dict]:
         return [data for kind, _, data in self.events if kind == EventKind.SERVER_DIALECT]
+
+    def events_of(self, kind: str) -> list[dict]:
+        """The data of every event of one kind, in the order it was recorded."""
+        return [data for recorded, _, data in self.events if recorded == kind]

@@ -10,19 +10,9 @@ from refserver_helpers import wait_until
 from soak.run.capabilities import MixCheck
 from soak.target.capabilities import probe_capabilities
 from soak.telemetry.server_log import scanner_for_run
+from support.collector import Collector
 
 pytestmark = pytest.mark.timeout(120)
-
-
-class Events:
-    def __init__(self) -> None:
-        self.recorded: list[tuple[str, dict]] = []
-
-    def event(self, kind, message="", data=None):
-        self.recorded.append((str(kind), data or {}))
-
-    def of(self, kind: str) -> list[dict]:
-        return [data for recorded, data in self.recorded if recorded == kind]
 
 
 def test_the_probes_logged_refusals_are_their_answers_and_a_traceback_of_the_servers_own_still_counts(
@@ -33,15 +23,15 @@ def test_the_probes_logged_refusals_are_their_answers_and_a_traceback_of_the_ser
     provoked = MixCheck(config=None, found=found).provoked()
     assert sorted(exchange.what for exchange in provoked) == ["capability probe images", "capability probe tools"]
     assert server.stderr().count("Traceback (most recent call last)") == 2  # the server did log both refusals
-    events = Events()
+    events = Collector()
     scanner = scanner_for_run(None, server.stderr_path, events, provoked)  # a managed log: read from its start
     scanner.poll()
     assert server.chat(model="no-such-model").status_code == 404  # a refusal nobody provoked on purpose
     wait_until(lambda: server.stderr().count("Traceback (most recent call last)") == 3, timeout_s=30)
     scanner.close()
-    answers = events.of("server_log_provoked")
+    answers = events.events_of("server_log_provoked")
     assert sorted(data["answer_to"] for data in answers) == ["capability probe images", "capability probe tools"]
     assert {data["request_id"] for data in answers} == {found["images"].request_id, found["tools"].request_id}
-    [own] = events.of("server_log_error")
+    [own] = events.events_of("server_log_error")
     assert own["class"] == "traceback" and "no-such-model" in own["exception"]
-    assert events.of("server_log_scanned")[-1]["provoked"] == 2
+    assert events.events_of("server_log_scanned")[-1]["provoked"] == 2
