@@ -341,7 +341,7 @@ def test_a_local_worker_that_dies_is_lost_and_the_other_takes_the_whole_rate(moc
     from loadtools import make_config, run_load, wait_for
 
     model = mock_server.model(ttft_ms=20, itl_ms=5, tokens=5)
-    config = make_config(duration_s=12, rate_rps=20, seed=5, workers=2, burstiness=burstiness)
+    config = make_config(duration_s=20, rate_rps=20, seed=5, workers=2, burstiness=burstiness)
 
     def kill_one(run) -> None:
         assert wait_for(lambda: len(run.records) >= 10, timeout_s=30)  # both workers are under way
