@@ -5,6 +5,8 @@ that appears late. `ServerLogScanner` classifies each new line against `PATTERNS
 CUDA errors, each server's own fatal lines, tracebacks, NaN/inf warnings) and records a `server_log_error` event with the
 line and a few lines of context. Repeats are deduplicated and the events per run capped, so a log flooding the same error
 cannot swamp the database; what was held back is counted in the `server_log_scanned` events that open and close a scan.
+A matched line the server wrote answering a request soak sent to be refused (`ProvokedExchange`: in the bytes the log
+grew by while it was answered, or naming its request id) is a `server_log_provoked` event instead: that request's answer.
 """
 
 from __future__ import annotations
