@@ -154,6 +154,7 @@ class RunState:
     down_streak: int = 0
     in_outage: bool = False
     network_outage: bool = False  # /health down and the route to the server lost (not the server's outage)
+    server_blamed: int = 0  # checks since a lost route came back with /health still down
     health_up_s: float = 0.0  # when /health last answered (seconds into the run): where a network outage began
     loopback: Loopback | None = None  # soak's own listening socket, the other side of a network outage's probe
 
@@ -530,7 +531,10 @@ class Conductor:
         state = self.state
         network = found is not None and found.blame != Blame.SERVER
         if state.network_outage == network and (state.in_outage or state.network_outage):
+            state.server_blamed = 0 if network else state.server_blamed
             return  # the same outage goes on
+        if state.network_outage and not self._server_still_down_after_the_route():
+            return  # the route just came back: the server gets the checks a new outage would before it is blamed
         if state.in_outage or state.network_outage:
             self._close_outage("its cause changed")
         else:
@@ -545,9 +549,16 @@ class Conductor:
                              "paused", {**data, "since_s": state.health_up_s})
         state.network_outage = True
 
+    def _server_still_down_after_the_route(self) -> bool:
+        """Whether /health has failed DOWN_CHECKS times since the lost route came back: a server catching up on
+        what the partition held (a busy machine, a backlog) is not blamed for the network's outage."""
+        self.state.server_blamed += 1
+        return self.state.server_blamed >= DOWN_CHECKS
+
     def _close_outage(self, then: str) -> None:
         """Record the end of the outage under way (server or network)."""
         state = self.state
+        state.server_blamed = 0
         if state.in_outage:
             state.recorder.event(EventKind.OUTAGE_END, f"server /health up again; {then}")
         if state.network_outage:

@@ -114,11 +114,21 @@ def test_a_server_that_answers_nothing_is_a_server_outage_as_before(watch):
 def test_a_route_that_comes_back_to_a_server_still_down_ends_one_outage_and_opens_the_other(watch):
     _checks(watch, False, DOWN_CHECKS, at_s=30.0)
     watch.found = _reach(Blame.SERVER, Connect.REFUSED)
-    _checks(watch, False, 1, at_s=60.0)
+    _checks(watch, False, DOWN_CHECKS - 1, at_s=60.0)  # the server gets the checks a new outage would
+    assert [kind for kind, _, _ in watch.state.recorder.events] == ["network_outage_start"]
+    _checks(watch, False, 1, at_s=62.0)
     _checks(watch, True, 1, at_s=70.0)
     assert [kind for kind, _, _ in watch.state.recorder.events] == [
         "network_outage_start", "network_outage_end", "outage_start", "outage_end"]
     assert (watch.state.load.paused, watch.state.load.resumed) == (1, 1)
+
+
+def test_a_server_catching_up_once_the_route_is_back_is_not_blamed_for_the_networks_outage(watch):
+    _checks(watch, False, DOWN_CHECKS, at_s=30.0)
+    watch.found = _reach(Blame.SERVER, Connect.OK, answered=False)  # its first /health after the partition is slow
+    _checks(watch, False, 1, at_s=60.0)
+    _checks(watch, True, 1, at_s=61.0)
+    assert [kind for kind, _, _ in watch.state.recorder.events] == ["network_outage_start", "network_outage_end"]
 
 
 def _outage_events(start_s: float = 100.0, end_s: float = 160.0, since_s: float = 93.0) -> tuple[Event, ...]:
