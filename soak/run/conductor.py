@@ -531,7 +531,8 @@ class Conductor:
         state = self.state
         network = found is not None and found.blame != Blame.SERVER
         if state.network_outage == network and (state.in_outage or state.network_outage):
-            state.server_blamed = 0 if network else state.server_blamed
+            if network:
+                state.server_blamed = 0
             return  # the same outage goes on
         if state.network_outage and not self._server_still_down_after_the_route():
             return  # the route just came back: the server gets the checks a new outage would before it is blamed
