@@ -2,7 +2,7 @@
 
 Two runs, shared by the tests below:
 
-- `healthy`: ten minutes at a rate the tiny model holds easily. Ready, dialect `vllm`, the API server and the
+- `healthy`: six minutes at a rate the tiny model holds easily. Ready, dialect `vllm`, the API server and the
   EngineCore both sampled, KV usage rising under load, the environment record naming the server's vLLM and
   torch and soak's CPU placement, soak pinned to the reserved core, and a verdict that is neither FAIL nor
   INVALID, with client.saturation PASS (the client kept its schedule beside the engine). At the end no process
@@ -39,7 +39,7 @@ REPO = Path(__file__).resolve().parents[3]
 ENGINE = "VLLM::EngineCore"
 START_WAIT_S = 600  # vLLM's first start on a busy 2-core machine compiles for minutes
 # A forensics window over both processes for the last minute: it must name nothing and change no verdict.
-HEALTHY = ["--model", "tiny", "--duration", "10m", "--warmup", "60s", "--rate", "1", "--scenario", "chat_short",
+HEALTHY = ["--model", "tiny", "--duration", "6m", "--warmup", "60s", "--rate", "1", "--scenario", "chat_short",
            "--idle-probe-every", "3m", "--forensics", "always", "--forensics-for", "60s", "--forensics-process", "all",
            "--json"]
 CRASHED = ["--model", "tiny", "--duration", "150s", "--warmup", "10s", "--rate", "1", "--scenario", "chat_short",
