@@ -7,10 +7,11 @@ generator and the CLI can all share it without importing one another.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+import uuid
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Literal, Protocol
+from typing import Any, ClassVar, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, ValidationError, model_serializer
 
@@ -143,23 +144,60 @@ class ServerLogClass(StrEnum):
     NAN = "nan"  # NaN/inf warnings
 
 
+# The header vLLM and most servers log a request by: soak sends its own id there with each request that may be
+# refused on purpose, so what the server logs for it is known as soak's doing.
+REQUEST_ID_HEADER = "X-Request-Id"
+
+
+def soak_request_id(purpose: str, what: str) -> str:
+    """`soak-<purpose>-<what>-<12 hex>`: e.g. `soak-probe-images-…`, `soak-provoke-bad_input-…`, `soak-canary-0-…`."""
+    return f"soak-{purpose}-{what}-{uuid.uuid4().hex[:12]}"
+
+
 @dataclass(frozen=True)
 class ProvokedExchange:
-    """A request soak sent expecting a refusal (a capability probe): the request id it carried and the bytes the
-    server's log grew by while it was answered (offsets into the file with that inode). What the server logs there,
-    or on a line naming the id, is the request's answer, not a server fault (docs/gates.md, `server.log_errors`)."""
+    """A request soak sent expecting a refusal (a capability probe, a scenario's deliberately bad request) or one the
+    server refused that soak judges elsewhere (a canary): its request id, and how its logged lines are known.
+
+    A probe knows the bytes the server's log grew by while it was answered (offsets into the file with that inode).
+    A request of the load, answered among others, knows the message the server refused it with and when soak saw
+    the refusal (`noticed_t`, soak's wall clock): a line whose exception says that message, read within
+    `MESSAGE_WINDOW_S` of it, is its answer. A line naming the request id is its answer in every case. What the
+    server logs for it is the request's answer, not a server fault (docs/gates.md, `server.log_errors`)."""
+
+    MESSAGE_WINDOW_S: ClassVar[float] = 15.0
+    MIN_MESSAGE_CHARS: ClassVar[int] = 12  # a shorter message ("Bad Request") says too little to match a line by
 
     request_id: str
-    what: str  # e.g. "capability probe images"
+    what: str  # e.g. "capability probe images", "bad_input request expecting a refusal"
     log_inode: int | None = None
     log_from: int | None = None
     log_to: int | None = None
+    message: str | None = None
+    noticed_t: float | None = None
 
     def holds(self, inode: int | None, offset: int | None) -> bool:
         """Whether the log line at `offset` of the file `inode` was written while this request was answered."""
         if None in (self.log_inode, self.log_from, self.log_to, inode, offset):
             return False
         return inode == self.log_inode and self.log_from <= offset < self.log_to
+
+    def names_in(self, texts: Iterable[str]) -> bool:
+        """Whether one of `texts` (a logged line, its exception, the lines after it) names this request's id."""
+        return bool(self.request_id) and any(self.request_id in text for text in texts)
+
+    def says(self, exception: str | None, read_t: float | None) -> bool:
+        """Whether a logged exception read at `read_t` states this refusal's message, near when soak saw it."""
+        if not exception or self.message is None or self.noticed_t is None or read_t is None:
+            return False
+        if abs(read_t - self.noticed_t) > self.MESSAGE_WINDOW_S:
+            return False
+        text = " ".join(exception.split())
+        return any(self._same_message(said) for said in (text, text.partition(": ")[2]))  # "ValueError: text"
+
+    def _same_message(self, said: str) -> bool:
+        shorter, longer = sorted((said, " ".join(self.message.split())), key=len)
+        return len(shorter) >= self.MIN_MESSAGE_CHARS and shorter[:200] in longer
 
 
 # -- summary.json ---------------------------------------------------------------------------------------------

@@ -40,16 +40,15 @@ def check_log_errors(run: RunData, gates: Gates) -> Finding:
     scanned = f" ({details['lines']} lines)" if details["lines"] is not None else ""
     return Finding(check=CHECK, verdict=PASS, value=0, unit="lines", details=details,
                    evidence=f"The server log{scanned} has no fatal line, traceback or NaN/inf warning"
-                            f"{_provoked_text(details['provoked'])}.")
+                            f"{_provoked_text(details)}.")
 
 
-def _provoked_text(provoked: list[dict[str, Any]]) -> str:
+def _provoked_text(details: dict[str, Any]) -> str:
     """What the log says only because soak asked for a refusal, in a clause."""
-    if not provoked:
+    if not details["provoked_lines"]:
         return ""
-    answers = sorted({str(item["answer_to"]) for item in provoked})
-    return (f" of its own ({len(provoked)} matched line(s) were the server's answer to requests soak sent to be "
-            f"refused: {', '.join(answers)}; not judged)")
+    return (f" of its own ({details['provoked_lines']} matched line(s) were the server's answer to requests soak sent "
+            f"to be refused: {', '.join(details['provoked_answers'])}; not judged)")
 
 
 def _log_class(event: Event) -> str:
@@ -81,5 +80,8 @@ def _details(errors: list[Event], scans: list[Event], provoked: list[Event]) -> 
                          "after": e.data.get("after")} for e in errors[:LINES_SHOWN]],
         "provoked": [{"t_s": e.t_s, "class": _log_class(e), "request_id": e.data.get("request_id"),
                       "answer_to": e.data.get("answer_to"), "exception": e.data.get("exception") or e.data.get("line")}
-                     for e in provoked],
+                     for e in provoked[:LINES_SHOWN]],
+        # Past the scan's cap on events, only its totals count the provoked lines.
+        "provoked_lines": max(len(provoked), end.get("provoked") or 0),
+        "provoked_answers": sorted({str(e.data.get("answer_to")) for e in provoked}),
     }

@@ -5,7 +5,9 @@ their own connection, not by the dispatcher, so they are no part of the offered 
 and no request count. They wait while an idle probe or an outage pause is in force, and a probe whose hold ends
 while a canary is still in flight waits for it (`CanaryLoop.around_probe`), so the idle floor is read with nothing
 running. Each answer is an event: `canary` (the reference, or a match), `canary_mismatch` (with the first difference),
-`canary_timeout`, `canary_error`; the `canary` check judges them (docs/gates.md).
+`canary_timeout`, `canary_error`; the `canary` check judges them (docs/gates.md). Each carries soak's own request id,
+and a canary the server refuses is handed to the log scan (`on_refused`): what the server logs refusing it is the
+canary's answer, already judged here, not a second finding under `server.log_errors`.
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ from typing import Any
 import gevent
 from gevent.event import Event as GeventEvent
 
-from soak.contracts import EventKind, EventSink
+from soak.contracts import REQUEST_ID_HEADER, EventKind, EventSink, ProvokedExchange, soak_request_id
+from soak.load.client import short_error
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +47,7 @@ class Answer:
     timed_out: bool = False
     error: str | None = None
     completion_tokens: int | None = None
+    refusal: ProvokedExchange | None = None  # a 4xx: what the server logs for it is this canary's answer
 
 
 def canary_body(model: str) -> dict[str, Any]:
@@ -54,12 +58,16 @@ def canary_body(model: str) -> dict[str, Any]:
 
 def ask(base_url: str, model: str, headers: dict[str, str], timeout_s: float) -> Answer:
     """Send one canary (non-streaming chat completion) and read its answer; never raises."""
+    request_id = soak_request_id("canary", "golden")
     request = urllib.request.Request(base_url + "/v1/chat/completions", data=json.dumps(canary_body(model)).encode(),
-                                     headers={"Content-Type": "application/json", **headers}, method="POST")
+                                     headers={"Content-Type": "application/json", **headers,
+                                              REQUEST_ID_HEADER: request_id}, method="POST")
     started = time.monotonic()
     try:
         with urllib.request.urlopen(request, timeout=timeout_s) as response:
             body = json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        return _refused(exc, request_id, time.monotonic() - started)
     except TimeoutError as exc:
         return Answer(None, time.monotonic() - started, timed_out=True, error=str(exc) or "timed out")
     except urllib.error.URLError as exc:
@@ -70,9 +78,20 @@ def ask(base_url: str, model: str, headers: dict[str, str], timeout_s: float) ->
     return _answer_from(body, time.monotonic() - started)
 
 
+def _refused(exc: urllib.error.HTTPError, request_id: str, elapsed_s: float) -> Answer:
+    """An HTTP error answer; a 4xx carries the refusal, whose logged lines are the canary's, not a server fault."""
+    try:
+        message = short_error(exc.read())
+    except OSError:
+        message = ""
+    refusal = None
+    if 400 <= exc.code < 500 and message:
+        refusal = ProvokedExchange(request_id, "a canary the server refused", message=message, noticed_t=time.time())
+    return Answer(None, elapsed_s, error=f"HTTP {exc.code}: {message}" if message else f"HTTP {exc.code}",
+                  refusal=refusal)
+
+
 def _describe(exc: urllib.error.URLError) -> str:
-    if isinstance(exc, urllib.error.HTTPError):
-        return f"HTTP {exc.code}"
     return f"{type(exc.reason).__name__}: {exc.reason}"
 
 
@@ -123,8 +142,10 @@ class ProbeGate:
 class CanaryLoop:
     """Sends a canary every `every_s` (the first at once) from its own greenlet and records each outcome."""
 
-    def __init__(self, send: Callable[[], Answer], recorder: EventSink, every_s: float, gate: ProbeGate) -> None:
+    def __init__(self, send: Callable[[], Answer], recorder: EventSink, every_s: float, gate: ProbeGate,
+                 on_refused: Callable[[ProvokedExchange], None] | None = None) -> None:
         self._send = send
+        self._on_refused = on_refused
         self.recorder = recorder
         self.every_s = every_s
         self.gate = gate
@@ -162,6 +183,8 @@ class CanaryLoop:
             finally:
                 self._idle.set()
                 self._last_end = time.monotonic()
+            if answer.refusal is not None and self._on_refused is not None:
+                self._on_refused(answer.refusal)
             self.judge(answer)
 
     def judge(self, answer: Answer) -> None:
@@ -198,9 +221,14 @@ class CanaryLoop:
 
 
 def start_canary(every_s: float, request_timeout_s: float, base_url: Callable[[], str], model: str,
-                 headers: dict[str, str], recorder: EventSink, gate: ProbeGate) -> CanaryLoop | None:
-    """A running canary loop, or None when `every_s` is 0 (off). `base_url()` is read at each send (restarts)."""
+                 headers: dict[str, str], recorder: EventSink, gate: ProbeGate,
+                 on_refused: Callable[[ProvokedExchange], None] | None = None) -> CanaryLoop | None:
+    """A running canary loop, or None when `every_s` is 0 (off). `base_url()` is read at each send (restarts);
+    `on_refused` learns of each canary the server refused (the log scan, so its logged lines are not faults)."""
     if not every_s:
         return None
     timeout_s = min(request_timeout_s, CANARY_TIMEOUT_S)
-    return CanaryLoop(lambda: ask(base_url(), model, headers, timeout_s), recorder, every_s, gate).start()
+
+    def send() -> Answer:
+        return ask(base_url(), model, headers, timeout_s)
+    return CanaryLoop(send, recorder, every_s, gate, on_refused).start()

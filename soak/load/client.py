@@ -29,6 +29,7 @@ from geventhttpclient._parser import HTTPParseError
 from geventhttpclient.response import HTTPConnectionClosed
 from geventhttpclient.url import URL
 
+from soak.contracts import REQUEST_ID_HEADER, soak_request_id
 from soak.load.prompts import TokenRatio, utf8_len
 from soak.load.records import CANCELLED, INVALID_OUTPUT, RequestRecord
 from soak.load.settings import ClientSettings
@@ -168,6 +169,7 @@ class _Exchange:
     error_class: str | None = None
     error_message: str | None = None
     expected_error: bool = False
+    request_id: str | None = None
     # Tool calls by index: [name, arguments so far]; `tool_delta` marks a chunk that carried a fragment of one.
     tool_parts: dict[int, list[str]] = field(default_factory=dict)
     tool_delta: bool = False
@@ -216,7 +218,8 @@ class _Exchange:
             lag_ms=(sent_t - self.intended_t) * 1000.0 - self.queue_ms,
             output_tokens=int(output_tokens) if isinstance(output_tokens, (int, float)) else self.chunks,
             prompt_tokens=_int_or_none(usage.get("prompt_tokens")), error_class=self.error_class,
-            expected_error=self.expected_error, status_code=self.status_code, error_message=self.error_message)
+            expected_error=self.expected_error, status_code=self.status_code, error_message=self.error_message,
+            request_id=self.request_id)
 
 
 def _int_or_none(value: Any) -> int | None:
@@ -444,6 +447,8 @@ class OpenAIClient:
               validate: Validator | None = None) -> Reply:
         payload = _encode(body)
         exchange, arrival = self._begin(kind)
+        if expect_error:  # the server may log its refusal: the id marks those lines as soak's doing
+            exchange.request_id = soak_request_id("provoke", exchange.scenario)
         response = None
         deadline = gevent.Timeout(self.settings.request_timeout_s, _Deadline)
         deadline.start()
@@ -453,7 +458,7 @@ class OpenAIClient:
             exchange.sent_t = time.time()
             if arrival is not None and arrival.on_first_send is not None:
                 arrival.on_first_send((exchange.sent_t - exchange.intended_t) * 1000.0 - exchange.queue_ms)
-            response = self._open(path, payload, stream)
+            response = self._open(path, payload, stream, exchange.request_id)
             exchange.headers_t = time.time()
             exchange.headers_seen = True
             exchange.status_code = response.get_code()
@@ -479,9 +484,11 @@ class OpenAIClient:
             return _Exchange(scenario, kind, arrival.intended_t, arrival.queue_ms), arrival
         return _Exchange(scenario, kind, time.time(), 0.0), None
 
-    def _open(self, path: str, payload: bytes, stream: bool) -> Any:
+    def _open(self, path: str, payload: bytes, stream: bool, request_id: str | None) -> Any:
         headers = dict(self._headers)
         headers["Accept"] = "text/event-stream" if stream else "application/json"
+        if request_id is not None:
+            headers[REQUEST_ID_HEADER] = request_id
         uri = self._base.path.rstrip("/") + path
         return self._pool_client.request("POST", uri, body=payload, headers=headers)
 

@@ -6,8 +6,11 @@ late client or a full concurrency cap shows up in the numbers instead of hiding 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, fields
 from typing import Any
+
+from soak.contracts import ProvokedExchange
 
 # invalid_output: a 200 whose answer failed the scenario's validation (soak.load.validate).
 INVALID_OUTPUT = "invalid_output"
@@ -27,7 +30,8 @@ class RequestRecord:
     `invalid_output` is a 200 whose structured answer failed validation; `cancelled` is a
     deliberate client disconnect (or a request cut at stop), not an error. expected_error marks a failure the
     scenario asked for (bad_input's 4xx), which counts as success. validation_gap names the expectation a
-    success broke: the scenario expected a refusal (`Expect`) and the server answered 200 instead.
+    success broke: the scenario expected a refusal (`Expect`) and the server answered 200 instead. request_id is
+    the `X-Request-Id` soak sent with a request expecting a refusal (the server's log of it is its answer), else None.
     """
 
     scenario: str
@@ -48,6 +52,7 @@ class RequestRecord:
     status_code: int | None = None
     error_message: str | None = None
     validation_gap: str | None = None
+    request_id: str | None = None
 
     @property
     def is_error(self) -> bool:
@@ -58,6 +63,12 @@ class RequestRecord:
     def itl_mean_ms(self) -> float | None:
         """Mean gap between content chunks of this request, None with fewer than two chunks."""
         return sum(self.itl_ms) / len(self.itl_ms) if self.itl_ms else None
+
+    def as_refusal(self, noticed_t: float) -> ProvokedExchange:
+        """This request as one refused on purpose, seen at `noticed_t`: what the server logged for it is its answer."""
+        message = re.sub(r"^HTTP \d+: ", "", self.error_message or "") or None
+        return ProvokedExchange(self.request_id or "", f"{self.scenario} request expecting a refusal",
+                                message=message, noticed_t=noticed_t)
 
     def to_wire(self) -> dict[str, Any]:
         """Plain types only (lists, not tuples), for Locust's msgpack messages between processes."""

@@ -329,7 +329,8 @@ class Conductor:
         gate = ProbeGate()
         state.canary = None if config.observe_only else start_canary(
             config.load.canary_every_s, config.load.request_timeout_s, lambda: state.info.base_url, state.info.model,
-            auth_headers(config), state.recorder, gate)
+            auth_headers(config), state.recorder, gate,
+            on_refused=state.log_scanner.provoke if state.log_scanner is not None else None)
         on_idle_probe = state.telemetry.probe_reading
         if state.canary is not None:
             on_idle_probe = state.canary.around_probe(on_idle_probe, config.probe_hold_s, config.probe_drain_timeout_s)
@@ -398,6 +399,8 @@ class Conductor:
         state.ledger.add(record)
         if state.drains is not None:
             state.drains.add(record)
+        if record.expected_error and state.log_scanner is not None:
+            state.log_scanner.provoke(record.as_refusal(time.time()))
         if self.config.keep_requests:
             state.recorder.request(KeptRequest(
                 scenario=record.scenario, intended_s=record.intended_t - state.t0, lag_ms=record.lag_ms,

@@ -18,18 +18,16 @@ import os
 import time
 import urllib.error
 import urllib.request
-import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from soak.contracts import ProvokedExchange
+from soak.contracts import REQUEST_ID_HEADER, ProvokedExchange, soak_request_id
 from soak.target.openai import list_models
 
 PROBE_TIMEOUT_S = 60.0  # a first json_schema request compiles a grammar, a first image warms the vision encoder
 MESSAGE_CHARS = 200
-REQUEST_ID_HEADER = "X-Request-Id"
 LOG_SETTLE_S, LOG_SETTLE_MAX_S = 0.1, 1.0  # after a refusal, the log is read until it stops growing this long
 
 # The scenarios that need a feature a server may lack: built-in scenario name → the feature. One row per scenario.
@@ -148,7 +146,7 @@ def probe_chat(base_url: str, model: str, feature: str, headers: dict[str, str] 
     """One non-streamed chat asking for `feature`: 200 accepted, a 4xx refused, anything else unknown. It carries
     its own request id; with the server's `log_path`, a refusal notes the log's bytes written while answering."""
     body = {"model": model, "temperature": 0, "stream": False, **_chat_bodies()[feature]()}
-    request_id = f"soak-probe-{feature}-{uuid.uuid4().hex[:12]}"
+    request_id = soak_request_id("probe", feature)
     before = log_position(log_path)
     try:
         status, answer = _post_json(base_url + "/v1/chat/completions", body,

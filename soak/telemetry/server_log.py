@@ -30,6 +30,10 @@ MAX_LINE_CHARS = 2000
 CONTEXT_BEFORE, CONTEXT_AFTER = 3, 3
 TRACEBACK_MAX_LINES = 60  # a traceback longer than this is recorded without its final line
 PENDING_WAIT_S = 2.0  # how long an event waits for its after-context before it is recorded anyway
+# How long a matched line waits, in a run whose load may be refused on purpose, for soak to learn of the refusal it
+# may answer: a remote worker's records come with its report, every 3 s.
+PROVOKED_WAIT_S = 6.0
+RECENT_PROVOKED = 512  # refusals of the load kept to match lines against (older ones are far outside their window)
 REPEAT_EVERY_S = 300.0  # one event per distinct line per 5 minutes; repeats in between are counted
 MAX_EVENTS = 100  # per scan; past it lines are only counted
 MAX_SIGNATURES = 1000
@@ -171,6 +175,7 @@ class _Pending:
     line_no: int
     before: list[str]
     offset: int | None = None  # where the line starts in the file
+    read_t: float | None = None  # wall clock when the scan read it
     after: list[str] = field(default_factory=list)
     exception: str | None = None
 
@@ -208,20 +213,26 @@ class ServerLogScanner:
     """Classifies the new lines of one log on each `poll()` and records what it finds (see the module docstring)."""
 
     def __init__(self, follower: LogFollower, recorder: EventSink, clock: Callable[[], float] = time.monotonic,
-                 provoked: tuple[ProvokedExchange, ...] = ()) -> None:
+                 provoked: tuple[ProvokedExchange, ...] = (), provoked_wait_s: float = 0.0) -> None:
         self.follower = follower
         self.recorder = recorder
         self.provoked = provoked
         self.provoked_lines = 0
+        self.provoked_wait_s = provoked_wait_s
+        self._recent: deque[ProvokedExchange] = deque(maxlen=RECENT_PROVOKED)
         self._clock = clock
         self._before: deque[str] = deque(maxlen=CONTEXT_BEFORE)
-        self._pending: list[tuple[_Pending, float, int]] = []  # (event, deadline, line number at match)
+        self._pending: list[tuple[_Pending, float, float, int]] = []  # (event, earliest, deadline, line no. at match)
         self._last_at: dict[str, float] = {}
         self._held: dict[str, int] = {}
         self.lines = 0
         self.matched: dict[str, int] = {}
         self.recorded = 0
         self.suppressed = 0
+
+    def provoke(self, exchange: ProvokedExchange) -> None:
+        """Learn of a request of the load that was refused on purpose (any thread): its logged lines are its answer."""
+        self._recent.append(exchange)
 
     def start(self) -> None:
         """Record that a scan began (so a clean log is a PASS, not a missing one)."""
@@ -251,20 +262,23 @@ class ServerLogScanner:
 
     def _line(self, line: str, offset: int | None = None) -> None:
         self.lines += 1
-        for pending, _, _ in self._pending:
+        for pending, *_ in self._pending:
             pending.feed(line)
         pattern = classify(line)
         if pattern is not None:
             self.matched[pattern.log_class.value] = self.matched.get(pattern.log_class.value, 0) + 1
-            pending = _Pending(pattern, line, self.lines, list(self._before), offset)
-            self._pending.append((pending, self._clock() + PENDING_WAIT_S, self.lines))
+            pending = _Pending(pattern, line, self.lines, list(self._before), offset, time.time())
+            now = self._clock()
+            self._pending.append((pending, now + self.provoked_wait_s,
+                                  now + max(PENDING_WAIT_S, self.provoked_wait_s), self.lines))
         self._before.append(line)
 
     def _flush(self, force: bool) -> None:
+        """Record what is due: its context complete (and its wait for a refusal over), or its deadline passed."""
         now, waiting = self._clock(), []
         for item in self._pending:
-            pending, deadline, at_line = item
-            if force or now >= deadline or pending.complete(self.lines - at_line):
+            pending, earliest, deadline, at_line = item
+            if force or now >= deadline or (now >= earliest and pending.complete(self.lines - at_line)):
                 self._emit(pending)
             else:
                 waiting.append(item)
@@ -291,13 +305,14 @@ class ServerLogScanner:
                      self._data(pending, self._held.pop(key, 0)))
 
     def _provoked_by(self, pending: _Pending) -> ProvokedExchange | None:
-        """The exchange whose answer this line is: written while it was answered, or naming its request id on the
-        line, its exception or the lines after it (the lines before may name an earlier request)."""
+        """The exchange whose answer this line is: written while it was answered, naming its request id on the line,
+        its exception or the lines after it (the lines before may name an earlier request), or stating its refusal's
+        message near when soak saw the refusal."""
         own_text = (pending.line, pending.exception or "", *pending.after)
-        for exchange in self.provoked:
-            if exchange.holds(self.follower.inode, pending.offset):
+        for exchange in (*self.provoked, *list(self._recent)):
+            if exchange.holds(self.follower.inode, pending.offset) or exchange.names_in(own_text):
                 return exchange
-            if any(exchange.request_id in text for text in own_text):
+            if exchange.says(pending.exception or pending.line, pending.read_t):
                 return exchange
         return None
 
@@ -315,12 +330,13 @@ class ServerLogScanner:
                 "after": pending.after, "repeats_held_back": repeats_held, "path": str(self.follower.path)}
 
 
-def open_scanner(path: Path | None, from_end: bool, recorder: EventSink,
-                 provoked: tuple[ProvokedExchange, ...] = ()) -> ServerLogScanner | None:
+def open_scanner(path: Path | None, from_end: bool, recorder: EventSink, provoked: tuple[ProvokedExchange, ...] = (),
+                 provoked_wait_s: float = 0.0) -> ServerLogScanner | None:
     """A started scanner of `path`, or None when there is no log to scan."""
     if path is None:
         return None
-    scanner = ServerLogScanner(LogFollower(Path(path), from_end), recorder, provoked=provoked)
+    scanner = ServerLogScanner(LogFollower(Path(path), from_end), recorder, provoked=provoked,
+                               provoked_wait_s=provoked_wait_s)
     scanner.start()
     return scanner
 
@@ -329,7 +345,7 @@ def scanner_for_run(server_log: Path | None, managed_log: Path | None, recorder:
                     provoked: tuple[ProvokedExchange, ...] = ()) -> ServerLogScanner | None:
     """The run's scanner: `--server-log FILE` from its end at the run's start, else the managed server's own log
     (server.log in the run's folder) from its beginning, else None (an external server without --server-log).
-    `provoked`: the requests soak sent to be refused, whose logged lines are their answers, not faults."""
-    if server_log is not None:
-        return open_scanner(server_log, True, recorder, provoked)
-    return open_scanner(managed_log, False, recorder, provoked)
+    `provoked`: the capability probes soak sent to be refused; the load's refusals come later (`provoke`), so each
+    matched line waits `PROVOKED_WAIT_S` for the one it may answer."""
+    path, from_end = (server_log, True) if server_log is not None else (managed_log, False)
+    return open_scanner(path, from_end, recorder, provoked, PROVOKED_WAIT_S)

@@ -1,7 +1,8 @@
 """A finding is about the server, never about what soak did to it: a reference server that logs a traceback for
-each refusal (`--log-refusals`, as vLLM 0.21 does) answers soak's image probe so, and the run's
-`server.log_errors` still PASSes while the capability report says images are refused; a traceback the server
-writes of its own (the planted `log-engine-dead-after`) still FAILs it."""
+each refusal (`--log-refusals`, as vLLM 0.21 does, without the request's id) answers soak's image probe and the
+`bad_input` scenario's deliberately bad requests so, and the run's `server.log_errors` still PASSes while the
+capability report says images are refused; a traceback the server writes of its own (the planted
+`log-engine-dead-after`) still FAILs it, beside the same refusals."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ import pytest
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 
-LOUD_TEXT_ONLY = ["--reference-arg=--no-images", "--reference-arg=--log-refusals", "--scenario", "chat_short"]
+LOUD_TEXT_ONLY = ["--reference-arg=--no-images", "--reference-arg=--log-refusals", "--scenario", "chat_short:2",
+                  "--scenario", "bad_input:1"]
 SHORT = ["start", "--duration", "8s", "--warmup", "2s", "--window", "2s", "--sample-every", "1s", "--rate", "3",
          "--no-idle-probes", "--canary-every", "0", "--json"]
 
@@ -34,8 +36,11 @@ def test_the_tracebacks_a_server_logs_refusing_soaks_probes_are_their_answers_no
     finding = log_finding(summary)
     assert finding["verdict"] == "PASS", finding["evidence"]
     assert "capability probe images" in finding["evidence"]
+    assert "bad_input request expecting a refusal" in finding["evidence"]
     run_dir = next(path for path in tmp_path.iterdir() if path.is_dir())
-    assert "Traceback (most recent call last)" in (run_dir / "server.log").read_text(errors="replace")
+    tracebacks = (run_dir / "server.log").read_text(errors="replace").count("Traceback (most recent call last)")
+    provoked = finding["details"]["provoked_lines"]
+    assert tracebacks >= 3 and provoked == tracebacks, (tracebacks, provoked)  # every one of them soak's doing
 
 
 def test_a_traceback_the_server_writes_of_its_own_still_fails_the_check(soak_cli, tmp_path):

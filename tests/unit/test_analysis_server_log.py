@@ -66,5 +66,7 @@ def test_lines_that_answered_soaks_own_probes_are_not_judged_but_counted():
     assert finding.details["provoked"] == [{"t_s": 0.2, "class": "traceback", "request_id": "soak-probe-images-1",
                                             "answer_to": "capability probe images",
                                             "exception": "ValueError: not a multimodal model"}]
+    assert finding.details["provoked_lines"] == 1
+    assert finding.details["provoked_answers"] == ["capability probe images"]
     assert judge(START, provoked, line(60.0, "traceback", "Traceback (most recent call last):", "KeyError: 'k'"),
                  END).verdict == SUSPECT  # a traceback of the server's own still counts

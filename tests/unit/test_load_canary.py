@@ -6,6 +6,7 @@ import time
 
 import gevent
 
+from soak.contracts import ProvokedExchange
 from soak.load.canary import Answer, CanaryLoop, ProbeGate, canary_body, first_difference
 
 
@@ -80,3 +81,16 @@ def test_a_probe_waits_for_a_canary_in_flight_then_holds_again():
     loop.stop()
     assert readings and readings[0][:2] == (3, True)
     assert readings[0][2] - started >= 0.5  # 0.35 s left of the canary, then a hold of 0.2 s
+
+
+def test_a_refused_canary_is_handed_to_the_log_scan_before_it_is_judged():
+    events, refusals = Events(), []
+    refusal = ProvokedExchange("soak-canary-golden-1", "a canary the server refused", message="no such model here",
+                               noticed_t=time.time())
+    answers = iter([Answer(None, 0.1, error="HTTP 404: no such model here", refusal=refusal)])
+    loop = CanaryLoop(lambda: next(answers, Answer("a", 0.0)), events, 60.0, ProbeGate(), refusals.append).start()
+    deadline = time.monotonic() + 10
+    while not events.recorded and time.monotonic() < deadline:
+        gevent.sleep(0.01)
+    loop.stop()
+    assert refusals == [refusal] and events.kinds() == ["canary_error"]

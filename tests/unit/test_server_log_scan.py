@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
 
@@ -177,3 +178,71 @@ def test_offsets_follow_the_bytes_of_each_line(tmp_path):
     append(path, "cdé\nf")
     assert follower.read_entries() == [(0, "ab"), (3, "cdé")]
     assert follower.rest() == [(len("ab\ncdé\n".encode()), "f")]
+
+
+class Clock:
+    """The scan's monotonic clock, moved by hand."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+REFUSAL = "The model `tiny` is not a multimodal model"
+
+
+def test_a_refusal_of_the_load_learnt_after_its_line_was_read_still_claims_it(tmp_path):
+    path, events, clock = tmp_path / "server.log", Events(), Clock()
+    path.write_text("")
+    scanner = ServerLogScanner(LogFollower(path, from_end=False), events, clock=clock, provoked_wait_s=6.0)
+    append(path, f"ERROR Error in preprocessing prompt inputs\nTraceback (most recent call last):\n"
+                 f"  File \"serving.py\", line 9, in chat\nValueError: {REFUSAL}\nINFO 400 Bad Request\n")
+    scanner.poll()
+    clock.now = 1.0
+    scanner.poll()
+    assert events.of("server_log_provoked") == events.of("server_log_error") == []  # waiting for the refusal
+    scanner.provoke(ProvokedExchange("soak-provoke-bad_input-1", "bad_input request expecting a refusal",
+                                     message=REFUSAL, noticed_t=time.time()))
+    clock.now = 6.0
+    scanner.poll()
+    (answer,) = events.of("server_log_provoked")
+    assert answer["answer_to"] == "bad_input request expecting a refusal" and answer["exception"].endswith(REFUSAL)
+    assert events.of("server_log_error") == []
+
+
+def test_a_traceback_no_refusal_explains_is_a_fault_once_the_wait_is_over(tmp_path):
+    path, events, clock = tmp_path / "server.log", Events(), Clock()
+    path.write_text("")
+    scanner = ServerLogScanner(LogFollower(path, from_end=False), events, clock=clock, provoked_wait_s=6.0)
+    scanner.provoke(ProvokedExchange("soak-provoke-bad_input-1", "bad_input request expecting a refusal",
+                                     message=REFUSAL, noticed_t=time.time()))
+    scanner.provoke(ProvokedExchange("soak-provoke-bad_input-2", "bad_input request expecting a refusal",
+                                     message=REFUSAL, noticed_t=time.time() - 60))  # long before the line below
+    append(path, "Traceback (most recent call last):\nKeyError: 'block_table'\nINFO next\n")
+    scanner.poll()
+    assert events.of("server_log_error") == []
+    clock.now = 6.0
+    scanner.poll()
+    assert [e["exception"] for e in events.of("server_log_error")] == ["KeyError: 'block_table'"]
+    scanner.provoke(ProvokedExchange("", "a canary the server refused", message="KeyError: 'block_table'",
+                                     noticed_t=time.time() - 60))
+    append(path, "Traceback (most recent call last):\nValueError: KeyError: 'block_table'\nINFO next\n")
+    clock.now = 100.0
+    scanner.close()  # the same message, but a minute away from the refusal that said it: still a fault
+    assert len(events.of("server_log_error")) == 2 and events.of("server_log_provoked") == []
+
+
+@pytest.mark.parametrize("exception, said", [
+    (f"ValueError: {REFUSAL}", True),
+    (f"vllm.entrypoints.openai.protocol.ErrorResponse: {REFUSAL}. Please check the model card", True),
+    (REFUSAL[:30], True),  # the server's line was cut shorter than the body's message
+    ("ValueError: Bad Request", False),  # too short to say which refusal
+    ("ValueError: The model `tiny` is a multimodal model", False),
+    (None, False),
+])
+def test_a_refusal_is_said_by_an_exception_that_states_its_message(exception, said):
+    refusal = ProvokedExchange("", "bad_input request expecting a refusal", message=REFUSAL, noticed_t=100.0)
+    assert refusal.says(exception, 105.0) is said
+    assert not refusal.says(exception, 100.0 + 2 * ProvokedExchange.MESSAGE_WINDOW_S)

@@ -26,6 +26,22 @@ def canary_text(server) -> str:
     return answer.text
 
 
+def test_a_canary_the_server_refuses_is_its_refusal_and_the_log_scan_excuses_what_it_logged(start_refserver):
+    server = start_refserver("--log-refusals")
+    assert ask(server.url, "soak-reference", {}, timeout_s=30.0).refusal is None
+    events = Events()
+    scanner = scanner_for_run(None, server.stderr_path, events)  # a managed log: read from its start
+    refused = ask(server.url, "soak-no-such-model", {}, timeout_s=30.0)
+    assert refused.text is None and refused.error == "HTTP 404: The model `soak-no-such-model` does not exist."
+    refusal = refused.refusal
+    assert refusal.request_id.startswith("soak-canary-golden-") and refusal.message in refused.error
+    scanner.provoke(refusal)
+    wait_until(lambda: "Traceback (most recent call last)" in server.stderr(), 30, what="the logged refusal")
+    scanner.close()
+    kinds = [kind for kind, _ in events.recorded]
+    assert "server_log_provoked" in kinds and "server_log_error" not in kinds, events.recorded
+
+
 def test_the_canary_answer_is_the_same_every_time_and_on_every_start(start_refserver):
     first, second = start_refserver(), start_refserver()
     text = canary_text(first)
