@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 from soak.analysis.findings import FAIL, PASS
 from soak.analysis.fmt import duration_text, p_text
-from soak.analysis.trend import TrendResult
+from soak.analysis.trend import A_FALL, SLOW_DRIFT, TrendResult
 
 MATERIAL_PHRASE = "grows less over the judged span than the least change that can FAIL"
 
@@ -47,7 +47,7 @@ def detection_sentence(result: TrendResult, amount: Callable[[float], str]) -> s
     limit = result.detection_limit_per_s
     if not result.n or limit != limit:  # nan: untested
         return ""
-    text = f"this run rules out rises above {amount(max(limit, 0.0))}"
+    text = f"this run rules out rises above {amount(max(limit, 0.0))}{_bound_reason(result)}"
     if result.verdict == PASS:
         return text
     needed = result.span_needed_s()
@@ -67,3 +67,14 @@ def settle_step(result: TrendResult, amount: Callable[[float], str]) -> str | No
         return None
     return (f"run ≥ {duration_text(needed)} of judged load (after warm-up, probes and outages) at this rate "
             f"to rule out {amount(result.min_slope_per_s)}")
+
+
+def _bound_reason(result: TrendResult) -> str:
+    """Why the bound is more than the interval's upper end, in a parenthesis (nothing when it is that end)."""
+    if result.bound_note == A_FALL:
+        return (" (a fall without the evidence a rise needs to FAIL bounds no rise: what wanders down can wander "
+                "up as far, so the bound is the fall's size plus the strict interval's arm)")
+    if result.bound_note == SLOW_DRIFT:
+        return (f" (the series drifts on a timescale of {duration_text(result.correlation_time_s)}, too slow for "
+                f"the {duration_text(result.span_s)} judged to average out, so its interval is no bound on a rise)")
+    return ""

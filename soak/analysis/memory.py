@@ -362,7 +362,8 @@ def judge(series: Series, gates: Gates, limits: Limits, p_value: float, floor_s:
     the net growth in lasting steps. Points before the cut are left out (nan, so series stay aligned);
     `floor_s` inf keeps every point (no data-driven cut). The trend is fitted on `clock` (`RunData.load_clock`:
     a network outage's pause taken out) when given; steps and the cut keep the run's own times."""
-    spec = replace(gates.trend_spec(limits.threshold_per_s, persistence=True), p_value=p_value / 2)
+    spec = replace(gates.trend_spec(limits.threshold_per_s, persistence=True), p_value=p_value / 2,
+                   min_change=limits.min_change)
     cut = None
     if math.isfinite(floor_s):
         cut = settle_index(series.t_s, series.values, floor_s, min_kept=spec.min_points)
@@ -409,7 +410,7 @@ def material_trend(trend: TrendResult, observed: float, min_change: float) -> Tr
         return trend
     gates = {**trend.gates, "material": surest_rise(trend, observed) >= min_change}
     return replace(trend, gates=gates,
-                   verdict=trend_verdict(gates, trend.slope_per_s, trend.ci_per_s[1], trend.min_slope_per_s))
+                   verdict=trend_verdict(gates, trend.slope_per_s, trend.detection_limit_per_s, trend.min_slope_per_s))
 
 
 def deciding(total: Judged, per_process: list[Judged]) -> tuple[Judged, str]:
@@ -535,6 +536,8 @@ def _growth_times(run: RunData, outcome: Outcome) -> np.ndarray:
 def _details(run: RunData, outcome: Outcome, churn: ChurnFit | None = None) -> dict:
     chosen, result = outcome.chosen, outcome.chosen.trend
     details = {"source": outcome.source, "points": result.n, "mk_p": result.mk_p, "gates": result.gates,
+               "autocorrelation": result.autocorrelation, "correlation_time_s": result.correlation_time_s,
+               "bound_note": result.bound_note,
                "half_slope_per_h": _h(result.half_slope_per_s), "judged_by": chosen.series.label,
                "gpu_seen": run.gpu_seen, "step": None if chosen.step is None else chosen.step.to_dict(),
                "headroom": outcome.headroom, "horizon_s": run.horizon_s,

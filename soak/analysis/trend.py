@@ -36,6 +36,12 @@ from scipy.stats import norm, theilslopes
 
 from soak.analysis.findings import FAIL, INCONCLUSIVE, PASS, SUSPECT, Trend
 
+# A PASS's bound is stricter where the judged span holds fewer than this many of the series' correlation times
+# (`pass_bound`). Read from one run, a correlation time comes out at most about a fifth of the span however slow
+# the drift (a half or a whole cycle of a wander over the run reads 0.13–0.18 of it), so eight is the bar.
+MIN_CORRELATION_TIMES = 8.0
+A_FALL, SLOW_DRIFT = "a fall", "slow drift"
+
 
 @dataclass(frozen=True)
 class TrendSpec:
@@ -46,6 +52,7 @@ class TrendSpec:
     confidence: float = 0.95
     min_points: int = 20
     persistence: bool = False
+    min_change: float = 0.0  # the least change over the span that counts (a leak's `material` gate), if any
 
 
 @dataclass(frozen=True)
@@ -64,6 +71,9 @@ class TrendResult:
     min_slope_per_s: float = math.nan
     gates: dict[str, bool] = field(default_factory=dict)
     autocorrelation: float = 0.0
+    pass_bound_per_s: float = math.nan  # the smallest rise this run rules out (`pass_bound`); nan: the CI's upper end
+    bound_note: str | None = None  # why that bound is above the CI's upper end: "a fall", "slow drift"
+    correlation_time_s: float = 0.0  # the series' own, around its level (`correlation_time_s`)
 
     @property
     def projected_change(self) -> float:
@@ -72,25 +82,30 @@ class TrendResult:
 
     @property
     def detection_limit_per_s(self) -> float:
-        """The smallest upward slope this run rules out: the upper end of the CI (nan if untested)."""
-        return self.ci_per_s[1]
+        """The smallest upward slope this run rules out (nan if untested): the upper end of the CI, or the
+        stricter bound of `pass_bound` where the run's fall or slow drift leaves the CI claiming too much."""
+        return self.pass_bound_per_s if math.isfinite(self.pass_bound_per_s) else self.ci_per_s[1]
 
     def span_needed_s(self) -> float | None:
         """About how long a run of the same shape must judge to rule out the threshold, or None
         when this one already does (or cannot say). With a fixed number of windows the interval's
         upper arm shrinks as 1/span — the conservative reading, since more windows shrink it faster."""
-        low, high = self.ci_per_s
+        low, high = self.ci_per_s[0], self.detection_limit_per_s
         if not (math.isfinite(low) and math.isfinite(high)) or self.span_s <= 0:
             return None
         if high < self.min_slope_per_s or self.min_slope_per_s <= 0:
             return None
-        centre = max(self.slope_per_s, 0.0)
+        centre = abs(self.slope_per_s) if self.bound_note else max(self.slope_per_s, 0.0)
         room = self.min_slope_per_s - centre
         if room <= 0:
             return None
         # The upper arm (not the half-width): Theil–Sen intervals are asymmetric, and it is the
-        # upper end that has to come under the threshold.
-        return self.span_s * (high - centre) / room
+        # upper end that has to come under the threshold. A span inside the drift's own correlation time
+        # averages none of it out: at least enough correlation times to end the doubt.
+        needed = self.span_s * (high - centre) / room
+        if self.bound_note == SLOW_DRIFT:
+            needed = max(needed, MIN_CORRELATION_TIMES * self.correlation_time_s)
+        return needed
 
     def line(self, space: str = "linear", series: str | None = None) -> Trend | None:
         """The fitted line for a chart; None when too few points were fitted (no line to draw: a finding that
@@ -122,11 +137,50 @@ def assess_trend(t_s: np.ndarray, y: np.ndarray, spec: TrendSpec) -> TrendResult
     if spec.persistence:
         gates["persistent"] = (half_slope is not None and half_slope >= spec.min_slope_per_s / 2
                                and second_half_rises(t_s, y))
+    tau_s = correlation_time_s(t_s, y - (intercept + slope * (t_s - t0_s)))
+    fell = slope < 0 and proven_fall(t_s - t0_s, y, spec, phi, (mk_p, high))
+    bound, note = pass_bound(t_s - t0_s, y, spec, (slope, high, phi), tau_s, fell)
     return TrendResult(
-        verdict=trend_verdict(gates, slope, high, spec.min_slope_per_s), n=len(y), t0_s=t0_s,
+        verdict=trend_verdict(gates, slope, bound, spec.min_slope_per_s), n=len(y), t0_s=t0_s,
         span_s=float(t_s[-1] - t0_s), slope_per_s=slope, ci_per_s=(low, high), intercept=intercept,
         mk_p=mk_p, half_slope_per_s=half_slope, min_slope_per_s=spec.min_slope_per_s, gates=gates,
-        autocorrelation=phi)
+        autocorrelation=phi, pass_bound_per_s=bound if note else math.nan, bound_note=note,
+        correlation_time_s=tau_s)
+
+
+def proven_fall(t_s: np.ndarray, y: np.ndarray, spec: TrendSpec, phi: float, test: tuple[float, float]) -> bool:
+    """Whether the series falls with the evidence a rise needs to FAIL: significant, the interval's upper end
+    under minus half the threshold, a fall at that end of at least `min_change` over the span, and (where the spec
+    asks persistence) a second half that still falls."""
+    mk_p, high = test
+    if not (high < -spec.min_slope_per_s / 2 and significant(t_s, -y, spec, phi, mk_p)):
+        return False
+    if -high * float(t_s[-1] - t_s[0]) < spec.min_change:  # as a rise that builds less than this cannot FAIL
+        return False
+    return not spec.persistence or second_half_rises(t_s, -y)
+
+
+def pass_bound(t_s: np.ndarray, y: np.ndarray, spec: TrendSpec, fit: tuple[float, float, float],
+               tau_s: float, fell: bool = False) -> tuple[float, str | None]:
+    """The smallest rise this run rules out, and why it is more than the CI's upper end (None: it is that end).
+
+    A run can rule out a rise only as surely as it could show one. Where the series falls without the evidence
+    a rise would need to FAIL (`fell` says it has it), or drifts so slowly that its span holds fewer than
+    `MIN_CORRELATION_TIMES` of its own correlation time, its interval says how well the line fits, not how far the
+    memory wanders: a wander that fell over this run would rise as readily over the next. So the bound is
+    mirrored: the size of the slope, up or down, plus the upper arm of the strict (1 − 2·p_value) interval that a
+    FAIL reads; and with slow drift, never below the slope the series' own spread makes over the span
+    (`drift_floor_per_s`)."""
+    slope, high, phi = fit
+    span_s = float(t_s[-1] - t_s[0])
+    slow = span_s < MIN_CORRELATION_TIMES * tau_s
+    if (slope >= 0 or fell) and not slow:
+        return high, None
+    strict_high = strict_interval(t_s, y, spec.p_value, phi)[1]
+    bound = abs(slope) + max(strict_high, high) - slope
+    if slow:
+        return max(bound, drift_floor_per_s(y, span_s, tau_s)), SLOW_DRIFT
+    return bound, A_FALL
 
 
 def trend_verdict(gates: dict[str, bool], slope: float, ci_high: float, threshold: float) -> str:
@@ -180,8 +234,39 @@ def ar1_mann_kendall_p(y: np.ndarray, phi: float) -> float:
 
 def strict_lower_bound(t_s: np.ndarray, y: np.ndarray, p_value: float, phi: float) -> float:
     """The lower end of the (1 − 2·p_value) Theil–Sen interval, widened for AR(1)."""
+    return strict_interval(t_s, y, p_value, phi)[0]
+
+
+def strict_interval(t_s: np.ndarray, y: np.ndarray, p_value: float, phi: float) -> tuple[float, float]:
+    """The (1 − 2·p_value) Theil–Sen interval, widened for AR(1): what a FAIL's significance reads."""
     slope, _, low, high = theil_sen(t_s, y, 1 - 2 * p_value)
-    return widen(slope, low, high, phi)[0]
+    return widen(slope, low, high, phi)
+
+
+def correlation_time_s(t_s: np.ndarray, residuals: np.ndarray) -> float:
+    """How long a series (a fit's residuals) takes to forget its level: the first lag at which its autocorrelation
+    falls below 1/e of its value at the first lag (white noise's share taken out), times the median spacing (the
+    whole span when it never does within half of it). Around the line, so a trend is no drift; a wander slower
+    than the run leaves a bend the line cannot take, which keeps its level for a large part of the span."""
+    n = residuals.size
+    if n < 4 or np.ptp(residuals) == 0:
+        return 0.0
+    centred = residuals - residuals.mean()
+    spectrum = np.fft.rfft(centred, 2 * n)
+    acf = np.fft.irfft(spectrum * np.conj(spectrum))[:n // 2] / (n - np.arange(n // 2))  # per pair: unbiased
+    # White noise on top of a drift drops the autocorrelation at the first lag and no further: the drift's own
+    # decay is read from there on, once there is a drift to read (a first-lag correlation beyond what white noise
+    # reaches by chance, 2/√n, and at least 0.1).
+    reference = acf[1] if acf[1] >= max(0.1, 2 / math.sqrt(n)) * acf[0] else acf[0]
+    below = np.nonzero(acf / reference < 1 / math.e)[0]
+    spacing_s = float(np.median(np.diff(t_s)))
+    return float(below[0]) * spacing_s if below.size else float(t_s[-1] - t_s[0])
+
+
+def drift_floor_per_s(y: np.ndarray, span_s: float, tau_s: float) -> float:
+    """The slope a series' own spread makes over `span_s` when only span/τ of its points are independent:
+    about twice the standard error of a line through that many, 2·σ·√(12·τ/span)/span."""
+    return 2.0 * float(np.std(y)) * math.sqrt(12.0 * tau_s / span_s) / span_s if span_s > 0 else math.inf
 
 
 def widen(slope: float, low: float, high: float, phi: float) -> tuple[float, float]:

@@ -128,6 +128,19 @@ def trial_rss_wander(rng: np.random.Generator, scenario: Scenario, multiple: flo
     return memory.check_rss(tree_run(rng, scenario, planted), gates)
 
 
+def trial_rss_slow_wander(rng: np.random.Generator, scenario: Scenario, multiple: float, gates: Gates) -> Finding:
+    """Memory that wanders more slowly than the run lasts: AR(1) of 5–15 MiB with a correlation time of 1–2 runs
+    (40 minutes under a 30-minute run), on the healthy tree's white noise; plus a leak of `multiple` × threshold.
+    Its rise or fall over the run is the wander's, so the run can bound neither: it must never PASS."""
+    slope = multiple * rss_threshold_bytes_per_h(gates)
+    sd, wander_tau_s = rng.uniform(5, 15) * MIB, rng.uniform(1.0, 2.0) * scenario.run_s
+
+    def planted(t_s: np.ndarray) -> np.ndarray:
+        return slow_wander(rng, t_s, sd, wander_tau_s) + slope * t_s / 3600
+
+    return memory.check_rss(tree_run(rng, scenario, planted), gates)
+
+
 def trial_rss_small_step(rng: np.random.Generator, scenario: Scenario, multiple: float, gates: Gates) -> Finding:
     """A healthy short run whose allocator steps up 1 MiB at a third of the run and stays there (the
     step is part of the healthy run), plus a straight leak of `multiple` × threshold."""
@@ -222,6 +235,7 @@ CASES = [Case("leak.rss", "steady", trial_rss, LONG), Case("leak.vram", "steady"
          Case("leak.rss", "warmup-tail", trial_rss_warmup_tail, LONG),
          Case("leak.rss", "warmup-tail-short", trial_rss_warmup_tail, SHORT_RATES, power=False),
          Case("leak.rss", "wander", trial_rss_wander, SHORT_RATES, power=False),
+         Case("leak.rss", "slow-wander", trial_rss_slow_wander, ("30m", "30m-2rps", "1h"), power=False),
          Case("leak.rss", "small-step", trial_rss_small_step, ("30m", "5m"), power=False),
          Case("leak.rss", "late-stairs", trial_rss_late_stairs, LONG),
          Case("leak.rss", "plateau", trial_rss_plateau, LONG + ("2h", "1h"), power=False),

@@ -8,7 +8,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from soak.analysis.findings import FAIL, INCONCLUSIVE, PASS, SUSPECT
-from soak.analysis.trend import TrendSpec, assess_trend, mann_kendall_p, second_half_slope
+from soak.analysis.trend import (
+    MIN_CORRELATION_TIMES,
+    TrendSpec,
+    assess_trend,
+    correlation_time_s,
+    drift_floor_per_s,
+    mann_kendall_p,
+    second_half_slope,
+)
 
 T_S = np.arange(40) * 1800.0
 
@@ -142,3 +150,45 @@ def test_too_few_points_draw_no_line():
     # a still-settling series judged on too few windows once left a line with no start, which summary.json refused
     result = assess_trend(np.arange(3.0), np.arange(3.0), TrendSpec(min_slope_per_s=1.0, min_points=20))
     assert result.line("linear") is None
+
+
+def test_a_fall_without_the_evidence_a_rise_needs_to_fail_bounds_no_rise():
+    # Falling by 70 % of the threshold through noise that leaves the fall short of FAIL-grade evidence: the old
+    # reading ("rules out rises above −0.4") claimed a bound this run cannot hold.
+    y = 100 - 0.0007 * T_S + np.random.default_rng(7).normal(0, 20, T_S.size)
+    result = assess_trend(T_S, y, spec(min_slope_per_s=0.001))
+    low, high = result.ci_per_s
+    assert result.slope_per_s < 0 and high < 0.001 and result.bound_note == "a fall"
+    assert result.detection_limit_per_s >= abs(result.slope_per_s) + (high - result.slope_per_s)
+    assert result.verdict == INCONCLUSIVE
+    needed = result.span_needed_s()
+    assert needed is not None and needed > result.span_s
+
+
+def test_a_fall_shown_as_surely_as_a_failing_rise_rules_out_rises():
+    y = 100 - 0.01 * T_S + np.random.default_rng(8).normal(0, 1, T_S.size)
+    result = assess_trend(T_S, y, spec(min_slope_per_s=0.001, persistence=True))
+    assert result.verdict == PASS and result.bound_note is None
+    assert result.detection_limit_per_s == result.ci_per_s[1]
+
+
+def test_a_drift_as_slow_as_the_run_is_no_bound():
+    # Half a cycle of a wander over the run: up and back down, a flat line whose interval ignores the bend.
+    y = 100 + 20 * np.sin(np.pi * T_S / T_S[-1]) + np.random.default_rng(10).normal(0, 2, T_S.size)
+    result = assess_trend(T_S, y, spec(min_slope_per_s=0.001))
+    assert result.correlation_time_s * MIN_CORRELATION_TIMES > result.span_s and result.bound_note == "slow drift"
+    assert result.detection_limit_per_s >= drift_floor_per_s(y, result.span_s, result.correlation_time_s)
+    assert result.detection_limit_per_s >= result.ci_per_s[1]
+    if result.verdict == INCONCLUSIVE:
+        assert result.span_needed_s() >= MIN_CORRELATION_TIMES * result.correlation_time_s
+
+
+def test_the_correlation_time_of_white_noise_is_one_spacing_and_of_a_wander_its_own():
+    rng = np.random.default_rng(10)
+    assert correlation_time_s(T_S, rng.normal(0, 1, T_S.size)) == 1800.0
+    t_s = np.arange(2000) * 10.0
+    phi = np.exp(-10.0 / 600.0)  # a 10-minute correlation time
+    wander = np.zeros(t_s.size)
+    for i in range(1, t_s.size):
+        wander[i] = phi * wander[i - 1] + rng.normal(0, 1)
+    assert 300.0 <= correlation_time_s(t_s, wander + rng.normal(0, 1, t_s.size)) <= 1200.0
