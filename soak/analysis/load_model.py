@@ -43,6 +43,7 @@ DRIFT_P = 0.01
 # creep estimate's spread grows as 1/sqrt(1 − R²), and a healthy ramp's would reach the threshold.
 # A day-long diurnal cycle sits at 0.65–0.78.
 MAX_COLLINEARITY = 0.8
+CUBIC_FROM_R2 = 0.2  # time–load R² from which the cubic fit is made too (`fit_with_load`)
 HUBER_C = 1.345  # 95 % efficiency under normal noise
 MAX_ITERATIONS = 50
 MAD_TO_SD = 1.4826
@@ -143,24 +144,39 @@ class LoadFit:
 
 
 def fit_with_load(t_s: np.ndarray, y: np.ndarray, load: np.ndarray, confidence: float) -> LoadFit:
-    """Robust fit of y on [1, t − t0, x, x²] (x the centred log load) with a HAC standard error on t.
+    """Robust fit of y on [1, t − t0, x, x²] (x the centred log load) with a HAC standard error on t; the time
+    coefficient's interval and p are the wider and the larger of that fit's and one with x³ too, where time explains
+    more than `CUBIC_FROM_R2` of the load terms (else the two agree, and the second fit is not made).
 
+    Where load moves with time (a run that starts on the evening's decline sees load fall all run), the time
+    coefficient takes whatever of the load's effect the load terms cannot: a queue's latency steepens towards its
+    peak faster than a quadratic in log load follows. A creep at equal load must stand under the cubic as well.
     `adjusted` is y with the load terms taken out (the series at the mean load), for the step gate.
     """
     t0_s = float(t_s[0])
     x = np.log(load) - np.log(load).mean()
     design = np.column_stack([np.ones_like(y), t_s - t0_s, x, x * x - (x * x).mean()])
+    coef, slope, se, ci, p_value = _time_coefficient(design, y, confidence)
+    collinearity = _r_squared(design[:, 1], design[:, [0, 2, 3]])
+    if collinearity > CUBIC_FROM_R2:
+        _, _, cubic_se, cubic_ci, cubic_p = _time_coefficient(np.column_stack([design, x ** 3 - (x ** 3).mean()]),
+                                                               y, confidence)
+        se, ci, p_value = max(se, cubic_se), (min(ci[0], cubic_ci[0]), max(ci[1], cubic_ci[1])), max(p_value, cubic_p)
+    return LoadFit(n=int(y.size), t0_s=t0_s, span_s=float(t_s[-1] - t0_s), slope_per_s=slope,
+                   se_per_s=se, ci_per_s=ci, p_value=p_value, intercept=float(coef[0]), elasticity=float(coef[2]),
+                   collinearity=collinearity, adjusted=y - design[:, 2:] @ coef[2:])
+
+
+def _time_coefficient(design: np.ndarray, y: np.ndarray, confidence: float
+                      ) -> tuple[np.ndarray, float, float, tuple[float, float], float]:
+    """Huber fit of y on `design` (time in column 1): (coefficients, slope, its standard error, CI, p)."""
     coef, psi, slope_of_psi = huber_fit(design, y)
     se = max(_hac_se(design, psi, slope_of_psi, 1), _ar1_se(design, psi, slope_of_psi, 1))
     df = max(y.size - design.shape[1], 1)
     z = float(student_t.ppf(0.5 + confidence / 2, df))
     slope = float(coef[1])
     p_value = float(2 * student_t.sf(abs(slope) / se, df)) if se > 0 else (0.0 if slope else 1.0)
-    return LoadFit(n=int(y.size), t0_s=t0_s, span_s=float(t_s[-1] - t0_s), slope_per_s=slope,
-                   se_per_s=se, ci_per_s=(slope - z * se, slope + z * se), p_value=p_value,
-                   intercept=float(coef[0]), elasticity=float(coef[2]),
-                   collinearity=_r_squared(design[:, 1], design[:, [0, 2, 3]]),
-                   adjusted=y - design[:, 2:] @ coef[2:])
+    return coef, slope, se, (slope - z * se, slope + z * se), p_value
 
 
 def huber_fit(design: np.ndarray, y: np.ndarray, tuning: float = HUBER_C) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

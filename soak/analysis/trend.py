@@ -95,17 +95,20 @@ class TrendResult:
             return None
         if high < self.min_slope_per_s or self.min_slope_per_s <= 0:
             return None
-        centre = abs(self.slope_per_s) if self.bound_note else max(self.slope_per_s, 0.0)
+        if self.bound_note:
+            # A wander's apparent rate over a span shrinks as the span grows (its size over the run stays), as
+            # does the arm: the whole bound as 1/span. Slow drift needs enough correlation times besides.
+            needed = self.span_s * high / self.min_slope_per_s
+            if self.bound_note == SLOW_DRIFT:
+                needed = max(needed, MIN_CORRELATION_TIMES * self.correlation_time_s)
+            return needed
+        centre = max(self.slope_per_s, 0.0)
         room = self.min_slope_per_s - centre
         if room <= 0:
             return None
         # The upper arm (not the half-width): Theil–Sen intervals are asymmetric, and it is the
-        # upper end that has to come under the threshold. A span inside the drift's own correlation time
-        # averages none of it out: at least enough correlation times to end the doubt.
-        needed = self.span_s * (high - centre) / room
-        if self.bound_note == SLOW_DRIFT:
-            needed = max(needed, MIN_CORRELATION_TIMES * self.correlation_time_s)
-        return needed
+        # upper end that has to come under the threshold.
+        return self.span_s * (high - centre) / room
 
     def line(self, space: str = "linear", series: str | None = None) -> Trend | None:
         """The fitted line for a chart; None when too few points were fitted (no line to draw: a finding that

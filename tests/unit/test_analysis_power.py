@@ -57,3 +57,12 @@ def test_false_positive_rate(case, scenario):
 def test_power_at_twice_the_threshold(case, scenario):
     rates = detector_rates(case, trials=200, seed=404, multiple=2.0, scenario=scenario)
     assert flagged(rates) >= 180, rates.verdicts  # ≥ 90 %
+
+
+# A wander slower than the run (AR(1), correlation time 1–2 runs): a 30-minute run cannot bound it, so it earns no
+# PASS but by the chance of a wander that stayed flat (docs/gates.md, "A bound never claims more than the run can
+# hold"). Before the bound was mirrored for falls, 35 % of these runs PASSed.
+@pytest.mark.slow
+def test_a_wander_slower_than_the_run_earns_no_pass():
+    rates = detector_rates("leak.rss/slow-wander", trials=400, seed=303, multiple=0.0, scenario="30m")
+    assert rates.verdicts.get(PASS, 0) <= 4, rates.verdicts  # ≤ 1 %
