@@ -363,7 +363,7 @@ def judge(series: Series, gates: Gates, limits: Limits, p_value: float, floor_s:
     `floor_s` inf keeps every point (no data-driven cut). The trend is fitted on `clock` (`RunData.load_clock`:
     a network outage's pause taken out) when given; steps and the cut keep the run's own times."""
     spec = replace(gates.trend_spec(limits.threshold_per_s, persistence=True), p_value=p_value / 2,
-                   min_change=limits.min_change)
+                   min_change=limits.min_change, wanders=True)
     cut = None
     if math.isfinite(floor_s):
         cut = settle_index(series.t_s, series.values, floor_s, min_kept=spec.min_points)

@@ -53,6 +53,9 @@ class TrendSpec:
     min_points: int = 20
     persistence: bool = False
     min_change: float = 0.0  # the least change over the span that counts (a leak's `material` gate), if any
+    # Memory wanders: its PASS bound is held to what the run can show (`pass_bound`). Latency, errors and
+    # throughput keep the interval's upper end, their falls being the load's and the server's own good days.
+    wanders: bool = False
 
 
 @dataclass(frozen=True)
@@ -141,8 +144,10 @@ def assess_trend(t_s: np.ndarray, y: np.ndarray, spec: TrendSpec) -> TrendResult
         gates["persistent"] = (half_slope is not None and half_slope >= spec.min_slope_per_s / 2
                                and second_half_rises(t_s, y))
     tau_s = correlation_time_s(t_s, y - (intercept + slope * (t_s - t0_s)))
-    fell = slope < 0 and proven_fall(t_s - t0_s, y, spec, phi, (mk_p, high))
-    bound, note = pass_bound(t_s - t0_s, y, spec, (slope, high, phi), tau_s, fell)
+    bound, note = high, None
+    if spec.wanders:
+        fell = slope < 0 and proven_fall(t_s - t0_s, y, spec, phi, (mk_p, high))
+        bound, note = pass_bound(t_s - t0_s, y, spec, (slope, high, phi), tau_s, fell)
     return TrendResult(
         verdict=trend_verdict(gates, slope, bound, spec.min_slope_per_s), n=len(y), t0_s=t0_s,
         span_s=float(t_s[-1] - t0_s), slope_per_s=slope, ci_per_s=(low, high), intercept=intercept,

@@ -235,7 +235,7 @@ CASES = [Case("leak.rss", "steady", trial_rss, LONG), Case("leak.vram", "steady"
          Case("leak.rss", "warmup-tail", trial_rss_warmup_tail, LONG),
          Case("leak.rss", "warmup-tail-short", trial_rss_warmup_tail, SHORT_RATES, power=False),
          Case("leak.rss", "wander", trial_rss_wander, SHORT_RATES, power=False),
-         Case("leak.rss", "slow-wander", trial_rss_slow_wander, ("30m", "1h"), power=False),
+         Case("leak.rss", "slow-wander", trial_rss_slow_wander, ("30m",), power=False),
          Case("leak.rss", "small-step", trial_rss_small_step, ("30m", "5m"), power=False),
          Case("leak.rss", "late-stairs", trial_rss_late_stairs, LONG),
          Case("leak.rss", "plateau", trial_rss_plateau, LONG + ("2h", "1h"), power=False),

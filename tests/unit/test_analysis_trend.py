@@ -21,8 +21,8 @@ from soak.analysis.trend import (
 T_S = np.arange(40) * 1800.0
 
 
-def spec(min_slope_per_s=1e-3, persistence=False, min_points=20):
-    return TrendSpec(min_slope_per_s=min_slope_per_s, min_points=min_points, persistence=persistence)
+def spec(min_slope_per_s=1e-3, persistence=False, min_points=20, wanders=False):
+    return TrendSpec(min_slope_per_s=min_slope_per_s, min_points=min_points, persistence=persistence, wanders=wanders)
 
 
 def test_flat_noise_passes():
@@ -156,7 +156,8 @@ def test_a_fall_without_the_evidence_a_rise_needs_to_fail_bounds_no_rise():
     # Falling by 70 % of the threshold through noise that leaves the fall short of FAIL-grade evidence: the old
     # reading ("rules out rises above −0.4") claimed a bound this run cannot hold.
     y = 100 - 0.0007 * T_S + np.random.default_rng(7).normal(0, 20, T_S.size)
-    result = assess_trend(T_S, y, spec(min_slope_per_s=0.001))
+    assert assess_trend(T_S, y, spec(min_slope_per_s=0.001)).verdict == PASS  # latency's, errors': the interval
+    result = assess_trend(T_S, y, spec(min_slope_per_s=0.001, wanders=True))
     low, high = result.ci_per_s
     assert result.slope_per_s < 0 and high < 0.001 and result.bound_note == "a fall"
     assert result.detection_limit_per_s >= abs(result.slope_per_s) + (high - result.slope_per_s)
@@ -167,7 +168,7 @@ def test_a_fall_without_the_evidence_a_rise_needs_to_fail_bounds_no_rise():
 
 def test_a_fall_shown_as_surely_as_a_failing_rise_rules_out_rises():
     y = 100 - 0.01 * T_S + np.random.default_rng(8).normal(0, 1, T_S.size)
-    result = assess_trend(T_S, y, spec(min_slope_per_s=0.001, persistence=True))
+    result = assess_trend(T_S, y, spec(min_slope_per_s=0.001, persistence=True, wanders=True))
     assert result.verdict == PASS and result.bound_note is None
     assert result.detection_limit_per_s == result.ci_per_s[1]
 
@@ -175,7 +176,7 @@ def test_a_fall_shown_as_surely_as_a_failing_rise_rules_out_rises():
 def test_a_drift_as_slow_as_the_run_is_no_bound():
     # Half a cycle of a wander over the run: up and back down, a flat line whose interval ignores the bend.
     y = 100 + 20 * np.sin(np.pi * T_S / T_S[-1]) + np.random.default_rng(10).normal(0, 2, T_S.size)
-    result = assess_trend(T_S, y, spec(min_slope_per_s=0.001))
+    result = assess_trend(T_S, y, spec(min_slope_per_s=0.001, wanders=True))
     assert result.correlation_time_s * MIN_CORRELATION_TIMES > result.span_s and result.bound_note == "slow drift"
     assert result.detection_limit_per_s >= drift_floor_per_s(y, result.span_s, result.correlation_time_s)
     assert result.detection_limit_per_s >= result.ci_per_s[1]
