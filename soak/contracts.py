@@ -150,7 +150,7 @@ REQUEST_ID_HEADER = "X-Request-Id"
 
 
 def soak_request_id(purpose: str, what: str) -> str:
-    """`soak-<purpose>-<what>-<12 hex>`: e.g. `soak-probe-images-…`, `soak-provoke-bad_input-…`, `soak-canary-0-…`."""
+    """`soak-<purpose>-<what>-<12 hex>`: e.g. `soak-probe-images-…`, `soak-provoke-bad_input-…`, `soak-canary-golden-…`."""
     return f"soak-{purpose}-{what}-{uuid.uuid4().hex[:12]}"
 
 

@@ -76,7 +76,7 @@ class TrendResult:
     autocorrelation: float = 0.0
     pass_bound_per_s: float = math.nan  # the smallest rise this run rules out (`pass_bound`); nan: the CI's upper end
     bound_note: str | None = None  # why that bound is above the CI's upper end: "a fall", "slow drift"
-    correlation_time_s: float = 0.0  # the series' own, around its level (`correlation_time_s`)
+    correlation_time_s: float = 0.0  # of the residuals around the line (`correlation_time_s`); 0 unless `wanders`
 
     @property
     def projected_change(self) -> float:
@@ -143,9 +143,9 @@ def assess_trend(t_s: np.ndarray, y: np.ndarray, spec: TrendSpec) -> TrendResult
     if spec.persistence:
         gates["persistent"] = (half_slope is not None and half_slope >= spec.min_slope_per_s / 2
                                and second_half_rises(t_s, y))
-    tau_s = correlation_time_s(t_s, y - (intercept + slope * (t_s - t0_s)))
-    bound, note = high, None
+    bound, note, tau_s = high, None, 0.0
     if spec.wanders:
+        tau_s = correlation_time_s(t_s, y - (intercept + slope * (t_s - t0_s)))
         fell = slope < 0 and proven_fall(t_s - t0_s, y, spec, phi, (mk_p, high))
         bound, note = pass_bound(t_s - t0_s, y, spec, (slope, high, phi), tau_s, fell)
     return TrendResult(

@@ -6,7 +6,9 @@ CUDA errors, each server's own fatal lines, tracebacks, NaN/inf warnings) and re
 line and a few lines of context. Repeats are deduplicated and the events per run capped, so a log flooding the same error
 cannot swamp the database; what was held back is counted in the `server_log_scanned` events that open and close a scan.
 A matched line the server wrote answering a request soak sent to be refused (`ProvokedExchange`: in the bytes the log
-grew by while it was answered, or naming its request id) is a `server_log_provoked` event instead: that request's answer.
+grew by while it was answered, naming its request id, or stating its refusal's message near when soak saw it) is a
+`server_log_provoked` event instead: that request's answer. The load's refusals reach the scan as they happen
+(`provoke`), so in a run each matched line waits `PROVOKED_WAIT_S` before it counts as the server's own.
 """
 
 from __future__ import annotations

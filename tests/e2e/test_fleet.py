@@ -30,16 +30,17 @@ FLEET_RUN = ["start", "--duration", "135s", "--warmup", "20s", "--window", "5s",
              "--rate", "4.5", "--scenario", "chat_short", "--no-idle-probes", "--json"]
 # ITL twice as slow each model hour (×1.3 → ×3.3 over the judged span): near a straight line in log space (a
 # faster creep, 1 → 23× over the run, rose fastest early and was now and then taken for a warm-up). Each engine step
-# takes at least 20 ms, as a GPU's decode step does, so a busy machine's milliseconds of jitter are not a creep (at
-# 2 ms a step, a load that came onto the machine mid-run stepped every replica's ITL up 70 %; at 10 ms, CI's
-# busiest minutes still left the creep unproven now and then).
+# takes at least 50 ms, as a large model's decode step does, so a busy machine's milliseconds of jitter are not a
+# creep (at 2 ms a step, a load that came onto the machine mid-run stepped every replica's ITL up 70 %; at 10 ms,
+# CI's busiest minutes left the creep unproven now and then; at 20 ms, two runs starting beside the fleet stepped
+# the healthy replica's ITL up 43 %, 25.8 → 36.8 ms, and FAILed it).
 REPLICAS = {"healthy": [], "leaky": ["--fault", "rss-leak=1MiB"], "creepy": ["--fault", "latency-creep=100"]}
 
 
 def start_refserver(stack: ExitStack, faults: list[str]) -> tuple[str, int]:
     """A reference server on an OS-picked port, ended with the test; (URL, PID)."""
     process = subprocess.Popen([sys.executable, "-m", "soak.refserver", "--port", "0", "--time-scale", "60",
-                                "--step-time", "20ms", *faults],
+                                "--step-time", "50ms", *faults],
                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     stack.callback(process.wait, timeout=15)
     stack.callback(process.terminate)
