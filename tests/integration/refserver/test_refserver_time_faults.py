@@ -114,7 +114,8 @@ def test_latency_creep_slows_later_requests(start_refserver):
         return time.perf_counter() - started
 
     elapsed()  # the first request pays one-off warm-up costs
-    early_s = elapsed()
+    # A busy machine only ever adds time: the quickest of three early requests is the nearest to the server's own.
+    early_s = min(elapsed() for _ in range(3))
     wait_until(lambda: server.debug()["uptime_s"] >= 6.0, 20, what="6 s of uptime")
     late_s = elapsed()
     assert late_s > 2.5 * early_s, (early_s, late_s)
