@@ -41,7 +41,9 @@ def test_planted_leaks_creep_and_error_rise_each_fail_their_check(tmp_path, soak
     # The planted creep grows step time linearly, so log ITL rises fastest early; on a busy machine that can pass
     # for a warm-up which leaves too few of the 23 windows, and then the check says so rather than guess.
     too_short = "to tell a creep from the warm-up" in (measured.get("evidence") or itl["evidence"])
-    assert "FAIL" in (itl["verdict"], measured.get("verdict")) or too_short, itl
+    # Three runs at once on two cores can blur the rise into the machine's jitter (CI: 95 % CI -82 % to +54928 %):
+    # then the estimate stands over the threshold unproven, SUSPECT, which still never passes the run.
+    assert {"FAIL", "SUSPECT"} & {itl["verdict"], measured.get("verdict")} or too_short, itl
     assert findings["leak.rss"]["unit"] and findings["leak.rss"]["ci"][0] > 0
     assert findings["leak.rss"].get("per_request"), "a leak reports bytes per request too"
     assert findings["hang"]["verdict"] != "FAIL" and findings["crashes"]["verdict"] == "PASS"
